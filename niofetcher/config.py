@@ -1,0 +1,139 @@
+"""FetcherConfig: the one frozen value object a user builds to tune the fetcher."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple, Union
+
+from . import __version__
+
+Address = Tuple[int, tuple]  # (family, sockaddr) as socket.connect() takes it
+Resolver = Callable[[str, int], Sequence[Address]]
+
+MiB = 1024 * 1024
+
+# Named groups accepted by deny_networks, besides CIDR strings.
+NETWORK_GROUPS = {
+    "loopback": ("127.0.0.0/8", "::1/128"),
+    "private": ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"),
+    "link-local": ("169.254.0.0/16", "fe80::/10"),
+}
+
+IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+
+
+@dataclass(frozen=True)
+class FetcherConfig:
+    """How the fetcher behaves; times are in seconds.  Invalid values raise ValueError."""
+
+    max_connections: int = 256
+    max_connections_per_host: int = 2
+    connection_service_time: Optional[float] = 60.0
+    max_requests_per_connection: Optional[int] = None
+    idle_timeout: float = 15.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    request_timeout: Optional[float] = 120.0
+    low_speed_limit: int = 0
+    low_speed_time: float = 30.0
+    host_delay: float = 0.0
+    host_delay_jitter: float = 0.0
+    max_body_size: int = 10 * MiB
+    max_header_size: int = 64 * 1024
+    follow_redirects: bool = True
+    max_redirects: int = 10
+    decode_content: bool = True
+    user_agent: str = f"niofetcher/{__version__}"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    resolve: Mapping[str, str] = field(default_factory=dict)
+    dns_cache_ttl: float = 300.0
+    resolver: Optional[Resolver] = None
+    verify_tls: bool = True
+    ca_file: Optional[str] = None
+    allowed_ports: Optional[Iterable[int]] = None
+    deny_networks: Sequence[str] = ()
+    max_pending: Optional[int] = None
+    max_completed: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _positive_int(self, "max_connections")
+        _positive_int(self, "max_connections_per_host")
+        _positive_int(self, "max_requests_per_connection", optional=True)
+        _positive_int(self, "max_redirects", allow_zero=True)
+        _positive_int(self, "max_body_size")
+        _positive_int(self, "max_header_size")
+        _positive_int(self, "low_speed_limit", allow_zero=True)
+        _positive_int(self, "max_pending", optional=True)
+        _positive_int(self, "max_completed", optional=True)
+        for name in ("connect_timeout", "read_timeout", "idle_timeout", "low_speed_time"):
+            _positive_time(self, name)
+        for name in ("connection_service_time", "request_timeout"):
+            _positive_time(self, name, optional=True)
+        _positive_time(self, "host_delay", allow_zero=True)
+        _positive_time(self, "dns_cache_ttl", allow_zero=True)
+        if not 0.0 <= self.host_delay_jitter <= 1.0:
+            raise ValueError(f"host_delay_jitter must be within [0, 1], not {self.host_delay_jitter!r}")
+        if self.resolver is not None and not callable(self.resolver):
+            raise ValueError(f"resolver must be callable, not {self.resolver!r}")
+        if not isinstance(self.user_agent, str) or not self.user_agent:
+            raise ValueError("user_agent must be a non-empty str")
+        for mapping_name in ("headers", "resolve"):
+            mapping = getattr(self, mapping_name)
+            if not isinstance(mapping, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
+            ):
+                raise ValueError(f"{mapping_name} must map str to str, not {mapping!r}")
+            object.__setattr__(self, mapping_name, dict(mapping))
+        for address in self.resolve.values():
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                raise ValueError(f"resolve maps to IP addresses only, not {address!r}") from None
+        if self.allowed_ports is not None:
+            ports = frozenset(self.allowed_ports)
+            if not ports or not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
+                raise ValueError(f"allowed_ports must be TCP port numbers, not {self.allowed_ports!r}")
+            object.__setattr__(self, "allowed_ports", ports)
+        if isinstance(self.deny_networks, str):
+            raise ValueError("deny_networks is a sequence of names or CIDR strings, not one str")
+        object.__setattr__(self, "deny_networks", tuple(self.deny_networks))
+        self.denied_networks()  # validates
+
+    def denied_networks(self) -> tuple[IPNetwork, ...]:
+        """deny_networks expanded into network objects."""
+        networks: list[IPNetwork] = []
+        for entry in self.deny_networks:
+            for cidr in NETWORK_GROUPS.get(entry, (entry,)):
+                try:
+                    networks.append(ipaddress.ip_network(cidr, strict=False))
+                except ValueError:
+                    raise ValueError(
+                        f"deny_networks entries are {sorted(NETWORK_GROUPS)} or CIDR strings, not {entry!r}"
+                    ) from None
+        return tuple(networks)
+
+
+def _positive_int(config: FetcherConfig, name: str, *, optional: bool = False, allow_zero: bool = False) -> None:
+    value = getattr(config, name)
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0 and not allow_zero):
+        kind = "a non-negative" if allow_zero else "a positive"
+        raise ValueError(f"{name} must be {kind} int{' or None' if optional else ''}, not {value!r}")
+
+
+def _positive_time(config: FetcherConfig, name: str, *, optional: bool = False, allow_zero: bool = False) -> None:
+    value = getattr(config, name)
+    if value is None and optional:
+        return
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and (value > 0 or (allow_zero and value == 0))
+    )
+    if not ok:
+        kind = "a non-negative" if allow_zero else "a positive"
+        raise ValueError(f"{name} must be {kind} number of seconds{' or None' if optional else ''}, not {value!r}")

@@ -1,0 +1,416 @@
+"""One connection: a non-blocking socket, its transport and its HTTP/1.1 state.
+
+Theory of operation.  A connection is born bound to the request that caused
+it and walks RESOLVING -> CONNECTING -> HANDSHAKING -> ACTIVE; after a
+response it is either IDLE (kept for reuse, still watched for readability so
+that a server closing it is noticed at once) or CLOSED.  It reports to its
+owner, the engine, through four calls: ``exchange_done`` and
+``exchange_failed`` for the request it carried, ``connection_closed``
+exactly once when it goes away, and ``idle_expired`` when its idle or
+service time runs out.
+
+This file is the one boundary where OSError and friends become ErrorKinds.
+
+Timeouts use one timer per connection, armed lazily: receiving data only
+moves ``last_activity``; when the timer fires it compares the real deadline
+with the clock and re-arms if the deadline has moved.  So the timer heap is
+not touched per received packet.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import logging
+import os
+import socket
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence
+
+from .config import Address, FetcherConfig, IPNetwork
+from .errors import ErrorKind, FetchFailure
+from .http11 import ClientHTTP11
+from .loop import READ, WRITE, Loop
+from .timers import Timer
+from .transport import WANT_READ, WANT_WRITE, PlainTransport
+
+if TYPE_CHECKING:
+    from .engine import Task
+    from .pool import HostSlot
+
+log = logging.getLogger("niofetcher")
+
+RESOLVING, CONNECTING, HANDSHAKING, ACTIVE, IDLE, CLOSED = range(6)
+_IN_PROGRESS = {errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN, errno.EALREADY}
+_INF = float("inf")
+
+
+class ConnectionOwner(Protocol):
+    def exchange_done(self, conn: Connection, task: Task) -> None: ...
+
+    def exchange_failed(self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool) -> None: ...
+
+    def connection_closed(self, conn: Connection, was_idle: bool) -> None: ...
+
+    def idle_expired(self, conn: Connection, service_time: bool) -> None: ...
+
+    bytes_received: int
+
+
+class Connection:
+    """A socket plus h11 state, driven by readiness events from the loop."""
+
+    __slots__ = (
+        "owner", "loop", "config", "slot", "state", "interest", "sock", "transport", "http", "task",
+        "established_at", "reuse_deadline", "requests_done", "reused", "last_activity", "idle_since",
+        "_connect_deadline", "_addresses", "_address_index", "_last_connect_error", "_out", "_timer",
+        "_speed_mark_at", "_speed_mark_bytes", "_received", "_denied",
+    )
+
+    def __init__(
+        self, owner: ConnectionOwner, loop: Loop, config: FetcherConfig, slot: HostSlot, task: Task,
+        denied: Sequence[IPNetwork],
+    ) -> None:
+        self.owner = owner
+        self.loop = loop
+        self.config = config
+        self.slot = slot
+        self.state = RESOLVING
+        self.interest = 0
+        self.sock: Optional[socket.socket] = None
+        self.transport: Optional[PlainTransport] = None
+        self.http = ClientHTTP11(config.max_header_size, config.max_body_size, config.decode_content)
+        self.task: Optional[Task] = task
+        self.established_at = 0.0
+        self.reuse_deadline = _INF
+        self.requests_done = 0
+        self.reused = False
+        self.last_activity = loop.now
+        self.idle_since = 0.0
+        self._connect_deadline = loop.now + config.connect_timeout
+        self._addresses: Sequence[Address] = ()
+        self._address_index = 0
+        self._last_connect_error = ""
+        self._out: Optional[memoryview] = None
+        self._timer: Optional[Timer] = None
+        self._speed_mark_at = 0.0
+        self._speed_mark_bytes = 0
+        self._received = 0
+        self._denied = denied
+        self._arm(self._deadline())
+
+    def __repr__(self) -> str:
+        states = ("RESOLVING", "CONNECTING", "HANDSHAKING", "ACTIVE", "IDLE", "CLOSED")
+        return f"<Connection {self.slot.origin} {states[self.state]} served={self.requests_done}>"
+
+    # -- opening ------------------------------------------------------------
+
+    def connect(self, addresses: Sequence[Address]) -> None:
+        """Try the resolved addresses in turn until one accepts."""
+        if self.state != RESOLVING:
+            return  # timed out or cancelled while the lookup ran
+        self._addresses = addresses
+        self._address_index = 0
+        self._try_next_address()
+
+    def _try_next_address(self) -> None:
+        while self._address_index < len(self._addresses):
+            family, sockaddr = self._addresses[self._address_index]
+            self._address_index += 1
+            refusal = self._refusal(sockaddr)
+            if refusal:
+                self._last_connect_error = refusal
+                continue
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+            except OSError as exc:
+                self._last_connect_error = f"socket(): {exc.strerror or exc}"
+                continue
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            err = sock.connect_ex(sockaddr)
+            if err == 0 or err in _IN_PROGRESS:
+                self.sock = sock
+                self.state = CONNECTING
+                if err == 0:
+                    self._on_tcp_connected()
+                else:
+                    self.loop.set_interest(self, sock, WRITE)
+                return
+            sock.close()
+            self._last_connect_error = f"{_address_text(sockaddr)}: {os.strerror(err)}"
+        self.fail(FetchFailure(ErrorKind.CONNECT_ERROR, self._last_connect_error or "no address to connect to"))
+
+    def _refusal(self, sockaddr: tuple) -> str:
+        """Why the network-safety settings forbid this resolved address, or ''."""
+        allowed = self.config.allowed_ports
+        if allowed is not None and sockaddr[1] not in allowed:
+            return f"port {sockaddr[1]} is not in allowed_ports"
+        if self._denied:
+            address = ipaddress.ip_address(sockaddr[0].split("%", 1)[0])
+            mapped = getattr(address, "ipv4_mapped", None)
+            for network in self._denied:
+                if address in network or (mapped is not None and mapped in network):
+                    return f"address {address} is in denied network {network}"
+        return ""
+
+    def _finish_connect(self) -> None:
+        sock = self.sock
+        assert sock is not None
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self.loop.set_interest(self, sock, 0)
+            sock.close()
+            self.sock = None
+            sockaddr = self._addresses[self._address_index - 1][1]
+            self._last_connect_error = f"{_address_text(sockaddr)}: {os.strerror(err)}"
+            self._try_next_address()
+            return
+        self._on_tcp_connected()
+
+    def _on_tcp_connected(self) -> None:
+        assert self.sock is not None
+        self.transport = PlainTransport(self.sock)
+        self.state = HANDSHAKING
+        self._continue_handshake()
+
+    def _continue_handshake(self) -> None:
+        assert self.transport is not None and self.sock is not None
+        try:
+            want = self.transport.handshake()
+        except OSError as exc:
+            self.fail(FetchFailure(ErrorKind.TLS_ERROR, str(exc)))
+            return
+        if want == WANT_READ:
+            self.loop.set_interest(self, self.sock, READ)
+        elif want == WANT_WRITE:
+            self.loop.set_interest(self, self.sock, WRITE)
+        else:
+            self.established_at = self.loop.now
+            service_time = self.config.connection_service_time
+            if service_time is not None:
+                self.reuse_deadline = self.established_at + service_time
+            task = self.task
+            assert task is not None
+            self._begin(task)
+
+    # -- exchanges ----------------------------------------------------------
+
+    def start(self, task: Task) -> None:
+        """Send ``task``'s request on this idle connection."""
+        self.task = task
+        self._begin(task)
+
+    def _begin(self, task: Task) -> None:
+        self.state = ACTIVE
+        self.reused = self.requests_done > 0
+        now = self.loop.now
+        self.last_activity = now
+        self._speed_mark_at = now
+        self._speed_mark_bytes = self._received
+        try:
+            data = self.http.start_request(task.method, task.target.path, task.wire_headers(), task.body)
+        except FetchFailure as failure:
+            self.fail(failure)
+            return
+        self._out = memoryview(data)
+        self._arm(self._deadline())
+        self._flush()
+
+    def _flush(self) -> None:
+        out = self._out
+        transport = self.transport
+        assert out is not None and transport is not None and self.sock is not None
+        while out:
+            try:
+                sent = transport.send(out)
+            except OSError as exc:
+                self._broken(exc, sending=True)
+                return
+            if sent < 0:
+                self._out = out
+                self.loop.set_interest(self, self.sock, READ | WRITE)
+                return
+            out = out[sent:]
+            self.last_activity = self.loop.now
+        self._out = None
+        self.loop.set_interest(self, self.sock, READ)
+
+    def on_writable(self) -> None:
+        state = self.state
+        if state == ACTIVE:
+            self._flush()
+        elif state == CONNECTING:
+            self._finish_connect()
+        elif state == HANDSHAKING:
+            self._continue_handshake()
+
+    def on_readable(self) -> None:
+        state = self.state
+        if state == HANDSHAKING:
+            self._continue_handshake()
+            return
+        transport = self.transport
+        assert transport is not None
+        loop = self.loop
+        try:
+            n = transport.recv_into(loop.recv_view)
+        except OSError as exc:
+            self._broken(exc, sending=False)
+            return
+        if n < 0:
+            if n == WANT_WRITE:
+                self.loop.set_interest(self, self.sock, READ | WRITE)  # type: ignore[arg-type]
+            return
+        if state == IDLE:
+            # EOF or stray bytes on an idle connection: it cannot carry another request.
+            self.close()
+            return
+        self._received += n
+        self.owner.bytes_received += n
+        self.last_activity = loop.now
+        http = self.http
+        if n == 0 and not http.response_started and self.reused:
+            self._fail_replayable("the server closed a reused connection before responding")
+            return
+        try:
+            complete = http.receive(bytes(loop.recv_view[:n]) if n else b"")
+        except FetchFailure as failure:
+            self.fail(failure)
+            return
+        if complete:
+            task = self.task
+            assert task is not None
+            self.task = None
+            self.requests_done += 1
+            self.owner.exchange_done(self, task)
+
+    def _broken(self, exc: OSError, sending: bool) -> None:
+        if not self.http.response_started and self.reused:
+            self._fail_replayable(f"reused connection broken: {exc.strerror or exc}")
+            return
+        verb = "sending the request" if sending else "reading the response"
+        self.fail(FetchFailure(ErrorKind.CONNECTION_CLOSED, f"{exc.strerror or exc} while {verb}"))
+
+    def _fail_replayable(self, detail: str) -> None:
+        task = self.task
+        self.task = None
+        self.close()
+        if task is not None:
+            self.owner.exchange_failed(self, task, FetchFailure(ErrorKind.CONNECTION_CLOSED, detail), True)
+
+    def make_idle(self) -> None:
+        """Keep the connection for reuse; the owner has checked its service time and request count."""
+        self.state = IDLE
+        self.idle_since = self.loop.now
+        self._arm(self._deadline())
+
+    # -- timing -------------------------------------------------------------
+
+    def _deadline(self) -> float:
+        """The next moment something may have expired, in the current state."""
+        state = self.state
+        config = self.config
+        if state == IDLE:
+            return min(self.idle_since + config.idle_timeout, self.reuse_deadline)
+        if state == CLOSED:
+            return _INF
+        task = self.task
+        deadline = task.deadline if task is not None else _INF
+        if state == ACTIVE:
+            deadline = min(deadline, self.last_activity + config.read_timeout)
+            if config.low_speed_limit:
+                deadline = min(deadline, self._speed_mark_at + config.low_speed_time)
+            return deadline
+        return min(deadline, self._connect_deadline)
+
+    def _arm(self, deadline: float) -> None:
+        timer = self._timer
+        if timer is not None:
+            if timer.callback is not None and timer.when <= deadline:
+                return  # fires early, then re-arms: cheaper than a heap update now
+            timer.cancel()
+        self._timer = None if deadline == _INF else self.loop.timers.call_at(deadline, Connection._on_timer, self)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = self.loop.now
+        state = self.state
+        if state == CLOSED:
+            return
+        if state == IDLE:
+            if now >= self.idle_since + self.config.idle_timeout:
+                self.owner.idle_expired(self, service_time=False)
+                return
+            if now >= self.reuse_deadline:
+                self.owner.idle_expired(self, service_time=True)
+                return
+        else:
+            failure = self._expired(now)
+            if failure is not None:
+                self.fail(failure)
+                return
+        self._arm(self._deadline())
+
+    def _expired(self, now: float) -> Optional[FetchFailure]:
+        config = self.config
+        task = self.task
+        if task is not None and now >= task.deadline:
+            return FetchFailure(ErrorKind.TIMEOUT, f"request_timeout of {config.request_timeout} s passed")
+        if self.state == ACTIVE:
+            if now - self.last_activity >= config.read_timeout:
+                return FetchFailure(ErrorKind.READ_TIMEOUT, f"no data for {config.read_timeout} s")
+            if config.low_speed_limit and now - self._speed_mark_at >= config.low_speed_time:
+                rate = (self._received - self._speed_mark_bytes) / (now - self._speed_mark_at)
+                if rate < config.low_speed_limit:
+                    return FetchFailure(
+                        ErrorKind.READ_TIMEOUT,
+                        f"below low_speed_limit: {rate:.0f} B/s for {config.low_speed_time} s",
+                    )
+                self._speed_mark_at = now
+                self._speed_mark_bytes = self._received
+        elif now >= self._connect_deadline:
+            if self.state == RESOLVING and not self._addresses:
+                return FetchFailure(ErrorKind.DNS_ERROR, f"name lookup took longer than {config.connect_timeout} s")
+            return FetchFailure(ErrorKind.CONNECT_TIMEOUT, f"not connected within {config.connect_timeout} s")
+        return None
+
+    # -- ending -------------------------------------------------------------
+
+    def fail(self, failure: FetchFailure) -> None:
+        """End the connection and the request it carries with ``failure``."""
+        task = self.task
+        self.task = None
+        self.close()
+        if task is not None:
+            self.owner.exchange_failed(self, task, failure, False)
+
+    def close(self) -> None:
+        """Release the socket and the timer; tells the owner once."""
+        if self.state == CLOSED:
+            return
+        was_idle = self.state == IDLE
+        self.state = CLOSED
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        sock = self.sock
+        if sock is not None:
+            self.loop.set_interest(self, sock, 0)
+            sock.close()
+            self.sock = None
+        self._out = None
+        self.owner.connection_closed(self, was_idle)
+
+    def on_internal_error(self, exc: Exception) -> None:
+        """A bug in a handler must cost one request, never the loop."""
+        log.error("internal error on %r", self, exc_info=exc)
+        self.fail(FetchFailure(ErrorKind.PROTOCOL_ERROR, f"internal error: {exc!r}"))
+
+    @property
+    def session_reused(self) -> bool:
+        return self.transport is not None and self.transport.session_reused
+
+
+def _address_text(sockaddr: tuple) -> str:
+    host, port = sockaddr[0], sockaddr[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,378 @@
+"""The loop thread's side of the fetcher: requests, connections, redirects, results.
+
+Everything here runs in the one loop thread; the only entries from other
+threads are ``inbox`` (a deque, appended to by ``register``) and calls posted
+through ``loop.call_soon_threadsafe``.
+
+One loop iteration: wait for readiness; handle every ready socket and due
+timer; take new registrations; let the scheduler start whatever can start;
+hand the finished results to the fetcher in one batch.  Running the
+scheduler once per batch of events, not once per event, is both cheaper and
+the reason the service-time check is exact: timers due now have already
+closed the connections that have served their time.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+from typing import Callable, Optional
+from urllib.parse import urljoin, urlsplit
+
+from .config import FetcherConfig
+from .connection import IDLE, Connection
+from .content import ACCEPT_ENCODING
+from .errors import ErrorKind, FetchFailure
+from .loop import Loop
+from .models import FetchResult, URLBean
+from .pool import HostTable
+from .resolver import ResolverPool
+from .urls import Target, parse_target
+
+log = logging.getLogger("niofetcher")
+
+REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
+IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
+_CROSS_ORIGIN_DROPPED = frozenset(("authorization", "cookie", "proxy-authorization"))
+_INF = math.inf
+
+
+class Task:
+    """One registration on its way through the fetcher, redirects and a replay included."""
+
+    __slots__ = (
+        "bean", "seq", "priority", "method", "body", "target", "url", "registered_at", "first_dispatch_at",
+        "dispatched_at", "active_time", "deadline", "redirects", "replayed", "needs_fresh_connection",
+        "connection_reused", "session_reused", "_headers", "_wire_headers",
+    )
+
+    def __init__(self, bean: URLBean, target: Target, seq: int, registered_at: float, base_headers: dict[str, tuple[str, str]]) -> None:
+        self.bean = bean
+        self.seq = seq
+        self.priority = bean.priority
+        self.method = bean.method.upper()
+        self.body = bean.body
+        self.target = target
+        self.url = bean.url
+        self.registered_at = registered_at
+        self.first_dispatch_at: Optional[float] = None
+        self.dispatched_at = 0.0
+        self.active_time = 0.0  # time spent dispatched, summed over redirects and replays
+        self.deadline = _INF
+        self.redirects: list[tuple[int, str]] = []
+        self.replayed = False
+        self.needs_fresh_connection = False
+        self.connection_reused = False
+        self.session_reused = False
+        headers = dict(base_headers)
+        for name, value in bean.headers.items():
+            headers[name.lower()] = (name, value)
+        self._headers = headers
+        self._wire_headers: Optional[list[tuple[str, str]]] = None
+
+    def wire_headers(self) -> list[tuple[str, str]]:
+        """The request headers for the current target, Host first."""
+        wire = self._wire_headers
+        if wire is None:
+            wire = [("Host", self.target.host_header)]
+            wire.extend(pair for key, pair in self._headers.items() if key != "host")
+            if self.body and "content-length" not in self._headers and "transfer-encoding" not in self._headers:
+                wire.append(("Content-Length", str(len(self.body))))
+            self._wire_headers = wire
+        return wire
+
+    def retarget(self, url: str, target: Target) -> None:
+        if target.origin != self.target.origin:
+            for key in _CROSS_ORIGIN_DROPPED:
+                self._headers.pop(key, None)
+        self.url = url
+        self.target = target
+        self._wire_headers = None
+
+
+Deliver = Callable[[list[FetchResult]], None]
+
+
+class Engine:
+    """Owns the loop, the host table, the resolver pool and every connection."""
+
+    def __init__(self, config: FetcherConfig, deliver: Deliver, completed_backlog: Callable[[], int]) -> None:
+        self.config = config
+        self.loop = Loop()
+        self.table = HostTable(
+            config.max_connections, config.max_connections_per_host, config.host_delay,
+            config.host_delay_jitter, self.loop.timers.call_at, lambda: self.loop.now,
+        )
+        self.resolver = ResolverPool(config, self.loop.call_soon_threadsafe)
+        self.inbox: collections.deque[Task] = collections.deque()
+        self.connections: set[Connection] = set()
+        self.running = True
+        self.stopping = False
+        self._deliver = deliver
+        self._completed_backlog = completed_backlog
+        self._finished: list[FetchResult] = []
+        self._denied = config.denied_networks()
+        self.base_headers = _base_headers(config)
+        # counters read by FetcherStats
+        self.in_flight = 0
+        self.connections_opened = 0
+        self.reused_requests = 0
+        self.replayed_requests = 0
+        self.closed_service_time = 0
+        self.closed_idle = 0
+        self.bytes_received = 0
+
+    # -- the loop -----------------------------------------------------------
+
+    def run(self) -> None:
+        loop = self.loop
+        try:
+            while self.running:
+                loop.run_once(None)
+                if self.inbox:
+                    self._take_inbox()
+                self._dispatch()
+                if self._finished:
+                    self._deliver_finished()
+        except BaseException:
+            log.exception("niofetcher loop failed; cancelling everything it held")
+            raise
+        finally:
+            self._release()
+
+    def close_unstarted(self) -> None:
+        """The loop never ran: cancel what was registered and free the loop's descriptors."""
+        self._release()
+
+    def _release(self) -> None:
+        self.stopping = True
+        self._cancel_everything()
+        self._deliver_finished()
+        self.resolver.close()
+        self.loop.close()
+
+    def stop(self) -> None:
+        """Loop thread: end the loop; whatever is unfinished is cancelled."""
+        self.stopping = True
+        self.running = False
+
+    def wake(self) -> None:
+        self.loop.wake()
+
+    def _take_inbox(self) -> None:
+        inbox = self.inbox
+        table = self.table
+        now = self.loop.now
+        while inbox:
+            task = inbox.popleft()
+            if self.stopping:
+                self._finish_error(task, FetchFailure(ErrorKind.CANCELLED, "fetcher shut down"))
+            else:
+                table.enqueue(task, now)
+
+    def _dispatch(self) -> None:
+        if self.stopping:
+            return
+        limit = self.config.max_completed
+        now = self.loop.now
+        table = self.table
+        request_timeout = self.config.request_timeout
+        while True:
+            if limit is not None and self._completed_backlog() + len(self._finished) >= limit:
+                return  # the consumer wakes us when it drains
+            assignment = table.next_assignment(now)
+            if assignment is None:
+                return
+            slot, task, conn, evict = assignment
+            if task.first_dispatch_at is None:
+                task.first_dispatch_at = now
+            task.dispatched_at = now
+            task.deadline = now + request_timeout - task.active_time if request_timeout is not None else _INF
+            self.in_flight += 1
+            if evict is not None:
+                evict.close()
+            if conn is not None:
+                self.reused_requests += 1
+                task.connection_reused = True
+                conn.start(task)
+            else:
+                task.connection_reused = False
+                task.needs_fresh_connection = False
+                conn = Connection(self, self.loop, self.config, slot, task, self._denied)
+                table.connection_opened(slot)
+                self.connections.add(conn)
+                self.connections_opened += 1
+                origin = slot.origin
+                self.resolver.lookup(origin.host, origin.port, _resolved_callback(conn), now)
+            table.refresh(slot, now)
+
+    # -- connection events (ConnectionOwner) --------------------------------
+
+    def exchange_done(self, conn: Connection, task: Task) -> None:
+        http = conn.http
+        status = http.status
+        assert status is not None
+        result_parts = (status, http.reason, http.headers, http.body)
+        self._exchange_ended(conn)
+        self._keep_or_close(conn)
+        config = self.config
+        if config.follow_redirects and status in REDIRECT_STATUSES:
+            location = _header(http.headers, "location")
+            if location is not None:
+                self._redirect(task, status, location)
+                return
+        self._finish(task, *result_parts, conn=conn)
+
+    def exchange_failed(self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool) -> None:
+        self._exchange_ended(conn, served=False)
+        if replayable and not task.replayed and not self.stopping and task.method in IDEMPOTENT_METHODS:
+            task.replayed = True
+            task.needs_fresh_connection = True
+            self.replayed_requests += 1
+            self._requeue(task)
+            return
+        http = conn.http
+        if http.status is not None:
+            self._finish(task, http.status, http.reason, http.headers, b"", conn=conn, failure=failure)
+        else:
+            self._finish_error(task, failure, conn=conn)
+
+    def connection_closed(self, conn: Connection, was_idle: bool) -> None:
+        self.connections.discard(conn)
+        self.table.connection_closed(conn, was_idle, self.loop.now)
+
+    def idle_expired(self, conn: Connection, service_time: bool) -> None:
+        if service_time:
+            self.closed_service_time += 1
+        else:
+            self.closed_idle += 1
+        conn.close()
+
+    def _exchange_ended(self, conn: Connection, served: bool = True) -> None:
+        self.in_flight -= 1
+        self.table.exchange_ended(conn.slot, served)
+
+    def _keep_or_close(self, conn: Connection) -> None:
+        """After a response: back to the idle pool, unless it may not serve another request."""
+        if self.stopping or not conn.http.next_cycle():
+            conn.close()
+            return
+        if conn.reuse_deadline <= self.loop.now:
+            self.closed_service_time += 1
+            conn.close()
+            return
+        most = self.config.max_requests_per_connection
+        if most is not None and conn.requests_done >= most:
+            conn.close()
+            return
+        conn.make_idle()
+        self.table.connection_idle(conn, self.loop.now)
+
+    # -- redirects and results ----------------------------------------------
+
+    def _redirect(self, task: Task, status: int, location: str) -> None:
+        url = urljoin(task.url, location.strip())
+        url = url.split("#", 1)[0] if "#" in url else url
+        scheme = urlsplit(url).scheme.lower()
+        if scheme not in ("http", "https"):
+            failure = FetchFailure(ErrorKind.PROTOCOL_ERROR, f"redirect to a non-http(s) URL: {url}")
+            self._finish_error(task, failure, status=status)
+            return
+        if len(task.redirects) >= self.config.max_redirects:
+            failure = FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, f"more than max_redirects={self.config.max_redirects}")
+            self._finish_error(task, failure, status=status)
+            return
+        if url == task.bean.url or any(url == seen for _, seen in task.redirects):
+            self._finish_error(task, FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, f"redirect loop at {url}"), status=status)
+            return
+        try:
+            target = parse_target(url)
+        except ValueError as exc:
+            self._finish_error(task, FetchFailure(ErrorKind.PROTOCOL_ERROR, f"bad redirect: {exc}"), status=status)
+            return
+        task.redirects.append((status, url))
+        if status == 303 or (status in (301, 302) and task.method == "POST"):
+            if task.method != "HEAD":
+                task.method = "GET"
+            task.body = b""
+        task.retarget(url, target)
+        self._requeue(task)
+
+    def _requeue(self, task: Task) -> None:
+        """Back into the queue for the next hop; the time it waits there does not count as its time."""
+        now = self.loop.now
+        task.active_time += now - task.dispatched_at
+        task.deadline = _INF
+        self.table.enqueue(task, now)
+
+    def _finish(
+        self, task: Task, status: int, reason: str, headers: list[tuple[str, str]], body: bytes,
+        conn: Optional[Connection] = None, failure: Optional[FetchFailure] = None,
+    ) -> None:
+        now = self.loop.now
+        started = task.first_dispatch_at
+        result = FetchResult(
+            bean=task.bean, url=task.bean.url, final_url=task.url, status=status, reason=reason,
+            headers=headers, body=body, redirects=task.redirects,
+            elapsed=now - started if started is not None else 0.0,
+            queue_wait=(started if started is not None else now) - task.registered_at,
+            connection_reused=task.connection_reused,
+            session_reused=conn is not None and conn.session_reused,
+            replayed=task.replayed,
+            error=failure.kind if failure else None,
+            error_detail=failure.detail if failure else "",
+        )
+        self._finished.append(result)
+
+    def _finish_error(
+        self, task: Task, failure: FetchFailure, conn: Optional[Connection] = None, status: Optional[int] = None
+    ) -> None:
+        self._finish(task, status, "", [], b"", conn=conn, failure=failure)  # type: ignore[arg-type]
+
+    def _deliver_finished(self) -> None:
+        finished, self._finished = self._finished, []
+        self._deliver(finished)
+
+    # -- shutdown -------------------------------------------------------------
+
+    def _cancel_everything(self) -> None:
+        cancelled = FetchFailure(ErrorKind.CANCELLED, "fetcher shut down")
+        for task in self.table.drain_pending():
+            self._finish_error(task, cancelled)
+        while self.inbox:
+            self._finish_error(self.inbox.popleft(), cancelled)
+        for conn in list(self.connections):
+            if conn.state == IDLE or conn.task is None:
+                conn.close()
+            else:
+                conn.fail(cancelled)
+
+
+def _resolved_callback(conn: Connection) -> Callable[..., None]:
+    def resolved(addresses: Optional[list], failure: Optional[FetchFailure]) -> None:
+        if failure is not None:
+            conn.fail(failure)
+        else:
+            conn.connect(addresses)  # type: ignore[arg-type]
+
+    return resolved
+
+
+def _base_headers(config: FetcherConfig) -> dict[str, tuple[str, str]]:
+    headers = {
+        "user-agent": ("User-Agent", config.user_agent),
+        "accept": ("Accept", "*/*"),
+    }
+    if config.decode_content:
+        headers["accept-encoding"] = ("Accept-Encoding", ACCEPT_ENCODING)
+    for name, value in config.headers.items():
+        headers[name.lower()] = (name, value)
+    return headers
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> Optional[str]:
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None

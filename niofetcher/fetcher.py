@@ -1,0 +1,215 @@
+"""NIOFetcher: the thread-safe face of the loop.
+
+Other threads register URLs and take results here; the loop thread lives in
+``engine.py``.  Results cross over in batches under one condition variable,
+so the loop takes the lock once per loop iteration, not once per result.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from types import TracebackType
+from typing import Iterator, Optional, Union
+
+from .config import FetcherConfig
+from .engine import Engine, Task
+from .models import FetcherStats, FetchResult, HostStats, URLBean
+from .urls import Origin, parse_target
+
+_METHOD_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+class NIOFetcher:
+    """Fetches registered URLs on one selectors loop thread.
+
+    Every ``register()`` that returns True yields exactly one FetchResult,
+    through ``get()``, ``drain()`` or ``results()``, whatever happens.
+    """
+
+    def __init__(self, config: Optional[FetcherConfig] = None) -> None:
+        self.config = config if config is not None else FetcherConfig()
+        self._cond = threading.Condition(threading.Lock())
+        self._completed: collections.deque[FetchResult] = collections.deque()
+        self._engine = Engine(self.config, self._deliver, self._completed.__len__)
+        self._seq = itertools.count()
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+        self._registered = 0
+        self._delivered = 0
+        self._failed = 0
+        self._unfinished = 0
+
+    def __repr__(self) -> str:
+        return f"<NIOFetcher [registered: {self._registered} | unfinished: {self._unfinished} | ready: {len(self._completed)}]>"
+
+    # -- life ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the loop thread.  Raises RuntimeError when called twice or after shutdown."""
+        with self._cond:
+            if self._thread is not None or self._closed:
+                raise RuntimeError("NIOFetcher.start() may be called only once")
+            self._thread = threading.Thread(target=self._engine.run, name="niofetcher-loop", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, wait: bool = True, timeout: Optional[float] = None) -> None:
+        """Stop accepting URLs; finish them (``wait=True``, at most ``timeout`` s) or cancel them at once.
+
+        Every unfinished URL is delivered with error ``cancelled``.  On return the loop
+        thread has ended and every socket is closed; results stay available.
+        """
+        with self._cond:
+            already = self._closed
+            self._closed = True
+            thread = self._thread
+        if thread is None:
+            if not already:
+                self._engine.close_unstarted()
+            return
+        if wait:
+            self.join(timeout)
+        engine = self._engine
+        if thread.is_alive():
+            engine.loop.call_soon_threadsafe(engine.stop)
+        thread.join()
+
+    def __enter__(self) -> NIOFetcher:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        self.shutdown(wait=exc_type is None)
+
+    # -- in -----------------------------------------------------------------
+
+    def register(self, url_or_bean: Union[str, URLBean], priority: int = 0) -> bool:
+        """Queue a URL (any thread).  False when shut down or ``max_pending`` URLs wait.
+
+        Raises ValueError for anything but an absolute http(s) URL with a host.
+        """
+        if isinstance(url_or_bean, URLBean):
+            bean = url_or_bean
+        elif isinstance(url_or_bean, str):
+            bean = URLBean(url_or_bean, priority=priority)
+        else:
+            raise ValueError(f"register() takes a URL str or a URLBean, not {type(url_or_bean).__name__}")
+        target = parse_target(bean.url)
+        if not bean.method or not set(bean.method) <= _METHOD_CHARS:
+            raise ValueError(f"invalid HTTP method {bean.method!r}")
+        if isinstance(bean.priority, bool) or not isinstance(bean.priority, int):
+            raise ValueError(f"priority must be an int, not {bean.priority!r}")
+        engine = self._engine
+        with self._cond:
+            if self._closed:
+                return False
+            limit = self.config.max_pending
+            if limit is not None and len(engine.inbox) + engine.table.pending >= limit:
+                return False
+            task = Task(bean, target, next(self._seq), time.monotonic(), engine.base_headers)
+            engine.inbox.append(task)
+            self._registered += 1
+            self._unfinished += 1
+        engine.wake()
+        return True
+
+    def set_host_delay(self, url: str, seconds: float) -> None:
+        """From now on, at least ``seconds`` between request starts to this URL's (scheme, host, port)."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+            raise ValueError(f"host delay must be a non-negative number of seconds, not {seconds!r}")
+        origin = parse_target(url).origin
+        engine = self._engine
+        engine.loop.call_soon_threadsafe(lambda: engine.table.set_delay(origin, float(seconds), engine.loop.now))
+
+    # -- out ----------------------------------------------------------------
+
+    def _deliver(self, results: list[FetchResult]) -> None:
+        """Loop thread: hand over a batch of finished results."""
+        if not results:
+            return
+        failed = sum(1 for r in results if r.error is not None)
+        with self._cond:
+            self._completed.extend(results)
+            self._delivered += len(results)
+            self._failed += failed
+            self._unfinished -= len(results)
+            self._cond.notify_all()
+
+    def get(self, timeout: Optional[float] = None) -> Optional[FetchResult]:
+        """The next completed result (any thread); None when ``timeout`` passes first."""
+        with self._cond:
+            # After shutdown with nothing left, waiting could only hang.
+            self._cond.wait_for(lambda: self._completed or (self._closed and self._unfinished == 0), timeout)
+            if not self._completed:
+                return None
+            result = self._completed.popleft()
+        self._after_take()
+        return result
+
+    def drain(self) -> list[FetchResult]:
+        """Every result completed so far, without waiting."""
+        with self._cond:
+            results = list(self._completed)
+            self._completed.clear()
+        self._after_take()
+        return results
+
+    def results(self) -> Iterator[FetchResult]:
+        """Yield results until nothing is pending, in flight or completed."""
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._completed or self._unfinished == 0)
+                if not self._completed:
+                    return
+                batch = list(self._completed)
+                self._completed.clear()
+            self._after_take()
+            yield from batch
+
+    def join(self, timeout: Optional[float] = None) -> bool:
+        """Wait until nothing is pending or in flight; False if ``timeout`` passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._unfinished == 0, timeout)
+
+    def _after_take(self) -> None:
+        # The loop stops starting requests while max_completed results wait; tell it there is room.
+        limit = self.config.max_completed
+        if limit is not None and len(self._completed) < limit:
+            self._engine.wake()
+
+    # -- numbers ------------------------------------------------------------
+
+    def stats(self) -> FetcherStats:
+        engine = self._engine
+        return FetcherStats(
+            registered=self._registered,
+            completed=self._delivered,
+            failed=self._failed,
+            pending=len(engine.inbox) + engine.table.pending,
+            in_flight=engine.in_flight,
+            open_connections=engine.table.total_open,
+            connections_opened=engine.connections_opened,
+            reused_requests=engine.reused_requests,
+            replayed_requests=engine.replayed_requests,
+            closed_service_time=engine.closed_service_time,
+            closed_idle=engine.closed_idle,
+            bytes_received=engine.bytes_received,
+        )
+
+    def host_stats(self) -> dict[Origin, HostStats]:
+        """Per (scheme, host, port) numbers.  A snapshot taken without stopping the loop."""
+        slots = list(self._engine.table.slots.values())
+        return {
+            slot.origin: HostStats(
+                pending=len(slot.queue),
+                in_flight=slot.in_flight,
+                open_connections=slot.open,
+                peak_connections=slot.peak_open,
+                requests_served=slot.served,
+                mean_queue_wait=slot.wait_sum / slot.dispatched if slot.dispatched else 0.0,
+                max_queue_wait=slot.wait_max,
+            )
+            for slot in slots
+        }

@@ -1,0 +1,112 @@
+"""HTTP/1.1 for one client connection, sans-IO: bytes in, a response out.
+
+h11 does all of the framing (Content-Length, chunked, read-until-close,
+keep-alive, HEAD/204/304 without body); this module only turns its events
+into a response value and its exceptions into ErrorKinds.  It never touches
+a socket, so it can be driven in tests against an h11 server in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import h11
+
+from .content import BodyBuffer
+from .errors import ErrorKind, FetchFailure
+
+_NEED_DATA = h11.NEED_DATA
+_Response = h11.Response
+_Data = h11.Data
+_EndOfMessage = h11.EndOfMessage
+_Informational = h11.InformationalResponse
+
+
+class ClientHTTP11:
+    """The h11 state of one connection plus the exchange in progress on it."""
+
+    __slots__ = (
+        "_h11", "_max_body", "_decode",
+        "status", "reason", "headers", "_body", "body", "response_started",
+    )
+
+    def __init__(self, max_header_size: int, max_body_size: int, decode_content: bool) -> None:
+        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_size)
+        self._max_body = max_body_size
+        self._decode = decode_content
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status: Optional[int] = None
+        self.reason = ""
+        self.headers: list[tuple[str, str]] = []
+        self._body: Optional[BodyBuffer] = None
+        self.body = b""
+        self.response_started = False  # any response byte seen: a replay is no longer safe
+
+    def start_request(self, method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes) -> bytes:
+        """Begin an exchange; returns the bytes to send.  Raises FetchFailure for an unsendable request."""
+        self._reset()
+        conn = self._h11
+        try:
+            head = conn.send(h11.Request(method=method, target=target, headers=list(headers)))
+            data = conn.send(h11.Data(data=body)) if body else b""
+            end = conn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            raise FetchFailure(ErrorKind.PROTOCOL_ERROR, f"cannot send request: {exc}") from None
+        return head + data + end  # type: ignore[operator]
+
+    def receive(self, data: bytes) -> bool:
+        """Feed received bytes (``b""`` = the peer closed).  True once the response is complete."""
+        if data:
+            self.response_started = True
+        conn = self._h11
+        conn.receive_data(data)
+        try:
+            while True:
+                event = conn.next_event()
+                kind = type(event)
+                if kind is _Data:
+                    self._body.feed(event.data)  # type: ignore[union-attr, attr-defined]
+                elif event is _NEED_DATA:
+                    if not data:  # h11 normally raises on a premature close; be sure anyway
+                        raise FetchFailure(ErrorKind.CONNECTION_CLOSED, "peer closed before the response ended")
+                    return False
+                elif kind is _Response:
+                    self._on_head(event)  # type: ignore[arg-type]
+                elif kind is _EndOfMessage:
+                    self.body = self._body.finish() if self._body is not None else b""
+                    self._body = None
+                    return True
+                elif kind is _Informational:
+                    continue  # 100 Continue and friends precede the real response
+                else:  # ConnectionClosed or PAUSED before the end: the response never completed
+                    raise FetchFailure(ErrorKind.CONNECTION_CLOSED, "peer closed before the response ended")
+        except h11.RemoteProtocolError as exc:
+            raise self._translate(exc, eof=not data) from None
+
+    def _on_head(self, event: h11.Response) -> None:
+        self.status = event.status_code
+        self.reason = event.reason.decode("latin-1")
+        self.headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in event.headers.raw_items()]
+        encoding = None
+        for name, value in event.headers:
+            if name == b"content-encoding":
+                encoding = value.decode("latin-1")
+        self._body = BodyBuffer(encoding, self._max_body, self._decode)
+
+    def _translate(self, exc: h11.RemoteProtocolError, eof: bool) -> FetchFailure:
+        if eof:
+            where = "after the response head" if self.status is not None else "before a complete response head"
+            return FetchFailure(ErrorKind.CONNECTION_CLOSED, f"peer closed {where}: {exc}")
+        if exc.error_status_hint == 431:
+            return FetchFailure(ErrorKind.PROTOCOL_ERROR, "response head exceeds max_header_size")
+        return FetchFailure(ErrorKind.PROTOCOL_ERROR, f"malformed response: {exc}")
+
+    def next_cycle(self) -> bool:
+        """After a complete response: True (and ready for the next request) if the connection may be reused."""
+        conn = self._h11
+        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+            conn.start_next_cycle()
+            return True
+        return False

@@ -1,0 +1,129 @@
+"""The selectors loop: readiness events, a timer heap and a thread-safe wake-up.
+
+Theory of operation.  One thread owns everything in here.  Other threads
+talk to it only through ``call_soon_threadsafe``, which appends to a deque
+(atomic under the GIL) and writes one byte to a socketpair unless a wake-up
+is already pending, so a burst of registrations costs one syscall, not one
+each.  Interest in read/write readiness is changed only when it changes:
+``set_interest`` compares with the mask the selector already has.
+"""
+
+from __future__ import annotations
+
+import collections
+import selectors
+import socket
+import time
+from typing import Any, Callable, Optional, Protocol
+
+from .timers import TimerHeap
+
+READ = selectors.EVENT_READ
+WRITE = selectors.EVENT_WRITE
+RECV_BUFFER_SIZE = 256 * 1024
+
+
+class Pollable(Protocol):
+    """What the loop calls on a ready file descriptor."""
+
+    interest: int
+
+    def on_readable(self) -> None: ...
+
+    def on_writable(self) -> None: ...
+
+    def on_internal_error(self, exc: Exception) -> None: ...
+
+
+class Loop:
+    """One selector, one timer heap, one wake-up socketpair, a shared receive buffer."""
+
+    def __init__(self) -> None:
+        self._selector = selectors.DefaultSelector()
+        self.timers = TimerHeap()
+        self.now = time.monotonic()
+        self.recv_buffer = bytearray(RECV_BUFFER_SIZE)
+        self.recv_view = memoryview(self.recv_buffer)
+        self._calls: collections.deque[tuple[Callable[..., None], tuple[Any, ...]]] = collections.deque()
+        self._wake_pending = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, READ, None)
+
+    # -- any thread ---------------------------------------------------------
+
+    def call_soon_threadsafe(self, callback: Callable[..., None], *args: Any) -> None:
+        self._calls.append((callback, args))
+        self.wake()
+
+    def wake(self) -> None:
+        """Interrupt a select() in progress; cheap when a wake-up is already on its way."""
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                self._wake_w.send(b"\0")
+            except (BlockingIOError, OSError):
+                pass  # the pipe is full (a wake-up is pending anyway) or the loop is closed
+
+    # -- loop thread --------------------------------------------------------
+
+    def set_interest(self, handler: Pollable, sock: socket.socket, mask: int) -> None:
+        """Watch ``sock`` for ``mask`` (0 = not at all) on behalf of ``handler``."""
+        old = handler.interest
+        if mask == old:
+            return
+        if old == 0:
+            self._selector.register(sock, mask, handler)
+        elif mask == 0:
+            self._selector.unregister(sock)
+        else:
+            self._selector.modify(sock, mask, handler)
+        handler.interest = mask
+
+    def run_once(self, max_wait: Optional[float]) -> None:
+        """Wait for readiness (at most until the next timer or ``max_wait``), then handle it all."""
+        timeout = max_wait
+        deadline = self.timers.next_deadline()
+        if deadline is not None:
+            until_timer = max(0.0, deadline - time.monotonic())
+            timeout = until_timer if timeout is None else min(timeout, until_timer)
+        if self._calls:
+            timeout = 0.0
+        events = self._selector.select(timeout)
+        self.now = time.monotonic()
+        for key, mask in events:
+            handler = key.data
+            if handler is None:
+                self._drain_wakeups()
+                continue
+            # A handler may have been closed by an earlier event of this batch.
+            try:
+                if mask & READ and handler.interest & READ:
+                    handler.on_readable()
+                if mask & WRITE and handler.interest & WRITE:
+                    handler.on_writable()
+            except Exception as exc:  # noqa: BLE001 - one broken handler must not stop the loop
+                handler.on_internal_error(exc)
+        self._run_calls()
+        self.timers.run_due(self.now)
+
+    def _drain_wakeups(self) -> None:
+        # Clear the flag before reading, so a wake() racing with us writes again.
+        self._wake_pending = False
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def _run_calls(self) -> None:
+        calls = self._calls
+        while calls:
+            callback, args = calls.popleft()
+            callback(*args)
+
+    def close(self) -> None:
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()

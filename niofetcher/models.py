@@ -1,0 +1,105 @@
+"""The values that go in and come out: URLBean, FetchResult and the statistics snapshots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .content import decode_text
+from .errors import ErrorKind
+
+
+@dataclass(slots=True)
+class URLBean:
+    """One URL to fetch.  Higher priority goes first; equal priorities are FIFO.
+
+    ``meta`` travels untouched to the result, so a crawler can carry its depth
+    or parent through the fetcher.
+    """
+
+    url: str
+    priority: int = 0
+    method: str = "GET"
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
+class FetchResult:
+    """The outcome of one registration: exactly one per accepted ``register()``."""
+
+    bean: URLBean
+    url: str
+    final_url: str
+    status: Optional[int] = None
+    reason: str = ""
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    redirects: list[tuple[int, str]] = field(default_factory=list)
+    elapsed: float = 0.0
+    queue_wait: float = 0.0
+    connection_reused: bool = False
+    session_reused: bool = False
+    replayed: bool = False
+    error: Optional[ErrorKind] = None
+    error_detail: str = ""
+    _text: Optional[str] = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when the fetch completed without error and the status is 2xx."""
+        return self.error is None and self.status is not None and 200 <= self.status < 300
+
+    def header(self, name: str, default: Optional[str] = None) -> Optional[str]:
+        """The first header called ``name``, compared case-insensitively."""
+        name = name.lower()
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return default
+
+    @property
+    def text(self) -> str:
+        """The body as text: Content-Type charset, else the page's meta charset, else UTF-8.
+
+        Decoded on first use, in the caller's thread, so that the loop never pays for it.
+        """
+        if self._text is None:
+            self._text = decode_text(self.body, self.header("content-type"))
+        return self._text
+
+    def __repr__(self) -> str:
+        outcome = self.error.value if self.error else self.status
+        return f"<FetchResult {outcome} {self.url} {len(self.body)} bytes>"
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherStats:
+    """A snapshot of the fetcher's counters."""
+
+    registered: int
+    completed: int
+    failed: int
+    pending: int
+    in_flight: int
+    open_connections: int
+    connections_opened: int
+    reused_requests: int
+    replayed_requests: int
+    closed_service_time: int
+    closed_idle: int
+    bytes_received: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostStats:
+    """Per (scheme, host, port): the numbers that show the limits held and hosts were served fairly."""
+
+    pending: int
+    in_flight: int
+    open_connections: int
+    peak_connections: int
+    requests_served: int
+    mean_queue_wait: float
+    max_queue_wait: float

@@ -1,0 +1,232 @@
+"""The connection table and the scheduler: pure bookkeeping, no I/O.
+
+Theory of operation.  Every (scheme, host, port) has a HostSlot holding its
+waiting requests (a heap on (-priority, seq), so FIFO among equals), its idle
+connections and its counts.  A slot is *ready* when it has a request waiting,
+its politeness delay has passed and it either has an idle connection or is
+below its connection limit.  Ready slots sit in one heap keyed by their best
+waiting request, so "the highest-priority URL among hosts that can take one
+now" is the top of that heap: O(log n) per decision, no scan over hosts or
+URLs, and a host at its limit is simply absent, so it blocks nobody (no
+head-of-line blocking).
+
+Entries are never removed from the heap; a slot remembers the one entry
+that is current (``ready_entry``) and any other entry is skipped when it
+surfaces (lazy deletion).
+
+The total limit is enforced here too: when every connection slot is taken,
+the oldest idle connection anywhere is closed to make room (as libcurl's
+connection cache does); when none is idle the top slot simply waits until a
+connection closes or goes idle.  ``next_assignment`` returns what to do; the
+engine does the I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
+
+from .urls import Origin
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .engine import Task
+
+ScheduleAt = Callable[[float, Callable[[Any], None], Any], Any]
+Clock = Callable[[], float]
+
+
+@dataclass(slots=True, eq=False)
+class HostSlot:
+    """One (scheme, host, port): its queue, its connections and its politeness state."""
+
+    origin: Origin
+    limit: int
+    delay: float
+    jitter: float
+    queue: list[tuple[int, int, Task]] = field(default_factory=list, repr=False)
+    idle: list[Connection] = field(default_factory=list, repr=False)  # most recently used last
+    open: int = 0  # resolving, connecting, busy and idle connections
+    in_flight: int = 0
+    next_start_at: float = 0.0
+    ready_entry: Optional[tuple[int, int, int, HostSlot]] = field(default=None, repr=False)
+    delay_timer_armed: bool = field(default=False, repr=False)
+    peak_open: int = 0
+    served: int = 0
+    dispatched: int = 0
+    wait_sum: float = 0.0
+    wait_max: float = 0.0
+
+    def next_delay(self) -> float:
+        """The gap before this host's next request start, randomised by ± jitter."""
+        if self.jitter:
+            return self.delay * (1.0 + random.uniform(-self.jitter, self.jitter))
+        return self.delay
+
+
+class Assignment(NamedTuple):
+    """A decision of the scheduler: run ``task``, on ``conn`` or on a new connection, after closing ``evict``."""
+
+    slot: HostSlot
+    task: Task
+    conn: Optional[Connection]
+    evict: Optional[Connection]
+
+
+class HostTable:
+    """All host slots, the ready heap and the global connection count."""
+
+    def __init__(
+        self, max_connections: int, per_host: int, delay: float, jitter: float, schedule_at: ScheduleAt, clock: Clock
+    ) -> None:
+        self.max_connections = max_connections
+        self.per_host = per_host
+        self.default_delay = delay
+        self.jitter = jitter
+        self.slots: dict[Origin, HostSlot] = {}
+        self.total_open = 0
+        self.pending = 0
+        self._ready: list[tuple[int, int, int, HostSlot]] = []
+        self._push_ids = itertools.count()
+        self._idle_lru: OrderedDict[Connection, None] = OrderedDict()
+        self._schedule_at = schedule_at
+        self._clock = clock
+
+    def slot(self, origin: Origin) -> HostSlot:
+        slot = self.slots.get(origin)
+        if slot is None:
+            slot = self.slots[origin] = HostSlot(origin, self.per_host, self.default_delay, self.jitter)
+        return slot
+
+    def __repr__(self) -> str:
+        return (
+            f"<HostTable [hosts: {len(self.slots)} | pending: {self.pending} | "
+            f"connections: {self.total_open} open, {len(self._idle_lru)} idle]>"
+        )
+
+    # -- events -------------------------------------------------------------
+
+    def enqueue(self, task: Task, now: float) -> None:
+        slot = self.slot(task.target.origin)
+        heapq.heappush(slot.queue, (-task.priority, task.seq, task))
+        self.pending += 1
+        self.refresh(slot, now)
+
+    def set_delay(self, origin: Origin, delay: float, now: float) -> None:
+        slot = self.slot(origin)
+        slot.delay = delay
+        self.refresh(slot, now)
+
+    def connection_opened(self, slot: HostSlot) -> None:
+        slot.open += 1
+        self.total_open += 1
+        if slot.open > slot.peak_open:
+            slot.peak_open = slot.open
+
+    def connection_idle(self, conn: Connection, now: float) -> None:
+        slot = conn.slot
+        slot.idle.append(conn)
+        self._idle_lru[conn] = None
+        self.refresh(slot, now)
+
+    def connection_closed(self, conn: Connection, was_idle: bool, now: float) -> None:
+        slot = conn.slot
+        if was_idle:
+            slot.idle.remove(conn)
+            del self._idle_lru[conn]
+        slot.open -= 1
+        self.total_open -= 1
+        self.refresh(slot, now)
+
+    def exchange_ended(self, slot: HostSlot, served: bool) -> None:
+        slot.in_flight -= 1
+        if served:
+            slot.served += 1
+
+    # -- decisions ----------------------------------------------------------
+
+    def next_assignment(self, now: float) -> Optional[Assignment]:
+        """The highest-priority request that can start now, and where; None when nothing can.
+
+        The caller closes ``evict`` (if any), starts the task, then calls ``refresh(slot)``.
+        """
+        ready = self._ready
+        while ready:
+            entry = ready[0]
+            slot = entry[3]
+            if entry is not slot.ready_entry or not self._can_start(slot, now):
+                heapq.heappop(ready)
+                if entry is slot.ready_entry:
+                    slot.ready_entry = None
+                    self.refresh(slot, now)  # re-arms the delay timer if that is what blocks it
+                continue
+            task = slot.queue[0][2]
+            conn: Optional[Connection] = None
+            evict: Optional[Connection] = None
+            if slot.idle and not task.needs_fresh_connection:
+                conn = slot.idle.pop()
+                del self._idle_lru[conn]
+            elif slot.idle:
+                evict = slot.idle[0]  # a replay after a stale connection: its idle siblings are suspect too
+            elif self.total_open >= self.max_connections:
+                if not self._idle_lru:
+                    return None  # every connection is busy: wait for one to finish
+                evict = next(iter(self._idle_lru))
+            heapq.heappop(ready)
+            slot.ready_entry = None
+            heapq.heappop(slot.queue)
+            self.pending -= 1
+            slot.in_flight += 1
+            wait = now - task.registered_at
+            slot.dispatched += 1
+            slot.wait_sum += wait
+            if wait > slot.wait_max:
+                slot.wait_max = wait
+            if slot.delay:
+                slot.next_start_at = now + slot.next_delay()
+            return Assignment(slot, task, conn, evict)
+        return None
+
+    @staticmethod
+    def _can_start(slot: HostSlot, now: float) -> bool:
+        return bool(slot.queue) and (bool(slot.idle) or slot.open < slot.limit) and slot.next_start_at <= now
+
+    def refresh(self, slot: HostSlot, now: float) -> None:
+        """Put ``slot`` in the ready heap under its current best request if it can take one now."""
+        if not self._can_start(slot, now):
+            slot.ready_entry = None
+            # A full slot comes back through connection_idle / connection_closed; a delayed one by timer.
+            if slot.queue and slot.next_start_at > now and not slot.delay_timer_armed:
+                slot.delay_timer_armed = True
+                self._schedule_at(slot.next_start_at, self._delay_passed, slot)
+            return
+        neg_priority, seq, _ = slot.queue[0]
+        entry = slot.ready_entry
+        if entry is not None and entry[0] == neg_priority and entry[1] == seq:
+            return
+        entry = (neg_priority, seq, next(self._push_ids), slot)
+        slot.ready_entry = entry
+        heapq.heappush(self._ready, entry)
+
+    def _delay_passed(self, slot: HostSlot) -> None:
+        slot.delay_timer_armed = False
+        self.refresh(slot, self._clock())
+
+    # -- draining -----------------------------------------------------------
+
+    def drain_pending(self) -> list[Task]:
+        """Remove and return every waiting request (for cancellation at shutdown)."""
+        tasks = [item[2] for slot in self.slots.values() for item in slot.queue]
+        for slot in self.slots.values():
+            slot.queue.clear()
+            slot.ready_entry = None
+        self._ready.clear()
+        self.pending = 0
+        return tasks
+
+    def idle_connections(self) -> list[Connection]:
+        return list(self._idle_lru)

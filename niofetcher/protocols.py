@@ -1,0 +1,30 @@
+"""The three roles of a fetcher, so that a crawler depends on roles, not on a class."""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol, Union, runtime_checkable
+
+from .models import FetchResult, URLBean
+
+
+@runtime_checkable
+class URLRegister(Protocol):
+    """Takes URLs to fetch, from any thread."""
+
+    def register(self, url_or_bean: Union[str, URLBean], priority: int = 0) -> bool: ...
+
+
+@runtime_checkable
+class FetchedHandler(Protocol):
+    """Hands out completed fetches, from any thread."""
+
+    def get(self, timeout: Optional[float] = None) -> Optional[FetchResult]: ...
+
+
+@runtime_checkable
+class Fetcher(Protocol):
+    """Something that runs and can be stopped."""
+
+    def start(self) -> None: ...
+
+    def shutdown(self, wait: bool = True, timeout: Optional[float] = None) -> None: ...

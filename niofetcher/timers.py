@@ -1,0 +1,64 @@
+"""A heap of timers with lazy deletion.
+
+Cancelling a timer only marks it; the heap drops it when it reaches the top.
+That keeps cancel O(1) and avoids re-heapifying on every read-timeout reset,
+which is the common case: connections push their deadline forward on every
+receive, so the loop does not touch the heap at all then, and only when an
+old entry fires does the owner look at its real deadline and re-arm.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import Any, Callable, Optional
+
+
+class Timer:
+    """A scheduled call; ``cancel()`` is O(1)."""
+
+    __slots__ = ("when", "callback", "arg")
+
+    def __init__(self, when: float, callback: Callable[[Any], None], arg: Any) -> None:
+        self.when = when
+        self.callback: Optional[Callable[[Any], None]] = callback
+        self.arg = arg
+
+    def cancel(self) -> None:
+        self.callback = None
+        self.arg = None
+
+
+class TimerHeap:
+    """Timers ordered by deadline, FIFO among equal deadlines."""
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Timer]] = []
+        self._seq = itertools.count()
+
+    def call_at(self, when: float, callback: Callable[[Any], None], arg: Any = None) -> Timer:
+        timer = Timer(when, callback, arg)
+        heapq.heappush(self._heap, (when, next(self._seq), timer))
+        return timer
+
+    def next_deadline(self) -> Optional[float]:
+        """The earliest live deadline, or None when nothing is scheduled."""
+        heap = self._heap
+        while heap and heap[0][2].callback is None:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def run_due(self, now: float) -> None:
+        """Call every live timer whose deadline has passed."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            timer = heapq.heappop(heap)[2]
+            callback = timer.callback
+            if callback is not None:
+                timer.callback = None
+                callback(timer.arg)
+
+    def __len__(self) -> int:
+        return len(self._heap)

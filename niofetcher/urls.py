@@ -1,0 +1,60 @@
+"""URL validation and the (scheme, host, port) key of the connection table."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class Origin(NamedTuple):
+    """The connection-table key: lower-cased scheme and host, explicit port (RFC 3986 6.2.2.1)."""
+
+    scheme: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+class Target(NamedTuple):
+    """What a request needs from its URL: where to connect and what to ask for."""
+
+    origin: Origin
+    host_header: str
+    path: str
+
+
+def parse_target(url: str) -> Target:
+    """Split an absolute http(s) URL, or raise ValueError saying what is wrong with it."""
+    if not isinstance(url, str):
+        raise ValueError(f"URL must be a str, not {type(url).__name__}")
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"malformed URL {url!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise ValueError(f"only absolute http:// and https:// URLs can be fetched, not {url!r}")
+    host = (parts.hostname or "").rstrip(".")
+    if not host:
+        raise ValueError(f"URL has no host: {url!r}")
+    if any(c in host for c in " \t\r\n/\\@"):
+        raise ValueError(f"URL has an invalid host: {url!r}")
+    default_port = DEFAULT_PORTS[scheme]
+    if port is None:
+        port = default_port
+    host_header = f"[{host}]" if ":" in host else host
+    if port != default_port:
+        host_header = f"{host_header}:{port}"
+    path = parts.path or "/"
+    if parts.query:
+        path = f"{path}?{parts.query}"
+    if any(c in path for c in " \r\n"):
+        # A URL copied from a page may hold spaces; the wire must not.
+        path = path.replace(" ", "%20").replace("\r", "%0D").replace("\n", "%0A")
+    return Target(Origin(scheme, host, port), host_header, path)

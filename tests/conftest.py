@@ -1,0 +1,115 @@
+"""Shared fixtures: scripted raw servers and a resource-leak check.
+
+Helpers importable by test modules (``tests/`` is on ``sys.path``):
+``from conftest import fd_count, fd_table``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from rawserver import Handler, RawServer, running_servers
+
+MakeServer = Callable[..., RawServer]
+
+
+@pytest.fixture
+def raw_server() -> Iterator[MakeServer]:
+    """A factory: ``srv = raw_server(handler, **RawServer_kwargs)`` returns a
+    started server; every server it made is stopped at teardown."""
+    servers: list[RawServer] = []
+
+    def make(handler: Handler, **kwargs: Any) -> RawServer:
+        srv = RawServer(handler, **kwargs)
+        servers.append(srv)
+        return srv.start()
+
+    yield make
+    for srv in servers:
+        srv.stop()
+
+
+# -- leak checking -----------------------------------------------------------
+
+
+def fd_table() -> dict[int, str]:
+    """This process's open descriptors and what they point at
+    (``socket:[123]``, ``pipe:[45]``, ``anon_inode:[eventpoll]``, a path)."""
+    table: dict[int, str] = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except FileNotFoundError:  # no procfs: psutil knows only the count
+        import psutil
+
+        return {i: "?" for i in range(psutil.Process().num_fds())}
+    for name in names:
+        try:
+            table[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            # The descriptor listdir() itself used, already closed again.
+            continue
+    return table
+
+
+def fd_count() -> int:
+    """How many file descriptors this process has open."""
+    return len(fd_table())
+
+
+@dataclass
+class LeakBaseline:
+    """What was open before the test; ``no_leaks`` yields it."""
+
+    fds: dict[int, str]
+    threads: set[threading.Thread]
+    servers: set[RawServer]
+
+
+def take_baseline() -> LeakBaseline:
+    return LeakBaseline(fd_table(), set(threading.enumerate()), set(running_servers()))
+
+
+def check_leaks(baseline: LeakBaseline, wait: float = 3.0) -> None:
+    """Fail unless threads and descriptors are back to ``baseline``.
+
+    RawServers started since the baseline are stopped first: their listener
+    and sockets are the test's scaffolding, not the code under test, and
+    fixture teardown order would otherwise decide whether they count.
+    Closing is asynchronous (a loop thread finishing its shutdown, a
+    resolver worker exiting), so this waits up to ``wait`` seconds for the
+    numbers to settle before it judges.
+    """
+    for srv in running_servers():
+        if srv not in baseline.servers:
+            srv.stop()
+    deadline = time.monotonic() + wait
+    while True:
+        extra_threads = [t for t in threading.enumerate() if t not in baseline.threads]
+        fds = fd_table()
+        if (not extra_threads and len(fds) <= len(baseline.fds)) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    ours = [t.name for t in threading.enumerate() if t.name.startswith("niofetcher")]
+    assert not ours, f"niofetcher threads still alive after the test: {ours}"
+    if len(fds) > len(baseline.fds):
+        extra = {fd: target for fd, target in fds.items() if baseline.fds.get(fd) != target}
+        listing = ", ".join(f"{fd} -> {target}" for fd, target in sorted(extra.items()))
+        raise AssertionError(
+            f"{len(fds) - len(baseline.fds)} file descriptor(s) leaked "
+            f"({len(baseline.fds)} before, {len(fds)} after): {listing}"
+        )
+
+
+@pytest.fixture
+def no_leaks() -> Iterator[LeakBaseline]:
+    """Fail the test if it leaves threads named ``niofetcher*`` alive or more
+    file descriptors open than it found (waiting up to 3 s to settle)."""
+    baseline = take_baseline()
+    yield baseline
+    check_leaks(baseline)

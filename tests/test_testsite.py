@@ -1,0 +1,603 @@
+"""The generated test site, driven by plain sockets and http.client over loopback."""
+
+from __future__ import annotations
+
+import http.client
+import re
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from urllib.parse import urljoin, urlsplit
+
+import pytest
+
+from niofetcher.testsite import PortCounters, TestSite
+
+pytestmark = pytest.mark.timeout(30)
+
+HREF = re.compile(r'href="([^"]+)"')
+TITLE = re.compile(r"<title>([^<]*)</title>")
+
+
+class RawClient:
+    """A socket that reads whole HTTP responses (Content-Length framed), so pipelining is visible."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_response(self) -> tuple[int, dict[str, str], bytes]:
+        while b"\r\n\r\n" not in self.buf:
+            self._fill()
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers["content-length"])
+        while len(self.buf) < length:
+            self._fill()
+        body, self.buf = self.buf[:length], self.buf[length:]
+        return int(status_line.split()[1]), headers, body
+
+    def read_to_eof(self) -> bytes:
+        """Everything left until the server closes (a reset counts as closed)."""
+        while True:
+            try:
+                self._fill()
+            except EOFError:
+                data, self.buf = self.buf, b""
+                return data
+
+    def _fill(self) -> None:
+        try:
+            data = self.sock.recv(65536)
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            raise EOFError
+        self.buf += data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def get(path: str, host: str = "127.0.0.1", extra: str = "", version: str = "HTTP/1.1") -> bytes:
+    return f"GET {path} {version}\r\nHost: {host}\r\n{extra}\r\n".encode("ascii")
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """The server counts in its own thread: poll until it has caught up."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def site() -> Iterator[TestSite]:
+    with TestSite(hosts=2, pages=20, page_size=1500, links_per_page=5) as running:
+        yield running
+
+
+@pytest.fixture
+def client(site: TestSite) -> Iterator[RawClient]:
+    raw = RawClient(site.ports[0])
+    yield raw
+    raw.close()
+
+
+# --------------------------------------------------------------------------- content
+
+
+def test_every_page_has_content_length_title_and_links(site: TestSite) -> None:
+    urls = site.page_urls()
+    assert len(urls) == 2 * (1 + 20)
+    assert urls[0] == site.base_urls[0] and urls[21] == site.base_urls[1]
+    connections = {port: http.client.HTTPConnection("127.0.0.1", port, timeout=10) for port in site.ports}
+    try:
+        for url in urls:
+            parts = urlsplit(url)
+            connection = connections[parts.port]  # type: ignore[index]
+            connection.request("GET", parts.path)
+            response = connection.getresponse()
+            body = response.read()
+            assert response.status == 200
+            assert response.getheader("Content-Type") == "text/html; charset=utf-8"
+            assert int(response.getheader("Content-Length", "-1")) == len(body) == 1500
+            html = body.decode("utf-8")
+            assert TITLE.search(html)
+            hrefs = HREF.findall(html)
+            host_index = site.ports.index(parts.port)  # type: ignore[arg-type]
+            next_base = site.base_urls[(host_index + 1) % 2]
+            if parts.path == "/":
+                assert hrefs == [f"/page/{i}" for i in range(5)] + [next_base]
+            else:
+                page = int(parts.path.rsplit("/", 1)[1])
+                same_host = hrefs[:-1]
+                assert len(same_host) == len(set(same_host)) == 5
+                assert f"/page/{(page + 1) % 20}" in same_host  # the chain
+                assert parts.path not in same_host
+                assert hrefs[-1] == f"{next_base}page/{page}"
+    finally:
+        for connection in connections.values():
+            connection.close()
+
+
+def test_a_crawl_from_host_0_reaches_every_page_of_every_host_exactly_once() -> None:
+    with TestSite(hosts=3, pages=50, page_size=800) as site:
+        start = site.base_urls[0]
+        seen = {start}
+        queue = [start]
+        connections = {port: http.client.HTTPConnection("127.0.0.1", port, timeout=10) for port in site.ports}
+        try:
+            while queue:
+                url = queue.pop(0)
+                parts = urlsplit(url)
+                connection = connections[parts.port]  # type: ignore[index]
+                connection.request("GET", parts.path)
+                response = connection.getresponse()
+                html = response.read().decode("utf-8")
+                assert response.status == 200, url
+                for href in HREF.findall(html):
+                    link = urljoin(url, href)
+                    if link not in seen:
+                        seen.add(link)
+                        queue.append(link)
+        finally:
+            for connection in connections.values():
+                connection.close()
+        assert seen == set(site.page_urls())
+        for port in site.ports:
+            paths = site.counters(port).paths
+            assert set(paths.values()) == {1} and len(paths) == 51
+
+
+def test_without_cross_host_links_pages_link_only_to_their_own_host() -> None:
+    with TestSite(hosts=2, pages=5, cross_host_links=False) as site:
+        client = RawClient(site.ports[0])
+        try:
+            for path in ["/", "/page/3"]:
+                client.send(get(path))
+                _, _, body = client.read_response()
+                assert all(href.startswith("/page/") for href in HREF.findall(body.decode()))
+        finally:
+            client.close()
+
+
+def test_links_per_page_is_capped_by_the_number_of_other_pages() -> None:
+    with TestSite(pages=3, links_per_page=10) as site:
+        client = RawClient(site.ports[0])
+        try:
+            client.send(get("/page/0"))
+            _, _, body = client.read_response()
+            assert sorted(HREF.findall(body.decode())) == ["/page/1", "/page/2"]
+        finally:
+            client.close()
+
+
+def test_corpus_bodies_get_the_site_links_before_body_end() -> None:
+    bodies = [b"<html><body><p>first</p></BODY></html>", b"no body tag at all"]
+    with TestSite(pages=4, bodies=bodies) as site:
+        client = RawClient(site.ports[0])
+        try:
+            client.send(get("/page/2"))
+            _, headers, body = client.read_response()
+            assert int(headers["content-length"]) == len(body)
+            assert body.startswith(b"<html><body><p>first</p><ul")
+            assert body.endswith(b"</ul>\n</BODY></html>")
+            assert b'href="/page/3"' in body
+            client.send(get("/page/3"))
+            _, _, body = client.read_response()
+            assert body.startswith(b"no body tag at all<ul") and b'href="/page/0"' in body
+        finally:
+            client.close()
+
+
+def test_robots_txt_lists_disallow_lines() -> None:
+    with TestSite(robots_disallow=["/page/1", "/private/"]) as site:
+        client = RawClient(site.ports[0])
+        try:
+            client.send(get("/robots.txt"))
+            status, headers, body = client.read_response()
+        finally:
+            client.close()
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    assert body == b"User-agent: *\nDisallow: /page/1\nDisallow: /private/\n"
+
+
+def test_robots_txt_without_rules_has_an_empty_disallow(client: RawClient) -> None:
+    client.send(get("/robots.txt"))
+    assert client.read_response()[2] == b"User-agent: *\nDisallow:\n"
+
+
+def test_unknown_paths_are_404_and_the_connection_stays_usable(client: RawClient) -> None:
+    client.send(get("/nothing/here") + get("/page/20") + get("/page/1?query=dropped"))
+    assert client.read_response()[0] == 404
+    assert client.read_response()[0] == 404
+    assert client.read_response()[0] == 200
+
+
+def test_head_gets_the_headers_without_a_body(site: TestSite) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", site.ports[0], timeout=10)
+    try:
+        connection.request("HEAD", "/page/1")
+        response = connection.getresponse()
+        assert response.status == 200 and response.getheader("Content-Length") == "1500"
+        assert response.read() == b""
+        connection.request("GET", "/page/1")  # the same connection, still in step
+        assert len(connection.getresponse().read()) == 1500
+    finally:
+        connection.close()
+
+
+# --------------------------------------------------------------------------- connections
+
+
+def test_keep_alive_and_pipelined_requests_are_answered_in_order(site: TestSite, client: RawClient) -> None:
+    client.send(get("/page/1") + get("/page/2"))  # two requests in one send
+    titles = [TITLE.search(client.read_response()[2].decode()).group(1) for _ in range(2)]  # type: ignore[union-attr]
+    assert titles == ["Test site host 0 page 1", "Test site host 0 page 2"]
+    client.send(get("/page/3"))
+    assert b"page 3</title>" in client.read_response()[2]
+    counters = site.counters(site.ports[0])
+    assert counters.accepted == 1 and counters.requests == 3
+
+
+def test_request_bodies_are_read_and_discarded(client: RawClient) -> None:
+    body = b"x" * 100_000
+    post = b"POST /page/4 HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % len(body)
+    client.send(post + body[:1000])  # the body arrives in pieces
+    client.send(body[1000:] + get("/page/5"))
+    assert b"page 4</title>" in client.read_response()[2]
+    assert b"page 5</title>" in client.read_response()[2]
+
+
+def test_connection_close_is_honoured(client: RawClient) -> None:
+    client.send(get("/page/1", extra="Connection: close\r\n") + get("/page/2"))
+    status, headers, _ = client.read_response()
+    assert status == 200 and headers["connection"] == "close"
+    assert client.read_to_eof() == b""  # the pipelined second request is not answered
+
+
+def test_http_10_closes_unless_it_asks_for_keep_alive(site: TestSite) -> None:
+    plain = RawClient(site.ports[0])
+    keep = RawClient(site.ports[0])
+    try:
+        plain.send(get("/page/1", version="HTTP/1.0"))
+        assert plain.read_response()[0] == 200
+        assert plain.read_to_eof() == b""
+        keep.send(get("/page/1", version="HTTP/1.0", extra="Connection: Keep-Alive\r\n"))
+        assert keep.read_response()[1]["connection"] == "keep-alive"
+        keep.send(get("/page/2", version="HTTP/1.0", extra="Connection: keep-alive\r\n"))
+        assert keep.read_response()[0] == 200
+    finally:
+        plain.close()
+        keep.close()
+
+
+def test_a_half_closed_client_still_gets_its_answers(client: RawClient) -> None:
+    client.send(get("/page/1") + get("/page/2"))
+    client.sock.shutdown(socket.SHUT_WR)
+    assert client.read_response()[0] == 200
+    assert client.read_response()[0] == 200
+    assert client.read_to_eof() == b""
+
+
+# --------------------------------------------------------------------------- counters
+
+
+def test_counters_count_connections_peaks_requests_and_paths(site: TestSite) -> None:
+    port = site.ports[0]
+    clients = [RawClient(port) for _ in range(10)]
+    try:
+        wait_for(lambda: site.counters(port).open_now == 10)
+        for client in clients[:3]:
+            client.send(get("/page/7"))
+            client.read_response()
+        clients[0].send(get("/"))
+        clients[0].read_response()
+        counters = site.counters(port)
+        assert (counters.accepted, counters.open_now, counters.max_open, counters.requests) == (10, 10, 10, 4)
+        assert counters.paths == {"/page/7": 3, "/": 1}
+        assert site.counters(site.ports[1]) == PortCounters()
+    finally:
+        for client in clients[5:]:
+            client.close()
+    wait_for(lambda: site.counters(port).open_now == 5)
+    assert site.counters(port).max_open == 10
+
+    other = RawClient(site.ports[1])
+    try:
+        wait_for(lambda: site.counters().open_now == 6)
+        total = site.counters()
+        assert (total.accepted, total.max_open, total.requests) == (11, 10, 4)  # a true peak, not a sum
+        site.reset_counters()
+        assert site.counters(port) == PortCounters(open_now=5, max_open=5)
+        assert site.counters().max_open == 6
+    finally:
+        other.close()
+        for client in clients[:5]:
+            client.close()
+    wait_for(lambda: site.counters().open_now == 0)
+
+
+def test_counters_are_a_copy(site: TestSite, client: RawClient) -> None:
+    snapshot = site.counters(site.ports[0])
+    client.send(get("/"))
+    client.read_response()
+    assert snapshot.requests == 0 and not snapshot.paths
+    with pytest.raises(ValueError):
+        site.counters(1)  # not one of the site's ports
+
+
+def test_connection_age_is_measured_when_a_request_arrives(site: TestSite, client: RawClient) -> None:
+    client.send(get("/"))
+    client.read_response()
+    time.sleep(0.15)
+    client.send(get("/"))
+    client.read_response()
+    age = site.counters(site.ports[0]).max_conn_age_at_request
+    assert 0.15 <= age < 5
+
+
+# --------------------------------------------------------------------------- delay
+
+
+def test_delay_is_honoured_for_each_pipelined_request_in_order() -> None:
+    with TestSite(pages=5, delay=0.2) as site:
+        client = RawClient(site.ports[0])
+        try:
+            started = time.monotonic()
+            client.send(get("/page/1") + get("/page/2"))
+            first = client.read_response()
+            assert time.monotonic() - started >= 0.2
+            second = client.read_response()
+            assert b"page 1</title>" in first[2] and b"page 2</title>" in second[2]
+            started = time.monotonic()
+            client.send(get("/page/3", extra="Connection: close\r\n"))
+            assert client.read_response()[0] == 200
+            assert time.monotonic() - started >= 0.2
+            assert client.read_to_eof() == b""
+        finally:
+            client.close()
+
+
+def test_delay_does_not_serialise_connections() -> None:
+    with TestSite(pages=5, delay=0.3) as site:
+        clients = [RawClient(site.ports[0]) for _ in range(20)]
+        try:
+            started = time.monotonic()
+            for client in clients:
+                client.send(get("/page/1"))
+            for client in clients:
+                assert client.read_response()[0] == 200
+            assert 0.3 <= time.monotonic() - started < 3.0
+        finally:
+            for client in clients:
+                client.close()
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"garbage\r\n\r\n",
+        b"GET / HTTP/2.0\r\n\r\n",
+        b"GET /\r\n\r\n",
+        b"GET / HTTP/1.1\r\nno colon here\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: lots\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # a TLS hello, more or less
+    ],
+)
+def test_garbage_gets_400_and_a_close_and_the_server_goes_on(site: TestSite, garbage: bytes) -> None:
+    bad = RawClient(site.ports[0])
+    try:
+        bad.send(garbage)
+        status, headers, _ = bad.read_response()
+        assert status == 400 and headers["connection"] == "close"
+        assert bad.read_to_eof() == b""
+    finally:
+        bad.close()
+    good = RawClient(site.ports[0])
+    try:
+        good.send(get("/page/1"))
+        assert good.read_response()[0] == 200
+    finally:
+        good.close()
+
+
+def test_an_oversized_head_gets_the_connection_closed(site: TestSite, client: RawClient) -> None:
+    client.send(b"GET / HTTP/1.1\r\nX-Long: " + b"a" * 70_000)
+    assert client.read_to_eof() == b""
+    wait_for(lambda: site.counters().open_now == 0)
+
+
+def test_resets_and_abandoned_requests_do_not_hurt_the_server(site: TestSite) -> None:
+    port = site.ports[0]
+    for payload in [b"", b"GET /page/1 HTTP/1.1\r\n", get("/page/1") * 50]:
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(payload)
+        # SO_LINGER 0: close with a RST instead of a FIN.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    wait_for(lambda: site.counters().open_now == 0)
+    client = RawClient(port)
+    try:
+        client.send(get("/page/2"))
+        assert client.read_response()[0] == 200
+    finally:
+        client.close()
+
+
+def test_a_client_that_does_not_read_cannot_stall_others(site: TestSite) -> None:
+    greedy = RawClient(site.ports[0])
+    polite = RawClient(site.ports[0])
+    try:
+        greedy.send(get("/page/1") * 20_000)  # ~30 MB of answers it never reads
+        polite.send(get("/page/2"))
+        assert polite.read_response()[0] == 200
+    finally:
+        greedy.close()
+        polite.close()
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_stop_closes_every_socket_and_joins_the_thread() -> None:
+    before = set(threading.enumerate())
+    site = TestSite(hosts=3, pages=5).start()
+    loop_threads = set(threading.enumerate()) - before
+    assert len(loop_threads) == 1 and all(thread.daemon for thread in loop_threads)
+    client = RawClient(site.ports[1])
+    try:
+        client.send(get("/"))
+        client.read_response()
+        site.stop()
+        assert not any(thread.is_alive() for thread in loop_threads)
+        assert client.read_to_eof() == b""  # the open connection was closed too
+    finally:
+        client.close()
+    for port in site.ports:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    assert site.counters().open_now == 0
+    site.stop()  # idempotent
+    with pytest.raises(RuntimeError):
+        site.start()
+
+
+def test_max_seconds_stops_the_server_by_itself() -> None:
+    site = TestSite(max_seconds=0.2).start()
+    try:
+        time.sleep(0.5)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", site.ports[0]), timeout=2).close()
+    finally:
+        site.stop()
+
+
+def test_serve_forever_runs_in_the_calling_thread_until_max_seconds() -> None:
+    site = TestSite(max_seconds=0.3)
+    seen: list[list[str]] = []
+    started = time.monotonic()
+    site.serve_forever(on_ready=lambda ready: seen.append(ready.base_urls))
+    assert 0.3 <= time.monotonic() - started < 5
+    assert seen == [site.base_urls]
+
+
+def test_fixed_ports_are_consecutive() -> None:
+    for _ in range(20):  # the probed range may be taken by someone else in between
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port > 65000:
+            continue
+        site = TestSite(hosts=3, port=port)
+        assert site.ports == [port, port + 1, port + 2]
+        try:
+            site.start()
+        except OSError:
+            continue
+        try:
+            assert site.ports == [port, port + 1, port + 2]
+            assert site.base_urls[2] == f"http://127.0.0.1:{port + 2}/"
+        finally:
+            site.stop()
+        return
+    pytest.skip("no free range of three ports found")
+
+
+def test_ephemeral_ports_are_unknown_before_start() -> None:
+    with pytest.raises(RuntimeError):
+        TestSite().ports
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"host": "0.0.0.0"},
+        {"host": "192.168.1.1"},
+        {"host": "localhost"},
+        {"hosts": 0},
+        {"pages": 0},
+        {"links_per_page": 0},
+        {"delay": -1},
+        {"port": 65535, "hosts": 2},
+        {"max_seconds": 0},
+        {"bodies": []},
+    ],
+)
+def test_bad_arguments_are_refused(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        TestSite(**kwargs)  # type: ignore[arg-type]
+
+
+def test_ipv6_loopback_works() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        site = TestSite(host="::1", pages=3).start()
+    except OSError:
+        pytest.skip("::1 not available")
+    try:
+        assert site.base_urls[0].startswith("http://[::1]:")
+        connection = http.client.HTTPConnection("::1", site.ports[0], timeout=10)
+        connection.request("GET", "/page/0")
+        assert connection.getresponse().status == 200
+        connection.close()
+    finally:
+        site.stop()
+
+
+# --------------------------------------------------------------------------- load
+
+
+def test_2000_requests_over_8_keep_alive_connections(site: TestSite) -> None:
+    errors: list[BaseException] = []
+
+    def worker(index: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", site.ports[index % 2], timeout=10)
+        try:
+            for i in range(250):
+                connection.request("GET", f"/page/{i % 20}")
+                response = connection.getresponse()
+                assert response.status == 200 and len(response.read()) == 1500
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    total = site.counters()
+    assert total.requests == 2000 and total.accepted == 8
+    assert sum(total.paths.values()) == 2000
+
+
+def test_2000_simultaneous_connections_are_accepted() -> None:
+    with TestSite(pages=2) as site:
+        clients: list[socket.socket] = []
+        try:
+            for _ in range(2000):
+                clients.append(socket.create_connection(("127.0.0.1", site.ports[0]), timeout=10))
+            wait_for(lambda: site.counters().open_now == 2000, timeout=15)
+            assert site.counters().max_open == 2000
+        finally:
+            for sock in clients:
+                sock.close()
+        wait_for(lambda: site.counters().open_now == 0, timeout=15)
