@@ -109,13 +109,17 @@ class Loop:
         self.timers.run_due(self.now)
 
     def _drain_wakeups(self) -> None:
-        # Clear the flag before reading, so a wake() racing with us writes again.
-        self._wake_pending = False
+        # Read first, clear the flag after: a wake() that saw the flag still set
+        # appended its work before we clear it, so the caller's processing of
+        # calls and inbox (which comes after this) sees that work.  Clearing
+        # first would let a concurrent wake() send a byte we swallow here while
+        # its flag stays set, and every later wake-up would be lost.
         try:
             while self._wake_r.recv(4096):
                 pass
         except (BlockingIOError, InterruptedError):
             pass
+        self._wake_pending = False
 
     def _run_calls(self) -> None:
         calls = self._calls

@@ -45,7 +45,7 @@ def fd_table() -> dict[int, str]:
     try:
         names = os.listdir("/proc/self/fd")
     except FileNotFoundError:  # no procfs: psutil knows only the count
-        import psutil
+        import psutil  # type: ignore[import-untyped,unused-ignore]
 
         return {i: "?" for i in range(psutil.Process().num_fds())}
     for name in names:

@@ -663,7 +663,10 @@ def serve_keepalive(responses: Callable[[bytes], bytes]) -> Handler:
 
 def ok(body: bytes = b"hello", status: int = 200, headers: HeaderPairs = ()) -> Handler:
     """Keep-alive: the same response to every request."""
-    response = http_response(status, body, [(b"Content-Type", b"text/plain"), *headers])
+    pairs = list(headers)
+    if not any(_b(k).lower() == b"content-type" for k, _ in pairs):
+        pairs.insert(0, (b"Content-Type", b"text/plain"))
+    response = http_response(status, body, pairs)
     return serve_keepalive(lambda head: response)
 
 

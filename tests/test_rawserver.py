@@ -66,7 +66,7 @@ def exchange(srv: RawServer, request: bytes = GET) -> bytes:
 
 
 def recv_all(sock: socket.socket) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         data = sock.recv(65536)
         if not data:
@@ -252,7 +252,11 @@ def test_read_request_pipelined_with_bodies(raw_server: MakeServer) -> None:
 @pytest.mark.timeout(20)
 def test_read_request_eof_mid_head_is_none(raw_server: MakeServer) -> None:
     heads: list[bytes | None] = []
-    srv = raw_server(lambda sock, info: heads.append(read_request(sock, srv)))
+
+    def handler(sock: socket.socket, info: ConnInfo) -> None:
+        heads.append(read_request(sock, info.server))  # the RawServer form
+
+    srv = raw_server(handler)
     with connect(srv) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHo")
         sock.shutdown(socket.SHUT_WR)
