@@ -194,7 +194,8 @@ def _run_demo(args: argparse.Namespace) -> int:
                 size += len(result.body)
                 now = time.monotonic()
                 if now >= next_report:
-                    print(f"  {ok + errors:>7} / {len(urls)} pages, {(ok + errors) / (now - started):8.0f} pages/s", flush=True)
+                    rate = (ok + errors) / (now - started)
+                    print(f"  {ok + errors:>7} / {len(urls)} pages, {rate:8.0f} pages/s", flush=True)
                     next_report = now + 1.0
             stats = fetcher.stats()
         elapsed = time.monotonic() - started

@@ -47,7 +47,10 @@ class Task:
         "connection_reused", "session_reused", "_headers", "_wire_headers",
     )
 
-    def __init__(self, bean: URLBean, target: Target, seq: int, registered_at: float, base_headers: dict[str, tuple[str, str]]) -> None:
+    def __init__(
+        self, bean: URLBean, target: Target, seq: int, registered_at: float,
+        base_headers: dict[str, tuple[str, str]],
+    ) -> None:
         self.bean = bean
         self.seq = seq
         self.priority = bean.priority
@@ -280,8 +283,8 @@ class Engine:
             self._finish_error(task, failure, status=status)
             return
         if len(task.redirects) >= self.config.max_redirects:
-            failure = FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, f"more than max_redirects={self.config.max_redirects}")
-            self._finish_error(task, failure, status=status)
+            detail = f"more than max_redirects={self.config.max_redirects}"
+            self._finish_error(task, FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, detail), status=status)
             return
         if url == task.bean.url or any(url == seen for _, seen in task.redirects):
             self._finish_error(task, FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, f"redirect loop at {url}"), status=status)

@@ -43,7 +43,10 @@ class NIOFetcher:
         self._unfinished = 0
 
     def __repr__(self) -> str:
-        return f"<NIOFetcher [registered: {self._registered} | unfinished: {self._unfinished} | ready: {len(self._completed)}]>"
+        return (
+            f"<NIOFetcher [registered: {self._registered} | unfinished: {self._unfinished} "
+            f"| ready: {len(self._completed)}]>"
+        )
 
     # -- life ---------------------------------------------------------------
 
@@ -80,7 +83,9 @@ class NIOFetcher:
         self.start()
         return self
 
-    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+    def __exit__(
+        self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
         self.shutdown(wait=exc_type is None)
 
     # -- in -----------------------------------------------------------------

@@ -120,7 +120,8 @@ class ResolverPool:
                 found = interleave_families(list(self._resolve(host, port)))
                 failure = None if found else FetchFailure(ErrorKind.DNS_ERROR, f"{host}: no addresses")
             except (OSError, UnicodeError, ValueError) as exc:
-                found, failure = [], FetchFailure(ErrorKind.DNS_ERROR, f"{host}: {getattr(exc, 'strerror', None) or exc}")
+                reason = getattr(exc, "strerror", None) or exc
+                found, failure = [], FetchFailure(ErrorKind.DNS_ERROR, f"{host}: {reason}")
             self._post(self._answered, key, found or None, failure)
 
     def _answered(self, key: tuple[str, int], found: Optional[list[Address]], failure: Optional[FetchFailure]) -> None:
