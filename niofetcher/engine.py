@@ -35,6 +35,7 @@ log = logging.getLogger("niofetcher")
 REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
 IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
 _CROSS_ORIGIN_DROPPED = frozenset(("authorization", "cookie", "proxy-authorization"))
+_BODY_HEADERS = frozenset(("content-length", "content-type", "content-encoding", "transfer-encoding"))
 _INF = math.inf
 
 
@@ -84,6 +85,13 @@ class Task:
                 wire.append(("Content-Length", str(len(self.body))))
             self._wire_headers = wire
         return wire
+
+    def drop_body(self) -> None:
+        """A redirect turned the request into a GET: its body and the headers describing it go."""
+        self.body = b""
+        for key in _BODY_HEADERS:
+            self._headers.pop(key, None)
+        self._wire_headers = None
 
     def retarget(self, url: str, target: Target) -> None:
         if target.origin != self.target.origin:
@@ -298,7 +306,7 @@ class Engine:
         if status == 303 or (status in (301, 302) and task.method == "POST"):
             if task.method != "HEAD":
                 task.method = "GET"
-            task.body = b""
+            task.drop_body()
         task.retarget(url, target)
         self._requeue(task)
 

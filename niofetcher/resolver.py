@@ -76,6 +76,7 @@ class ResolverPool:
         self._jobs: queue.SimpleQueue[Optional[tuple[str, int]]] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._idle_workers = 0
+        self._queued = 0  # jobs put and not yet taken by a worker
         self._lock = threading.Lock()
 
     def lookup(self, host: str, port: int, answer: Answer, now: float) -> None:
@@ -95,16 +96,21 @@ class ResolverPool:
             waiters.append(answer)
             return
         self._waiting[key] = [answer]
-        self._jobs.put(key)
-        self._ensure_worker()
+        self._submit(key)
 
-    def _ensure_worker(self) -> None:
+    def _submit(self, key: tuple[str, int]) -> None:
+        # A burst of new names (one dispatch round) must not queue behind one
+        # worker: start another while queued jobs outnumber idle workers.
+        thread = None
         with self._lock:
-            if self._idle_workers > 0 or len(self._threads) >= self._max_workers:
-                return
-            thread = threading.Thread(target=self._work, name=f"niofetcher-resolver-{len(self._threads)}", daemon=True)
-            self._threads.append(thread)
-        thread.start()
+            self._queued += 1
+            if self._queued > self._idle_workers and len(self._threads) < self._max_workers:
+                name = f"niofetcher-resolver-{len(self._threads)}"
+                thread = threading.Thread(target=self._work, name=name, daemon=True)
+                self._threads.append(thread)
+        self._jobs.put(key)
+        if thread is not None:
+            thread.start()
 
     def _work(self) -> None:
         while True:
@@ -113,13 +119,15 @@ class ResolverPool:
             key = self._jobs.get()
             with self._lock:
                 self._idle_workers -= 1
+                if key is not None:
+                    self._queued -= 1
             if key is None:
                 return
             host, port = key
             try:
                 found = interleave_families(list(self._resolve(host, port)))
                 failure = None if found else FetchFailure(ErrorKind.DNS_ERROR, f"{host}: no addresses")
-            except (OSError, UnicodeError, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - the resolver may be user code: any failure is a failed lookup
                 reason = getattr(exc, "strerror", None) or exc
                 found, failure = [], FetchFailure(ErrorKind.DNS_ERROR, f"{host}: {reason}")
             self._post(self._answered, key, found or None, failure)

@@ -1,0 +1,258 @@
+"""The sans-IO HTTP/1.1 layer (niofetcher/http11.py) against an h11 server in memory.
+
+No sockets: the client's request bytes go into an ``h11.Connection(SERVER)``
+and the server's response bytes come back through ``ClientHTTP11.receive``,
+the ConnectionPair pattern of h11's own tests.  This proves the protocol half
+of DESIGN.md guarantee 7 (malformed, truncated and oversize responses become
+one error kind each: ``connection_closed``, ``protocol_error``, ``too_large``),
+the keep-alive decision behind connection reuse, and the ``response_started``
+flag on which guarantee 6 (replaying a request on a stale connection) rests.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Sequence
+
+import h11
+import pytest
+
+from niofetcher.errors import ErrorKind, FetchFailure
+from niofetcher.http11 import ClientHTTP11
+
+pytestmark = pytest.mark.timeout(10)
+
+Headers = Sequence[tuple[str, str]]
+ResponseHeaders = Sequence[tuple[str, "str | bytes"]]
+
+
+def _latin1(value: str | bytes) -> bytes:
+    return value if isinstance(value, bytes) else value.encode("latin-1")
+
+
+class Pair:
+    """A ClientHTTP11 and an h11 server joined by a fake network link."""
+
+    def __init__(self, max_header_size: int = 64 * 1024, max_body_size: int = 1 << 20, decode: bool = True) -> None:
+        self.client = ClientHTTP11(max_header_size, max_body_size, decode)
+        self.server = h11.Connection(h11.SERVER)
+
+    def request(self, method: str = "GET", target: str = "/", headers: Headers | None = None) -> h11.Request:
+        """Send a request from the client; returns it as the server parsed it."""
+        wire = self.client.start_request(method, target, [("Host", "a.test"), *(headers or [])], b"")
+        self.server.receive_data(wire)
+        event = self.server.next_event()
+        assert isinstance(event, h11.Request)
+        assert isinstance(self.server.next_event(), h11.EndOfMessage)
+        return event
+
+    def respond(
+        self, status: int = 200, headers: ResponseHeaders = (), body: bytes = b"", reason: bytes = b""
+    ) -> bytes:
+        """The server's bytes for a whole response."""
+        raw = [(_latin1(name), _latin1(value)) for name, value in headers]
+        out = self.server.send(h11.Response(status_code=status, headers=raw, reason=reason))
+        assert out is not None
+        if body:
+            out += self.server.send(h11.Data(data=body)) or b""
+        return out + (self.server.send(h11.EndOfMessage()) or b"")
+
+    def feed(self, data: bytes, piece: int) -> list[bool]:
+        """Hand ``data`` to the client ``piece`` bytes at a time; what each receive() returned."""
+        return [self.client.receive(data[i:i + piece]) for i in range(0, len(data), piece)]
+
+
+def failure_of(client: ClientHTTP11, *pieces: bytes) -> FetchFailure:
+    """Feed ``pieces`` in turn and return the FetchFailure that one of them must raise."""
+    with pytest.raises(FetchFailure) as caught:
+        for piece in pieces:
+            client.receive(piece)
+    return caught.value
+
+
+@pytest.mark.parametrize("framing", [[("Content-Length", "26")], []], ids=["content-length", "chunked"])
+def test__response_in_one_byte_pieces(framing: Headers) -> None:
+    pair = Pair()
+    pair.request()
+    body = b"abcdefghijklmnopqrstuvwxyz"
+    wire = pair.respond(201, [("X-Mixed-Case", b"Value \xe9"), *framing], body, reason=b"Created")
+    assert (b"chunked" in wire) == (not framing)
+
+    done = pair.feed(wire, 1)
+
+    assert done == [False] * (len(wire) - 1) + [True]
+    client = pair.client
+    assert (client.status, client.reason, client.body) == (201, "Created", body)
+    assert ("X-Mixed-Case", "Value \xe9") in client.headers
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in client.headers)
+
+
+def test__keep_alive_cycle_then_a_second_exchange() -> None:
+    pair = Pair()
+    pair.request(target="/one")
+    assert pair.feed(pair.respond(200, [("X-First", "1"), ("Content-Length", "3")], b"one"), 4096) == [True]
+    assert pair.client.next_cycle() is True
+    pair.server.start_next_cycle()
+
+    second = pair.request(target="/two")
+    assert second.target == b"/two"
+    assert pair.feed(pair.respond(404, [("Content-Length", "3")], b"two"), 4096) == [True]
+
+    client = pair.client
+    assert (client.status, client.body) == (404, b"two")
+    assert not any(name == "X-First" for name, _ in client.headers), "headers of the first response leaked"
+    assert client.next_cycle() is True
+
+
+@pytest.mark.parametrize("side", ["response", "request"])
+def test__connection_close_ends_the_cycle(side: str) -> None:
+    pair = Pair()
+    close = [("Connection", "close")]
+    pair.request(headers=close if side == "request" else None)
+    wire = pair.respond(200, [("Content-Length", "2")] + (close if side == "response" else []), b"ok")
+    assert pair.feed(wire, 4096) == [True]
+    assert pair.client.body == b"ok"
+    assert pair.client.next_cycle() is False
+
+
+def test__http10_body_read_until_close() -> None:
+    pair = Pair()
+    pair.request()
+    client = pair.client
+    assert client.receive(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhel") is False
+    assert client.receive(b"lo, ") is False
+    assert client.receive(b"world") is False
+    assert client.receive(b"") is True  # the peer's close ends the body
+    assert (client.status, client.body) == (200, b"hello, world")
+    assert client.next_cycle() is False
+
+
+@pytest.mark.parametrize("received", [
+    b"",
+    b"HTTP/1.1 200 OK\r\nContent-Le",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n012",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+], ids=["nothing", "half-head", "short-content-length", "unterminated-chunked"])
+def test__eof_before_the_response_ends_is_connection_closed(received: bytes) -> None:
+    pair = Pair()
+    pair.request()
+    failure = failure_of(pair.client, received, b"")
+    assert failure.kind is ErrorKind.CONNECTION_CLOSED
+
+
+@pytest.mark.parametrize("status_line", [
+    b"HELLO WORLD",
+    b"HTTP/1.1 abc OK",
+    b"HTTP/1.1 2000 OK",
+    b"HTTP/x 200 OK",
+    b"\x16\x03\x01\x00\x05 binary",
+])
+def test__malformed_status_line_is_protocol_error(status_line: bytes) -> None:
+    pair = Pair()
+    pair.request()
+    failure = failure_of(pair.client, status_line + b"\r\nContent-Length: 0\r\n\r\n")
+    assert failure.kind is ErrorKind.PROTOCOL_ERROR
+
+
+def _head_of(size: int) -> bytes:
+    """A complete response head (empty body) of exactly ``size`` bytes."""
+    start, end = b"HTTP/1.1 200 OK\r\n", b"Content-Length: 0\r\n\r\n"
+    filler = size - len(start) - len(end) - len(b"X-Pad: \r\n")
+    head = start + b"X-Pad: " + b"p" * filler + b"\r\n" + end
+    assert len(head) == size
+    return head
+
+
+@pytest.mark.parametrize("piece", [1, 700, 1 << 16], ids=["byte-by-byte", "in-pieces", "in-one-piece"])
+def test__head_over_max_header_size_is_protocol_error(piece: int) -> None:
+    pair = Pair(max_header_size=1024)
+    pair.request()
+    with pytest.raises(FetchFailure) as caught:
+        pair.feed(_head_of(1500), piece)
+    assert caught.value.kind is ErrorKind.PROTOCOL_ERROR
+
+
+def test__head_within_max_header_size_is_accepted() -> None:
+    pair = Pair(max_header_size=1024)
+    pair.request()
+    assert pair.feed(_head_of(1000), 1)[-1] is True
+    assert pair.client.status == 200
+
+
+@pytest.mark.parametrize("size, encoding, fails", [
+    (100, None, False),
+    (101, None, True),
+    (100, "gzip", False),
+    (101, "gzip", True),  # the cap applies to the decoded body
+], ids=["at-limit", "over-limit", "gzip-at-limit", "gzip-over-limit"])
+def test__body_over_max_body_size_is_too_large(size: int, encoding: str | None, fails: bool) -> None:
+    pair = Pair(max_body_size=100)
+    pair.request()
+    body = b"z" * size
+    headers = [("Content-Encoding", encoding)] if encoding else []
+    wire = pair.respond(200, headers, gzip.compress(body) if encoding else body)
+    if fails:
+        failure = failure_of(pair.client, wire)
+        assert failure.kind is ErrorKind.TOO_LARGE
+    else:
+        assert pair.feed(wire, 4096) == [True]
+        assert pair.client.body == body
+
+
+def test__response_started_only_from_the_first_byte() -> None:
+    pair = Pair()
+    client = pair.client
+    assert client.response_started is False
+    pair.request()
+    assert client.response_started is False, "sending the request is not a response byte"
+    wire = pair.respond(200, [("Content-Length", "1")], b"x")
+    client.receive(wire[:1])
+    assert client.response_started is True
+    assert client.receive(wire[1:]) is True
+    assert client.response_started is True
+    assert client.next_cycle() is True
+    pair.server.start_next_cycle()
+    pair.request()
+    assert client.response_started is False, "a new exchange starts unstarted"
+
+
+def test__eof_without_a_byte_leaves_response_unstarted() -> None:
+    pair = Pair()
+    pair.request()
+    failure = failure_of(pair.client, b"")
+    assert failure.kind is ErrorKind.CONNECTION_CLOSED
+    assert pair.client.response_started is False  # so the engine may replay the request
+
+
+@pytest.mark.parametrize("interim", [
+    b"HTTP/1.1 100 Continue\r\n\r\n",
+    b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n",
+])
+def test__informational_responses_are_skipped(interim: bytes) -> None:
+    pair = Pair()
+    pair.request()
+    wire = interim + pair.respond(200, [("Content-Length", "4")], b"real")
+    assert pair.feed(wire, 3)[-1] is True
+    client = pair.client
+    assert (client.status, client.body) == (200, b"real")
+    assert not any(name.lower() == "link" for name, _ in client.headers)
+
+
+@pytest.mark.parametrize("method, status", [("HEAD", 200), ("GET", 204), ("GET", 304)])
+def test__bodiless_responses_complete_at_the_head(method: str, status: int) -> None:
+    pair = Pair()
+    pair.request(method=method)
+    # A Content-Length here describes the representation, not a body that follows.
+    length = [] if status == 204 else [("Content-Length", "1000")]
+    head = f"HTTP/1.1 {status} X\r\n".encode() + b"".join(f"{k}: {v}\r\n".encode() for k, v in length) + b"\r\n"
+    assert pair.feed(head, len(head)) == [True]
+    assert (pair.client.status, pair.client.body) == (status, b"")
+    assert pair.client.next_cycle() is True
+
+
+def test__unsendable_request_is_protocol_error() -> None:
+    client = ClientHTTP11(1024, 1024, True)
+    with pytest.raises(FetchFailure) as caught:
+        client.start_request("GET", "/", [("Host", "a.test"), ("X-Bad", "line\r\nbreak")], b"")
+    assert caught.value.kind is ErrorKind.PROTOCOL_ERROR

@@ -1,0 +1,345 @@
+"""Name resolution off the loop thread (niofetcher/resolver.py), and the ``resolve`` map end to end.
+
+Proves DESIGN.md guarantee 5 for DNS (lookups run in the resolver pool and
+come back through ``post``; IP literals and ``resolve`` overrides never reach
+a resolver), the ``dns_cache_ttl`` and ``resolver`` settings, and the rule
+that no test sends a name lookup off the machine: every resolver here is a
+stub.  The pool's ``post`` is a queue, so callbacks run in the test thread,
+as they would in the loop thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from conftest import MakeServer
+from rawserver import ok
+
+from niofetcher import FetcherConfig, NIOFetcher
+from niofetcher.config import Address
+from niofetcher.errors import ErrorKind, FetchFailure
+from niofetcher.resolver import NEGATIVE_TTL, ResolverPool, interleave_families
+
+V4 = socket.AF_INET
+V6 = socket.AF_INET6
+
+
+class StubResolver:
+    """Answers from a table, counts calls per name, and can be held until released."""
+
+    def __init__(self, answer: Callable[[str, int], Sequence[Address]] | None = None, hold: bool = False) -> None:
+        self._answer = answer or (lambda host, port: [(V4, ("127.0.0.1", port))])
+        self.calls: list[tuple[str, int]] = []
+        self.entered = threading.Semaphore(0)  # released once per call that has begun
+        self.release = threading.Event()
+        if not hold:
+            self.release.set()
+        self._lock = threading.Lock()
+
+    def __call__(self, host: str, port: int) -> Sequence[Address]:
+        with self._lock:
+            self.calls.append((host, port))
+        self.entered.release()
+        assert self.release.wait(5), "the test never released the stub resolver"
+        return self._answer(host, port)
+
+    def count(self, host: str) -> int:
+        with self._lock:
+            return sum(1 for h, _ in self.calls if h == host)
+
+
+class Answers:
+    """An ``answer`` callback that records what it was given."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[Sequence[Address] | None, FetchFailure | None]] = []
+
+    def __call__(self, addresses: Sequence[Address] | None, failure: FetchFailure | None) -> None:
+        self.got.append((addresses, failure))
+
+
+class PoolHarness:
+    """A ResolverPool whose ``post`` fills a queue that the test drains in its own thread."""
+
+    def __init__(self, resolver: StubResolver, **config: Any) -> None:
+        self.posted: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]]] = queue.SimpleQueue()
+        self.pool = ResolverPool(FetcherConfig(resolver=resolver, **config), self._post)
+
+    def _post(self, callback: Callable[..., None], *args: Any) -> None:
+        self.posted.put((callback, args))
+
+    def lookup(self, host: str, port: int = 80, now: float | None = None) -> Answers:
+        answers = Answers()
+        self.pool.lookup(host, port, answers, time.monotonic() if now is None else now)
+        return answers
+
+    def run_posted(self, count: int = 1, timeout: float = 3.0) -> None:
+        """Run ``count`` posted callbacks, waiting for each as the loop would."""
+        for _ in range(count):
+            try:
+                callback, args = self.posted.get(timeout=timeout)
+            except queue.Empty:
+                pytest.fail(f"no answer was posted within {timeout} s: the lookup was lost")
+            callback(*args)
+
+    def resolve(self, host: str, port: int = 80, now: float | None = None) -> Answers:
+        """A lookup that must go to a worker: run its posted answer."""
+        answers = self.lookup(host, port, now)
+        assert not answers.got, "answered at once: the resolver was never asked"
+        self.run_posted()
+        return answers
+
+
+@pytest.fixture
+def harness_factory(no_leaks: Any) -> Any:
+    """Makes PoolHarnesses and closes their pools before the leak check."""
+    made: list[PoolHarness] = []
+
+    def make(resolver: StubResolver, **config: Any) -> PoolHarness:
+        made.append(PoolHarness(resolver, **config))
+        return made[-1]
+
+    yield make
+    for harness in made:
+        harness.pool.close()
+
+
+def resolver_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("niofetcher-resolver")]
+
+
+# -- answered without asking -------------------------------------------------
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("host, port, expected", [
+    ("127.0.0.1", 8080, [(V4, ("127.0.0.1", 8080))]),
+    ("::1", 443, [(V6, ("::1", 443, 0, 0))]),
+    ("site.test", 8080, [(V4, ("10.0.0.1", 8080))]),  # "host:port" beats "host"
+    ("site.test", 9090, [(V4, ("10.0.0.2", 9090))]),  # other ports fall back to "host"
+    ("six.test", 80, [(V6, ("2001:db8::1", 80, 0, 0))]),
+])
+def test__literals_and_overrides_never_call_the_resolver(
+    harness_factory: Any, host: str, port: int, expected: list[Address]
+) -> None:
+    stub = StubResolver()
+    overrides = {"site.test:8080": "10.0.0.1", "site.test": "10.0.0.2", "six.test": "2001:db8::1"}
+    harness = harness_factory(stub, resolve=overrides)
+    answers = harness.lookup(host, port)
+    assert answers.got == [(expected, None)], "a literal or override is answered at once"
+    assert stub.calls == []
+    assert resolver_threads() == [], "no worker thread is needed"
+
+
+# -- one lookup per name, cached ---------------------------------------------
+
+
+@pytest.mark.timeout(10)
+def test__concurrent_lookups_of_one_name_share_one_call(harness_factory: Any) -> None:
+    stub = StubResolver(hold=True)
+    harness = harness_factory(stub)
+    waiting = [harness.lookup("shared.test", 80) for _ in range(5)]
+    other = harness.lookup("other.test", 80)
+    for _ in range(2):
+        assert stub.entered.acquire(timeout=5)
+    stub.release.set()
+    harness.run_posted(2)
+    expected = [(V4, ("127.0.0.1", 80))]
+    assert all(w.got == [(expected, None)] for w in waiting)
+    assert other.got == [(expected, None)]
+    assert stub.count("shared.test") == 1
+    assert stub.count("other.test") == 1
+
+
+@pytest.mark.timeout(10)
+def test__answers_are_cached_for_the_ttl_then_asked_again(harness_factory: Any) -> None:
+    ttl = 0.5
+    stub = StubResolver()
+    harness = harness_factory(stub, dns_cache_ttl=ttl)
+    first = harness.resolve("cached.test")
+    answered_at = time.monotonic()
+    again = harness.lookup("cached.test", now=answered_at)
+    assert again.got == first.got, "within the TTL the cache answers at once"
+    assert stub.count("cached.test") == 1
+
+    expired = harness.resolve("cached.test", now=answered_at + ttl + 0.01)
+    assert expired.got == first.got
+    assert stub.count("cached.test") == 2
+
+
+@pytest.mark.timeout(10)
+def test__zero_ttl_caches_nothing(harness_factory: Any) -> None:
+    stub = StubResolver()
+    harness = harness_factory(stub, dns_cache_ttl=0)
+    harness.resolve("uncached.test")
+    harness.resolve("uncached.test")
+    assert stub.count("uncached.test") == 2
+
+
+def _raise(exc: BaseException) -> Callable[[str, int], Sequence[Address]]:
+    def answer(host: str, port: int) -> Sequence[Address]:
+        raise exc
+
+    return answer
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("answer", [
+    _raise(socket.gaierror(socket.EAI_NONAME, "Name or service not known")),
+    _raise(UnicodeError("label too long")),
+    lambda host, port: [],
+    _raise(RuntimeError("a buggy resolver")),
+], ids=["gaierror", "unicode-error", "no-addresses", "any-exception"])
+def test__failures_are_dns_error_and_cached_briefly(harness_factory: Any, answer: Any) -> None:
+    stub = StubResolver(answer)
+    harness = harness_factory(stub, dns_cache_ttl=300.0)
+    (addresses, failure), = harness.resolve("dead.test").got
+    assert addresses is None
+    assert failure is not None and failure.kind is ErrorKind.DNS_ERROR
+    assert "dead.test" in failure.detail
+
+    now = time.monotonic()
+    cached = harness.lookup("dead.test", now=now + NEGATIVE_TTL / 2)
+    assert cached.got == [(None, failure)], "a failure is cached for a while"
+    assert stub.count("dead.test") == 1
+
+    harness.resolve("dead.test", now=now + NEGATIVE_TTL + 0.1)
+    assert stub.count("dead.test") == 2, "but only briefly, not for dns_cache_ttl"
+
+    assert harness.resolve("next.test").got[0][1].kind is ErrorKind.DNS_ERROR, "the pool keeps working"
+
+
+# -- address order -----------------------------------------------------------
+
+
+def _a(family: int, n: int) -> Address:
+    return (family, (f"2001:db8::{n}", 80, 0, 0)) if family == V6 else (family, (f"192.0.2.{n}", 80))
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize("given, expected", [
+    ([], []),
+    ([_a(V4, 1), _a(V4, 2)], [_a(V4, 1), _a(V4, 2)]),
+    ([_a(V6, 1), _a(V6, 2), _a(V6, 3), _a(V4, 1), _a(V4, 2)],
+     [_a(V6, 1), _a(V4, 1), _a(V6, 2), _a(V4, 2), _a(V6, 3)]),
+    ([_a(V4, 1), _a(V6, 1), _a(V6, 2), _a(V6, 3)],
+     [_a(V4, 1), _a(V6, 1), _a(V6, 2), _a(V6, 3)]),
+    ([_a(V4, 1), _a(V4, 2), _a(V4, 3), _a(V6, 1)],
+     [_a(V4, 1), _a(V6, 1), _a(V4, 2), _a(V4, 3)]),
+])
+def test__interleave_families_alternates_keeping_order(given: list[Address], expected: list[Address]) -> None:
+    assert interleave_families(given) == expected
+
+
+@pytest.mark.timeout(10)
+def test__pool_answers_in_interleaved_order(harness_factory: Any) -> None:
+    given = [_a(V6, 1), _a(V6, 2), _a(V4, 1), _a(V4, 2)]
+    harness = harness_factory(StubResolver(lambda host, port: given))
+    (addresses, failure), = harness.resolve("dual.test").got
+    assert failure is None
+    assert addresses == [_a(V6, 1), _a(V4, 1), _a(V6, 2), _a(V4, 2)]
+
+
+# -- shutting down -----------------------------------------------------------
+
+
+@pytest.mark.timeout(10)
+def test__close_ends_the_worker_threads(harness_factory: Any) -> None:
+    stub = StubResolver(hold=True)
+    harness = harness_factory(stub)
+    names = [f"n{i}.test" for i in range(3)]
+    for name in names:
+        harness.lookup(name)
+        assert stub.entered.acquire(timeout=5), "a name gets a worker while the others are busy"
+    assert len(resolver_threads()) == len(names)
+    stub.release.set()
+    harness.run_posted(len(names))
+    harness.pool.close()
+    assert resolver_threads() == []
+
+
+@pytest.mark.timeout(10)
+def test__a_burst_of_names_is_resolved_in_parallel(harness_factory: Any) -> None:
+    """An idle worker must not make the next names queue behind one slow lookup."""
+    stub = StubResolver(lambda host, port: [(V4, ("127.0.0.1", port))])
+    harness = harness_factory(stub)
+    harness.resolve("warm.test")  # leaves one idle worker behind
+    assert stub.entered.acquire(timeout=5)
+    stub.release.clear()  # from now on every lookup hangs until released
+    burst = ["a.test", "b.test", "c.test"]
+    for name in burst:
+        harness.lookup(name)
+    try:
+        started = sum(stub.entered.acquire(timeout=1) for _ in burst)
+        assert started == len(burst), f"only {started} of {len(burst)} lookups ran; the rest queued behind them"
+    finally:
+        stub.release.set()
+        harness.run_posted(len(burst))
+
+
+@pytest.mark.timeout(10)
+def test__close_does_not_wait_forever_for_a_stuck_lookup(harness_factory: Any) -> None:
+    stub = StubResolver(hold=True)
+    harness = harness_factory(stub)
+    harness.lookup("stuck.test")
+    assert stub.entered.acquire(timeout=5)
+    started = time.monotonic()
+    harness.pool.close(timeout=0.2)
+    assert time.monotonic() - started < 2.0
+    stub.release.set()  # let the daemon worker finish before the leak check
+
+
+# -- end to end: the fetcher connects where ``resolve`` says -----------------
+
+
+def _refuse_lookups(host: str, port: int) -> Sequence[Address]:
+    raise AssertionError(f"the resolver was asked for {host}:{port}")
+
+
+@pytest.mark.timeout(15)
+@pytest.mark.parametrize("resolve", [
+    {"site.test": "127.0.0.1"},
+    # "host:port" beats "host"; 192.0.2.1 (TEST-NET-1) would never answer.
+    {"site.test:{port}": "127.0.0.1", "site.test": "192.0.2.1"},
+], ids=["host", "host-port"])
+def test_resolve_map_fetch_sends_the_name_in_host(no_leaks: Any, raw_server: MakeServer, resolve: dict[str, str]) -> None:
+    srv = raw_server(ok(b"resolved"), max_seconds=15)
+    config = FetcherConfig(
+        resolve={k.format(port=srv.port): v for k, v in resolve.items()},
+        resolver=_refuse_lookups, connect_timeout=2.0, read_timeout=5.0,
+    )
+    url = f"http://site.test:{srv.port}/page"
+    with NIOFetcher(config) as fetcher:
+        assert fetcher.register(url)
+        (result,) = list(fetcher.results())
+    assert (result.error, result.status, result.body) == (None, 200, b"resolved")
+    assert result.final_url == url
+    assert srv.accepted == 1
+    (head,) = srv.requests
+    assert f"\r\nHost: site.test:{srv.port}\r\n".encode() in head
+
+
+@pytest.mark.timeout(15)
+def test_stub_resolver_is_asked_once_for_concurrent_connections(no_leaks: Any, raw_server: MakeServer) -> None:
+    srv = raw_server(ok(b"stubbed"), max_seconds=15)
+    stub = StubResolver()
+    config = FetcherConfig(resolver=stub, max_connections_per_host=3, connect_timeout=2.0, read_timeout=5.0)
+    urls = [f"http://stub.test:{srv.port}/{i}" for i in range(3)]
+    fetcher = NIOFetcher(config)
+    try:
+        for url in urls:  # registered before the loop starts: three connections look the name up at once
+            assert fetcher.register(url)
+        fetcher.start()
+        results = list(fetcher.results())
+    finally:
+        fetcher.shutdown()
+    assert sorted(r.url for r in results if r.ok) == urls
+    assert srv.accepted == 3
+    assert stub.calls == [("stub.test", srv.port)]
+    assert all(f"\r\nHost: stub.test:{srv.port}\r\n".encode() in head for head in srv.requests)
