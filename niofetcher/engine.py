@@ -55,7 +55,8 @@ class Task:
         self.bean = bean
         self.seq = seq
         self.priority = bean.priority
-        self.method = bean.method.upper()
+        method = bean.method
+        self.method = method if method in IDEMPOTENT_METHODS or method == "POST" else method.upper()
         self.body = bean.body
         self.target = target
         self.url = bean.url
@@ -69,9 +70,13 @@ class Task:
         self.needs_fresh_connection = False
         self.connection_reused = False
         self.session_reused = False
-        headers = dict(base_headers)
-        for name, value in bean.headers.items():
-            headers[name.lower()] = (name, value)
+        # Shared with every other task until this one has headers of its own:
+        # a million pending URLs must not mean a million copies of the defaults.
+        headers = base_headers
+        if bean.headers:
+            headers = dict(base_headers)
+            for name, value in bean.headers.items():
+                headers[name.lower()] = (name, value)
         self._headers = headers
         self._wire_headers: Optional[list[tuple[str, str]]] = None
 
@@ -89,14 +94,12 @@ class Task:
     def drop_body(self) -> None:
         """A redirect turned the request into a GET: its body and the headers describing it go."""
         self.body = b""
-        for key in _BODY_HEADERS:
-            self._headers.pop(key, None)
+        self._headers = {k: v for k, v in self._headers.items() if k not in _BODY_HEADERS}
         self._wire_headers = None
 
     def retarget(self, url: str, target: Target) -> None:
         if target.origin != self.target.origin:
-            for key in _CROSS_ORIGIN_DROPPED:
-                self._headers.pop(key, None)
+            self._headers = {k: v for k, v in self._headers.items() if k not in _CROSS_ORIGIN_DROPPED}
         self.url = url
         self.target = target
         self._wire_headers = None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import functools
+from typing import NamedTuple, Optional
 from urllib.parse import urlsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -45,16 +46,23 @@ def parse_target(url: str) -> Target:
         raise ValueError(f"URL has no host: {url!r}")
     if any(c in host for c in " \t\r\n/\\@"):
         raise ValueError(f"URL has an invalid host: {url!r}")
-    default_port = DEFAULT_PORTS[scheme]
-    if port is None:
-        port = default_port
-    host_header = f"[{host}]" if ":" in host else host
-    if port != default_port:
-        host_header = f"{host_header}:{port}"
+    origin, host_header = _origin(scheme, host, port)
     path = parts.path or "/"
     if parts.query:
         path = f"{path}?{parts.query}"
     if any(c in path for c in " \r\n"):
         # A URL copied from a page may hold spaces; the wire must not.
         path = path.replace(" ", "%20").replace("\r", "%0D").replace("\n", "%0A")
-    return Target(Origin(scheme, host, port), host_header, path)
+    return Target(origin, host_header, path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _origin(scheme: str, host: str, port: Optional[int]) -> tuple[Origin, str]:
+    """One Origin and Host header per host, shared by all its URLs: pending URLs stay small."""
+    default_port = DEFAULT_PORTS[scheme]
+    if port is None:
+        port = default_port
+    host_header = f"[{host}]" if ":" in host else host
+    if port != default_port:
+        host_header = f"{host_header}:{port}"
+    return Origin(scheme, host, port), host_header
