@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator
 
 
@@ -33,15 +35,58 @@ def free_port_block(count: int) -> int:
     raise RuntimeError("no block of free ports found")
 
 
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files for an HTTPS test site: a CA for the client, a certificate and key for the site."""
+
+    ca_file: str
+    cert_file: str
+    key_file: str
+
+
+def make_tls_files(directory: str) -> TLSFiles:
+    """A fresh trustme CA and a certificate for 127.0.0.1 (and localhost), written into ``directory``."""
+    import trustme  # only the --tls benchmarks need it
+
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1", "localhost")
+    files = TLSFiles(
+        ca_file=os.path.join(directory, "ca.pem"),
+        cert_file=os.path.join(directory, "cert.pem"),
+        key_file=os.path.join(directory, "key.pem"),
+    )
+    ca.cert_pem.write_to_path(files.ca_file)
+    with open(files.cert_file, "wb") as out:
+        out.writelines(pem.bytes() for pem in leaf.cert_chain_pems)
+    leaf.private_key_pem.write_to_path(files.key_file)
+    return files
+
+
+class SiteURLs(list):
+    """The base URLs of a running site process (a list, as before), plus ``process`` (its Popen)."""
+
+    process: subprocess.Popen
+
+
 @contextmanager
-def site_process(hosts: int = 1, pages: int = 1000, delay_ms: float = 0.0, page_size: int = 4096) -> Iterator[list[str]]:
-    """Run ``niofetcher testsite`` in a subprocess; yields its base URLs."""
+def site_process(hosts: int = 1, pages: int = 1000, delay_ms: float = 0.0, page_size: int = 4096,
+                 tls: TLSFiles | None = None, tickets: bool = True) -> Iterator[SiteURLs]:
+    """Run ``niofetcher testsite`` in a subprocess; yields its base URLs.
+
+    With ``tls`` the site serves HTTPS with that certificate; ``tickets=False``
+    makes it send no session tickets, so every new connection is a full handshake.
+    """
     port = free_port_block(hosts)
     cmd = [sys.executable, "-m", "niofetcher", "testsite", "--port", str(port), "--hosts", str(hosts),
            "--pages", str(pages), "--delay", str(delay_ms), "--page-size", str(page_size)]
+    if tls is not None:
+        cmd += ["--tls-cert", tls.cert_file, "--tls-key", tls.key_file]
+        if not tickets:
+            cmd.append("--no-tickets")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
-        urls = []
+        urls = SiteURLs()
+        urls.process = proc
         deadline = time.monotonic() + 30
         while len(urls) < hosts and time.monotonic() < deadline:
             line = proc.stdout.readline()  # type: ignore[union-attr]
@@ -57,3 +102,5 @@ def site_process(hosts: int = 1, pages: int = 1000, delay_ms: float = 0.0, page_
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()

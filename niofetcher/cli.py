@@ -50,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     site.add_argument("--pages", type=_positive_int, default=100, help="pages per host")
     site.add_argument("--delay", type=_non_negative_float, default=0.0, metavar="MS", help="latency per response in ms")
     site.add_argument("--page-size", type=_positive_int, default=2048, help="approximate page size in bytes")
+    site.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate (chain); needs --tls-key")
+    site.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert (may be the same file)")
+    site.add_argument("--no-tickets", action="store_true",
+                      help="with TLS: send no session tickets, so every new connection does a full handshake")
     site.set_defaults(run=_run_testsite)
 
     demo = commands.add_parser("demo", help="start a local test site and fetch all of its pages")
@@ -153,11 +157,29 @@ def _result_record(result: FetchResult) -> dict:
 
 
 def _run_testsite(args: argparse.Namespace) -> int:
-    from .testsite import TestSite
+    import ssl
 
+    from .testsite import TestSite, tls_context_from_files
+
+    tls = None
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise UsageError("--tls-cert and --tls-key must be given together")
+    if args.tls_cert is not None:
+        for path in (args.tls_cert, args.tls_key):
+            try:
+                open(path, "rb").close()
+            except OSError as exc:
+                raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        try:
+            tls = tls_context_from_files(args.tls_cert, args.tls_key, tickets=not args.no_tickets)
+        except ssl.SSLError as exc:
+            reason = exc.reason or "not a PEM certificate and its private key"
+            raise UsageError(f"cannot use --tls-cert {args.tls_cert} with --tls-key {args.tls_key}: {reason}") from None
+    elif args.no_tickets:
+        raise UsageError("--no-tickets needs --tls-cert and --tls-key")
     try:
         site = TestSite(hosts=args.hosts, pages=args.pages, delay=args.delay / 1000.0,
-                        page_size=args.page_size, port=args.port, max_seconds=None)
+                        page_size=args.page_size, port=args.port, max_seconds=None, tls=tls)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

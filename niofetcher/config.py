@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
@@ -91,6 +92,8 @@ class FetcherConfig:
                 ipaddress.ip_address(address)
             except ValueError:
                 raise ValueError(f"resolve maps to IP addresses only, not {address!r}") from None
+        if self.ca_file is not None and not os.path.isfile(self.ca_file):
+            raise ValueError(f"ca_file must name a readable PEM file, not {self.ca_file!r}")
         if self.allowed_ports is not None:
             ports = frozenset(self.allowed_ports)
             if not ports or not all(isinstance(p, int) and 0 < p < 65536 for p in ports):

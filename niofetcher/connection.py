@@ -24,6 +24,7 @@ import ipaddress
 import logging
 import os
 import socket
+import ssl
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from .config import Address, FetcherConfig, IPNetwork
@@ -31,7 +32,7 @@ from .errors import ErrorKind, FetchFailure
 from .http11 import ClientHTTP11
 from .loop import READ, WRITE, Loop
 from .timers import Timer
-from .transport import WANT_READ, WANT_WRITE, PlainTransport
+from .transport import WANT_READ, WANT_WRITE, PlainTransport, TLSTransport, Transport
 
 if TYPE_CHECKING:
     from .engine import Task
@@ -53,6 +54,10 @@ class ConnectionOwner(Protocol):
 
     def idle_expired(self, conn: Connection, service_time: bool) -> None: ...
 
+    def tls_context(self) -> ssl.SSLContext: ...
+
+    def tls_handshake_done(self, resumed: bool) -> None: ...
+
     bytes_received: int
 
 
@@ -63,7 +68,8 @@ class Connection:
         "owner", "loop", "config", "slot", "state", "interest", "sock", "transport", "http", "task",
         "established_at", "reuse_deadline", "requests_done", "reused", "last_activity", "idle_since",
         "_connect_deadline", "_addresses", "_address_index", "_last_connect_error", "_out", "_timer",
-        "_speed_mark_at", "_speed_mark_bytes", "_received", "_denied",
+        "_speed_mark_at", "_speed_mark_bytes", "_received", "_denied", "_session_saved",
+        "session_reused",
     )
 
     def __init__(
@@ -77,7 +83,7 @@ class Connection:
         self.state = RESOLVING
         self.interest = 0
         self.sock: Optional[socket.socket] = None
-        self.transport: Optional[PlainTransport] = None
+        self.transport: Optional[Transport] = None
         self.http = ClientHTTP11(config.max_header_size, config.max_body_size, config.decode_content)
         self.task: Optional[Task] = task
         self.established_at = 0.0
@@ -96,6 +102,8 @@ class Connection:
         self._speed_mark_bytes = 0
         self._received = 0
         self._denied = denied
+        self._session_saved = False
+        self.session_reused = False  # the TLS handshake resumed an earlier session
         self._arm(self._deadline())
 
     def __repr__(self) -> str:
@@ -168,23 +176,45 @@ class Connection:
         self._on_tcp_connected()
 
     def _on_tcp_connected(self) -> None:
-        assert self.sock is not None
-        self.transport = PlainTransport(self.sock)
+        sock = self.sock
+        assert sock is not None
+        origin = self.slot.origin
+        if origin.scheme == "https":
+            self.loop.set_interest(self, sock, 0)  # the SSL socket takes the descriptor over
+            try:
+                tls = TLSTransport(sock, self.owner.tls_context(), origin.host, self.slot.tls_session)
+            except (OSError, ValueError) as exc:
+                self.fail(FetchFailure(ErrorKind.TLS_ERROR, f"cannot start TLS: {exc}"))
+                return
+            self.sock = tls.sock
+            self.transport = tls
+        else:
+            self.transport = PlainTransport(sock)
         self.state = HANDSHAKING
         self._continue_handshake()
 
     def _continue_handshake(self) -> None:
-        assert self.transport is not None and self.sock is not None
+        transport = self.transport
+        assert transport is not None and self.sock is not None
         try:
-            want = self.transport.handshake()
+            want = transport.handshake()
+        except ssl.SSLCertVerificationError as exc:
+            self.fail(FetchFailure(ErrorKind.TLS_ERROR, f"certificate verify failed: {exc.verify_message}"))
+            return
+        except ssl.SSLError as exc:
+            self.fail(FetchFailure(ErrorKind.TLS_ERROR, f"TLS handshake failed: {exc.reason or exc}"))
+            return
         except OSError as exc:
-            self.fail(FetchFailure(ErrorKind.TLS_ERROR, str(exc)))
+            self.fail(FetchFailure(ErrorKind.TLS_ERROR, f"{exc.strerror or exc} during the TLS handshake"))
             return
         if want == WANT_READ:
             self.loop.set_interest(self, self.sock, READ)
         elif want == WANT_WRITE:
             self.loop.set_interest(self, self.sock, WRITE)
         else:
+            if type(transport) is TLSTransport:
+                self.session_reused = transport.session_reused
+                self.owner.tls_handshake_done(self.session_reused)
             self.established_at = self.loop.now
             service_time = self.config.connection_service_time
             if service_time is not None:
@@ -251,40 +281,59 @@ class Connection:
             return
         transport = self.transport
         assert transport is not None
-        loop = self.loop
-        try:
-            n = transport.recv_into(loop.recv_view)
-        except OSError as exc:
-            self._broken(exc, sending=False)
-            return
-        if n < 0:
-            if n == WANT_WRITE:
-                self.loop.set_interest(self, self.sock, READ | WRITE)  # type: ignore[arg-type]
-            return
         if state == IDLE:
             # EOF or stray bytes on an idle connection: it cannot carry another request.
             self.close()
             return
-        self._received += n
-        self.owner.bytes_received += n
-        self.last_activity = loop.now
+        loop = self.loop
+        view = loop.recv_view
         http = self.http
-        if n == 0 and not http.response_started and self.reused:
-            self._fail_replayable("the server closed a reused connection before responding")
-            return
-        try:
-            complete = http.receive(bytes(loop.recv_view[:n]) if n else b"")
-        except FetchFailure as failure:
-            self.fail(failure)
-            return
-        if complete:
-            task = self.task
-            assert task is not None
-            self.task = None
-            self.requests_done += 1
-            self.owner.exchange_done(self, task)
+        while True:
+            try:
+                n = transport.recv_into(view)
+            except OSError as exc:
+                self._broken(exc, sending=False)
+                return
+            if n < 0:
+                if n == WANT_WRITE:
+                    self.loop.set_interest(self, self.sock, READ | WRITE)  # type: ignore[arg-type]
+                return
+            self._received += n
+            self.owner.bytes_received += n
+            self.last_activity = loop.now
+            if n == 0 and not http.response_started and self.reused:
+                self._fail_replayable("the server closed a reused connection before responding")
+                return
+            try:
+                complete = http.receive(bytes(view[:n]) if n else b"")
+            except FetchFailure as failure:
+                self.fail(failure)
+                return
+            if complete:
+                self._exchange_complete()
+                return
+            # Decrypted bytes waiting inside the SSL object do not make the socket readable.
+            if not n or not transport.pending():
+                return
+
+    def _exchange_complete(self) -> None:
+        task = self.task
+        assert task is not None
+        self.task = None
+        self.requests_done += 1
+        transport = self.transport
+        if type(transport) is TLSTransport and not self._session_saved:
+            # TLS 1.3 tickets arrive after the handshake, with the first response: keep one for the next connection.
+            session = transport.session
+            if session is not None and session.has_ticket:
+                self.slot.tls_session = session
+                self._session_saved = True
+        self.owner.exchange_done(self, task)
 
     def _broken(self, exc: OSError, sending: bool) -> None:
+        if isinstance(exc, ssl.SSLError):
+            self.fail(FetchFailure(ErrorKind.TLS_ERROR, f"TLS failure: {exc.reason or exc}"))
+            return
         if not self.http.response_started and self.reused:
             self._fail_replayable(f"reused connection broken: {exc.strerror or exc}")
             return
@@ -406,9 +455,6 @@ class Connection:
         log.error("internal error on %r", self, exc_info=exc)
         self.fail(FetchFailure(ErrorKind.PROTOCOL_ERROR, f"internal error: {exc!r}"))
 
-    @property
-    def session_reused(self) -> bool:
-        return self.transport is not None and self.transport.session_reused
 
 
 def _address_text(sockaddr: tuple) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import ssl
 from typing import Callable, Optional
 from urllib.parse import urljoin, urlsplit
 
@@ -28,6 +29,7 @@ from .loop import Loop
 from .models import FetchResult, URLBean
 from .pool import HostTable
 from .resolver import ResolverPool
+from .transport import tls_context
 from .urls import Target, parse_target
 
 log = logging.getLogger("niofetcher")
@@ -136,6 +138,9 @@ class Engine:
         self.closed_service_time = 0
         self.closed_idle = 0
         self.bytes_received = 0
+        self.tls_handshakes = 0
+        self.tls_resumed = 0
+        self._tls_context: Optional[ssl.SSLContext] = None
 
     # -- the loop -----------------------------------------------------------
 
@@ -262,6 +267,16 @@ class Engine:
         else:
             self.closed_idle += 1
         conn.close()
+
+    def tls_context(self) -> ssl.SSLContext:
+        """The configuration's one client context, built when the first https connection needs it."""
+        if self._tls_context is None:
+            self._tls_context = tls_context(self.config.verify_tls, self.config.ca_file)
+        return self._tls_context
+
+    def tls_handshake_done(self, resumed: bool) -> None:
+        self.tls_handshakes += 1
+        self.tls_resumed += resumed
 
     def _exchange_ended(self, conn: Connection, served: bool = True) -> None:
         self.in_flight -= 1

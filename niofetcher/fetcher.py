@@ -201,6 +201,8 @@ class NIOFetcher:
             closed_service_time=engine.closed_service_time,
             closed_idle=engine.closed_idle,
             bytes_received=engine.bytes_received,
+            tls_handshakes=engine.tls_handshakes,
+            tls_resumed=engine.tls_resumed,
         )
 
     def host_stats(self) -> dict[Origin, HostStats]:

@@ -90,6 +90,8 @@ class FetcherStats:
     closed_service_time: int
     closed_idle: int
     bytes_received: int
+    tls_handshakes: int = 0
+    tls_resumed: int = 0  # handshakes that resumed an earlier TLS session
 
 
 @dataclass(frozen=True, slots=True)

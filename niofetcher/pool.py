@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+import ssl
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
@@ -55,6 +56,7 @@ class HostSlot:
     next_start_at: float = 0.0
     ready_entry: Optional[tuple[int, int, int, HostSlot]] = field(default=None, repr=False)
     delay_timer_armed: bool = field(default=False, repr=False)
+    tls_session: Optional[ssl.SSLSession] = field(default=None, repr=False)  # resumed by the next connection
     peak_open: int = 0
     served: int = 0
     dispatched: int = 0

@@ -26,6 +26,14 @@ Counters are kept per port, because the fetcher's guarantees (connection
 limits, service time, "each page exactly once") are only believable when
 counted from the server's side.
 
+HTTPS: given ``tls=`` (an ``ssl.SSLContext`` for the server side, e.g. from
+``tls_context_from_files``), every accepted socket is wrapped with
+``do_handshake_on_connect=False`` and a separate server class drives the
+handshake, reads and writes from readiness events (``SSLWantReadError`` /
+``SSLWantWriteError`` become interest changes; a failed handshake just closes
+that connection). The plain server's code is not touched by this, so plain
+HTTP pays nothing for it.
+
 Closing politely: when the server decides to close (``Connection: close``, an
 HTTP/1.0 request, a bad request) it sends its response, shuts down its sending
 side and keeps reading until the client closes. Closing at once while the
@@ -41,6 +49,7 @@ import heapq
 import ipaddress
 import selectors
 import socket
+import ssl
 import threading
 import time
 import traceback
@@ -48,7 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
-__all__ = ["PortCounters", "TestSite"]
+__all__ = ["PortCounters", "TestSite", "tls_context_from_files"]
 
 #: Bytes asked of each ``recv``: large, so a burst of pipelined requests is one call.
 RECV_SIZE = 256 * 1024
@@ -87,6 +96,12 @@ class PortCounters:
     """The oldest age (seconds since accept) any connection had when a request arrived on it."""
     paths: collections.Counter[str] = field(default_factory=collections.Counter)
     """Requests per path, query string dropped (for "each page exactly once" checks)."""
+    tls_handshakes: int = 0
+    """TLS handshakes completed (full or resumed); 0 for a plain-HTTP site."""
+    tls_resumed: int = 0
+    """Of those, handshakes that resumed an earlier session (a ticket) instead of a full one."""
+    tls_failed: int = 0
+    """Accepted connections whose TLS handshake failed (e.g. plain HTTP sent to an HTTPS port)."""
 
     def copy(self) -> PortCounters:
         """A snapshot that the server thread will not change under the caller."""
@@ -577,6 +592,229 @@ class _Server:
         self.selector.close()
 
 
+# --------------------------------------------------------------------------- TLS
+
+
+class _TLSConnection(_Connection):
+    """A connection whose ``sock`` is an ``ssl.SSLSocket`` made with ``do_handshake_on_connect=False``."""
+
+    __slots__ = ("handshaking", "handshake_want", "read_wants_write", "write_wants_read")
+
+    def __init__(self, sock: ssl.SSLSocket, port_index: int, accepted_at: float) -> None:
+        super().__init__(sock, port_index, accepted_at)
+        self.handshaking = True
+        self.handshake_want = selectors.EVENT_READ  # the ClientHello comes first
+        # After the handshake, TLS may need the *other* direction to go on (a key
+        # update, a renegotiation): a read that waits for writability, or the reverse.
+        self.read_wants_write = False
+        self.write_wants_read = False
+
+
+class _TLSServer(_Server):
+    """``_Server`` with every socket wrapped in TLS; the plain class stays as it was.
+
+    Only the socket-facing methods change: accept wraps, the first events drive
+    the handshake, reads and writes go through the SSL object and turn its
+    WANT_READ / WANT_WRITE into selector interest. Parsing, responding, delays
+    and counters are the plain server's.
+    """
+
+    def __init__(
+        self,
+        listeners: list[socket.socket],
+        resources: list[dict[str, _Resource]],
+        counters: list[PortCounters],
+        lock: threading.Lock,
+        delay: float,
+        max_seconds: float | None,
+        *,
+        context: ssl.SSLContext,
+    ) -> None:
+        super().__init__(listeners, resources, counters, lock, delay, max_seconds)
+        self.context = context
+
+    def _accept(self, index: int, now: float) -> None:
+        listener = self.listeners[index]
+        counters = self.counters[index]
+        while True:
+            try:
+                raw, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            try:
+                raw.setblocking(False)
+                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock = self.context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+            except (ssl.SSLError, OSError, ValueError):  # e.g. the client reset already
+                raw.close()
+                with self.lock:
+                    counters.accepted += 1
+                    counters.tls_failed += 1
+                continue
+            conn = _TLSConnection(sock, index, now)
+            self.connections.add(conn)
+            self._update_interest(conn)
+            with self.lock:
+                counters.accepted += 1
+                counters.open_now += 1
+                counters.max_open = max(counters.max_open, counters.open_now)
+                self.open_total += 1
+                self.max_open_total = max(self.max_open_total, self.open_total)
+
+    def _guarded(self, conn: _Connection, now: float, mask: int) -> None:
+        assert isinstance(conn, _TLSConnection)
+        try:
+            if conn.handshaking:
+                self._handshake(conn, now)
+                return
+            readable = mask & selectors.EVENT_READ
+            writable = mask & selectors.EVENT_WRITE
+            if (writable or (readable and conn.write_wants_read)) and not conn.closed:
+                self._service(conn, now)
+            if (readable or (writable and conn.read_wants_write)) and not conn.closed:
+                self._on_readable(conn, now)
+        except Exception:  # noqa: BLE001 - the loop must survive its own bugs
+            self._fail(conn)
+
+    def _handshake(self, conn: _TLSConnection, now: float) -> None:
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            conn.handshake_want = selectors.EVENT_READ
+            self._update_interest(conn)
+            return
+        except ssl.SSLWantWriteError:
+            conn.handshake_want = selectors.EVENT_WRITE
+            self._update_interest(conn)
+            return
+        except (ssl.SSLError, OSError, ValueError):
+            # Not TLS (plain HTTP on the HTTPS port), a refused certificate, a reset:
+            # that connection ends, the server goes on.
+            with self.lock:
+                self.counters[conn.port_index].tls_failed += 1
+            self._close(conn)
+            return
+        conn.handshaking = False
+        resumed = sock.session_reused
+        with self.lock:
+            counters = self.counters[conn.port_index]
+            counters.tls_handshakes += 1
+            if resumed:
+                counters.tls_resumed += 1
+        self._update_interest(conn)
+        # The first request may already sit in the socket (or, decrypted, in the SSL object).
+        # A fresh clock: ``now`` is from before the handshake, and a delay counts from the read.
+        self._on_readable(conn, time.monotonic())
+
+    def _on_readable(self, conn: _Connection, now: float) -> None:
+        if conn.draining:
+            # Our side is shut down and TLS is off (see _finish): discard raw bytes until EOF.
+            super()._on_readable(conn, now)
+            return
+        assert isinstance(conn, _TLSConnection)
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        while True:
+            try:
+                received = sock.recv_into(self.recv_buffer)
+            except (ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+                if conn.read_wants_write:
+                    conn.read_wants_write = False
+                    self._update_interest(conn)
+                return
+            except ssl.SSLWantWriteError:
+                conn.read_wants_write = True
+                self._update_interest(conn)
+                return
+            except (ssl.SSLError, OSError):  # a bad record, a reset: nobody is left to answer
+                self._close(conn)
+                return
+            if conn.read_wants_write:
+                conn.read_wants_write = False
+                self._update_interest(conn)
+            if not received:  # close_notify, or a plain EOF (suppress_ragged_eofs)
+                conn.peer_eof = True
+                self._service(conn, now)
+                return
+            if not conn.closing:
+                conn.inbuf += self.recv_view[:received]
+                self._service(conn, now)
+            # Decrypted bytes left inside the SSL object do not make the socket readable
+            # again: take them now, or they would wait for the client's next packet. At
+            # most one record stays there, so this does not defeat the high-water mark.
+            if conn.closed or conn.draining or not sock.pending():
+                return
+
+    def _send(self, conn: _Connection) -> bool:
+        assert isinstance(conn, _TLSConnection)
+        try:
+            # Without partial writes OpenSSL answers WANT_WRITE until all of ``outbuf``
+            # is out, remembering how far it got; the retry passes the same bytes
+            # (outbuf only grows at its end until then), which is what it requires.
+            sent = conn.sock.send(conn.outbuf)
+        except (ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+            if conn.write_wants_read:
+                conn.write_wants_read = False
+            return True
+        except ssl.SSLWantReadError:
+            conn.write_wants_read = True
+            return True
+        except (ssl.SSLError, OSError):
+            self._close(conn)
+            return False
+        conn.write_wants_read = False
+        del conn.outbuf[:sent]
+        return True
+
+    # _finish is the plain one: no close_notify (HTTP/1.1 frames its own message
+    # ends, and the fetcher does not send one either; a non-blocking unwrap() would
+    # also try to read the client's, discarding or choking on pipelined requests).
+    # SSLSocket.shutdown(SHUT_WR) drops the SSL object, so while draining whatever
+    # the client still sends is read raw and thrown away until its FIN.
+
+    def _update_interest(self, conn: _Connection) -> None:
+        assert isinstance(conn, _TLSConnection)
+        if conn.handshaking:
+            want = conn.handshake_want
+        else:
+            want = 0
+            if (not conn.peer_eof and len(conn.outbuf) < OUTPUT_HIGH_WATER) or conn.write_wants_read:
+                want = selectors.EVENT_READ
+            if conn.outbuf or conn.read_wants_write:
+                want |= selectors.EVENT_WRITE
+        if want == conn.mask:
+            return
+        if conn.mask == 0:
+            self.selector.register(conn.sock, want, conn)
+        elif want == 0:
+            self.selector.unregister(conn.sock)
+        else:
+            self.selector.modify(conn.sock, want, conn)
+        conn.mask = want
+
+
+def tls_context_from_files(certfile: str, keyfile: str | None = None, tickets: bool = True) -> ssl.SSLContext:
+    """A server-side ``SSLContext`` for ``TestSite(tls=...)`` from PEM files.
+
+    ``tickets=False`` sends no TLS 1.3 session tickets (``num_tickets = 0``) and
+    no TLS 1.2 tickets either (``OP_NO_TICKET``), so that clients cannot resume
+    sessions and every new connection costs a full handshake (what a benchmark
+    of the handshake wants); the tests check both TLS versions.
+    ALPN offers ``http/1.1``, the only protocol the site speaks.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certfile, keyfile)
+    context.set_alpn_protocols(["http/1.1"])
+    if not tickets:
+        context.num_tickets = 0
+        context.options |= ssl.OP_NO_TICKET
+    return context
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -602,6 +840,8 @@ class TestSite:
             ``bodies[i % len(bodies)]`` with the site's links inserted).
         max_seconds: the loop stops by itself after this long, so a forgotten
             site cannot outlive a test run; None = no bound.
+        tls: a server-side ``ssl.SSLContext`` (see ``tls_context_from_files``) to
+            serve HTTPS on every port; the URLs are then ``https://``. None = plain HTTP.
     """
 
     __test__ = False  # the name starts with "Test"; stop pytest collecting it
@@ -619,6 +859,7 @@ class TestSite:
         robots_disallow: Sequence[str] = (),
         bodies: Sequence[bytes] | None = None,
         max_seconds: float | None = 600.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if hosts < 1 or pages < 1 or links_per_page < 1:
             raise ValueError(
@@ -632,6 +873,8 @@ class TestSite:
             raise ValueError(f"max_seconds must be > 0 or None, not {max_seconds!r}")
         if bodies is not None and not bodies:
             raise ValueError("bodies must not be empty")
+        if tls is not None and not isinstance(tls, ssl.SSLContext):
+            raise ValueError(f"tls must be an ssl.SSLContext or None, not {tls!r}")
         try:
             address = ipaddress.ip_address(host)
         except ValueError:
@@ -650,6 +893,8 @@ class TestSite:
         self.bodies = None if bodies is None else list(bodies)
         self._body_parts = [_split_at_body_end(body) for body in self.bodies or ()]
         self.max_seconds = max_seconds
+        self.tls = tls
+        self.scheme = "http" if tls is None else "https"
         self._family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
         self._url_host = f"[{host}]" if address.version == 6 else host
         self._lock = threading.Lock()
@@ -708,7 +953,8 @@ class TestSite:
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "running" if self._server else "new"
-        return f"<TestSite hosts={self.hosts} pages={self.pages} ports={self._ports} {state}>"
+        tls = " tls" if self.tls is not None else ""
+        return f"<TestSite hosts={self.hosts} pages={self.pages} ports={self._ports}{tls} {state}>"
 
     # -- addresses
 
@@ -723,8 +969,8 @@ class TestSite:
 
     @property
     def base_urls(self) -> list[str]:
-        """``http://127.0.0.1:{port}/`` for each host, host 0 first."""
-        return [f"http://{self._url_host}:{port}/" for port in self.ports]
+        """``http://127.0.0.1:{port}/`` (``https://`` with TLS) for each host, host 0 first."""
+        return [f"{self.scheme}://{self._url_host}:{port}/" for port in self.ports]
 
     def page_urls(self) -> list[str]:
         """Every page of every host (what a full crawl must fetch), each host's index first."""
@@ -746,6 +992,9 @@ class TestSite:
                 total.accepted += counters.accepted
                 total.open_now += counters.open_now
                 total.requests += counters.requests
+                total.tls_handshakes += counters.tls_handshakes
+                total.tls_resumed += counters.tls_resumed
+                total.tls_failed += counters.tls_failed
                 total.max_conn_age_at_request = max(
                     total.max_conn_age_at_request, counters.max_conn_age_at_request
                 )
@@ -758,6 +1007,7 @@ class TestSite:
         with self._lock:
             for counters in self._counters:  # in place: the loop holds references to them
                 counters.accepted = counters.requests = 0
+                counters.tls_handshakes = counters.tls_resumed = counters.tls_failed = 0
                 counters.max_conn_age_at_request = 0.0
                 counters.paths.clear()
                 counters.max_open = counters.open_now
@@ -782,9 +1032,8 @@ class TestSite:
             raise
         self._ports = [sock.getsockname()[1] for sock in listeners]
         resources = [self._build_host(i) for i in range(self.hosts)]
-        self._server = _Server(
-            listeners, resources, self._counters, self._lock, self.delay, self.max_seconds
-        )
+        args = (listeners, resources, self._counters, self._lock, self.delay, self.max_seconds)
+        self._server = _Server(*args) if self.tls is None else _TLSServer(*args, context=self.tls)
         return self._server
 
     def _build_host(self, index: int) -> dict[str, _Resource]:

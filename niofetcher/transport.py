@@ -10,6 +10,8 @@ in without changing it.  Real failures are raised as OSError.
 from __future__ import annotations
 
 import socket
+import ssl
+from typing import Optional, Union
 
 WANT_READ = -1
 WANT_WRITE = -2
@@ -41,6 +43,87 @@ class PlainTransport:
         except (BlockingIOError, InterruptedError):
             return WANT_WRITE
 
+    def pending(self) -> int:
+        """Bytes already received but not yet read: always 0 for plain TCP."""
+        return 0
+
+
+
+class TLSTransport:
+    """TLS over a connected non-blocking socket, every step driven by readiness.
+
+    The handshake runs with ``do_handshake_on_connect=False`` and is retried on
+    each readiness event until it completes; reads and writes after it may
+    also need the *other* direction (a renegotiation or a key update), which
+    is why the answers are WANT_READ / WANT_WRITE rather than "would block".
+    A TLS record can hold more than one read's worth of data, and what is
+    already decrypted inside the SSL object does not make the socket readable
+    again: ``pending()`` tells the connection to read on before it waits.
+
+    Closing is the socket's plain close, without unwrap(): a close_notify
+    exchange would cost more round trips on a non-blocking socket for nothing,
+    since HTTP/1.1 frames its own message ends.
+    """
+
+    __slots__ = ("sock", "_ssl")
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: str,
+                 session: Optional[ssl.SSLSession]) -> None:
+        # The SSL socket takes over the descriptor; it is what the selector watches from now on.
+        self._ssl = context.wrap_socket(
+            sock, server_hostname=server_hostname, do_handshake_on_connect=False, session=session
+        )
+        self.sock: socket.socket = self._ssl
+
+    def handshake(self) -> int:
+        try:
+            self._ssl.do_handshake()
+        except ssl.SSLWantReadError:
+            return WANT_READ
+        except ssl.SSLWantWriteError:
+            return WANT_WRITE
+        return 0
+
+    def recv_into(self, buffer: memoryview) -> int:
+        try:
+            return self._ssl.recv_into(buffer)
+        except ssl.SSLWantReadError:
+            return WANT_READ
+        except ssl.SSLWantWriteError:
+            return WANT_WRITE
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            # A close without close_notify is how many servers end a read-until-close
+            # body; h11 decides whether the response was complete.
+            return 0
+
+    def send(self, data: memoryview) -> int:
+        try:
+            return self._ssl.send(data)
+        except ssl.SSLWantWriteError:
+            return WANT_WRITE
+        except ssl.SSLWantReadError:
+            return WANT_READ
+
+    def pending(self) -> int:
+        return self._ssl.pending()
+
     @property
     def session_reused(self) -> bool:
-        return False
+        return self._ssl.session_reused
+
+    @property
+    def session(self) -> Optional[ssl.SSLSession]:
+        return self._ssl.session
+
+
+Transport = Union[PlainTransport, TLSTransport]
+
+
+def tls_context(verify: bool, ca_file: Optional[str]) -> ssl.SSLContext:
+    """The one client context of a configuration: system trust store, ALPN http/1.1."""
+    context = ssl.create_default_context(cafile=ca_file)
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["http/1.1"])
+    return context

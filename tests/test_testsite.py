@@ -5,15 +5,21 @@ from __future__ import annotations
 import http.client
 import re
 import socket
+import ssl
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import pytest
+import trustme
 
-from niofetcher.testsite import PortCounters, TestSite
+from niofetcher import testsite
+from niofetcher.testsite import PortCounters, TestSite, tls_context_from_files
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -601,3 +607,332 @@ def test_2000_simultaneous_connections_are_accepted() -> None:
             for sock in clients:
                 sock.close()
         wait_for(lambda: site.counters().open_now == 0, timeout=15)
+
+
+
+# --------------------------------------------------------------------------- TLS
+
+
+class TLSFiles:
+    """A trustme CA and a certificate for 127.0.0.1, written as PEM files."""
+
+    def __init__(self, directory: Path) -> None:
+        self.ca = trustme.CA()
+        leaf = self.ca.issue_cert("127.0.0.1")
+        self.ca_file = str(directory / "ca.pem")
+        self.cert_file = str(directory / "cert.pem")
+        self.key_file = str(directory / "key.pem")
+        self.ca.cert_pem.write_to_path(self.ca_file)
+        with open(self.cert_file, "wb") as out:
+            out.writelines(pem.bytes() for pem in leaf.cert_chain_pems)
+        leaf.private_key_pem.write_to_path(self.key_file)
+
+    def server_context(self, tickets: bool = True) -> ssl.SSLContext:
+        return tls_context_from_files(self.cert_file, self.key_file, tickets=tickets)
+
+    def client_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.ca_file)
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    return TLSFiles(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def tls_site(tls_files: TLSFiles) -> Iterator[TestSite]:
+    with TestSite(hosts=2, pages=20, page_size=1500, tls=tls_files.server_context()) as running:
+        yield running
+
+
+def https_connection(tls_files: TLSFiles, port: int) -> http.client.HTTPSConnection:
+    return http.client.HTTPSConnection("127.0.0.1", port, context=tls_files.client_context(), timeout=10)
+
+
+class TLSClient(RawClient):
+    """RawClient over a verified TLS connection (``session=`` to offer an earlier session)."""
+
+    def __init__(self, port: int, context: ssl.SSLContext, session: ssl.SSLSession | None = None) -> None:
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock = context.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
+        self.buf = b""
+
+
+@pytest.mark.timeout(30)
+def test_tls_serves_every_page_over_keep_alive_and_counts_handshakes(tls_site: TestSite, tls_files: TLSFiles) -> None:
+    assert all(url.startswith("https://127.0.0.1:") for url in tls_site.base_urls)
+    urls = tls_site.page_urls()
+    assert urls[0] == tls_site.base_urls[0] and all(url.startswith("https://") for url in urls)
+    connections = {port: https_connection(tls_files, port) for port in tls_site.ports}
+    try:
+        for _ in range(3):  # every page three times, on the same two connections
+            for url in urls:
+                parts = urlsplit(url)
+                connection = connections[parts.port]  # type: ignore[index]
+                connection.request("GET", parts.path)
+                response = connection.getresponse()
+                body = response.read()
+                assert response.status == 200 and len(body) == 1500
+                assert response.getheader("Connection") == "keep-alive"
+                if parts.path == "/":  # the cross-host link is https too
+                    next_base = tls_site.base_urls[(tls_site.ports.index(parts.port) + 1) % 2]  # type: ignore[arg-type]
+                    assert next_base in HREF.findall(body.decode("utf-8"))
+        for connection in connections.values():
+            assert connection.sock.version() in ("TLSv1.3", "TLSv1.2")
+    finally:
+        for connection in connections.values():
+            connection.close()
+    total = tls_site.counters()
+    assert total.requests == 3 * len(urls)
+    assert total.accepted == total.tls_handshakes == 2 and total.tls_resumed == total.tls_failed == 0
+    assert tls_site.counters(tls_site.ports[1]).tls_handshakes == 1
+    wait_for(lambda: tls_site.counters().open_now == 0)
+    tls_site.reset_counters()
+    assert tls_site.counters().tls_handshakes == 0
+
+
+@pytest.mark.timeout(30)
+def test_tls_large_pages_arrive_whole_and_equal_the_plain_ones(tls_files: TLSFiles) -> None:
+    kwargs = {"pages": 3, "page_size": 2_000_000}
+    with TestSite(**kwargs) as plain:  # type: ignore[arg-type]
+        connection = http.client.HTTPConnection("127.0.0.1", plain.ports[0], timeout=10)
+        expected = []
+        for i in range(3):
+            connection.request("GET", f"/page/{i}")
+            expected.append(connection.getresponse().read())
+        connection.close()
+    with TestSite(**kwargs, tls=tls_files.server_context()) as site:  # type: ignore[arg-type]
+        connection = https_connection(tls_files, site.ports[0])
+        try:
+            for i in range(3):
+                connection.request("GET", f"/page/{i}")
+                response = connection.getresponse()
+                body = response.read()
+                assert response.status == 200
+                assert len(body) == int(response.getheader("Content-Length", "-1")) == len(expected[i])
+                assert body == expected[i]
+        finally:
+            connection.close()
+        assert site.counters().tls_handshakes == 1
+
+
+@pytest.mark.timeout(30)
+def test_tls_pipelined_requests_in_one_write_are_all_answered_in_order(
+    tls_site: TestSite, tls_files: TLSFiles
+) -> None:
+    client = TLSClient(tls_site.ports[0], tls_files.client_context())
+    try:
+        client.send(b"".join(get(f"/page/{i % 20}") for i in range(300)))  # ~20 TLS records
+        for i in range(300):
+            status, _, body = client.read_response()
+            assert status == 200 and f"page {i % 20}</title>".encode() in body
+        client.send(get("/page/3", extra="Connection: close\r\n"))
+        status, headers, _ = client.read_response()
+        assert status == 200 and headers["connection"] == "close"
+        assert client.read_to_eof() == b""
+    finally:
+        client.close()
+    wait_for(lambda: tls_site.counters().open_now == 0)
+    assert tls_site.counters().requests == 301
+
+
+@pytest.mark.timeout(30)
+def test_tls_data_left_decrypted_in_the_ssl_object_is_read_without_waiting(
+    tls_files: TLSFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a read smaller than a TLS record, the rest of the record stays decrypted
+    # inside the SSL object, where select() cannot see it: only pending() tells.
+    monkeypatch.setattr(testsite, "RECV_SIZE", 100)
+    with TestSite(pages=20, tls=tls_files.server_context()) as site:
+        client = TLSClient(site.ports[0], tls_files.client_context())
+        try:
+            client.send(b"".join(get(f"/page/{i % 20}") for i in range(200)))  # one ~8 KB record
+            for i in range(200):
+                status, _, body = client.read_response()
+                assert status == 200 and f"page {i % 20}</title>".encode() in body
+        finally:
+            client.close()
+
+
+@pytest.mark.timeout(30)
+def test_tls_delay_is_honoured(tls_files: TLSFiles) -> None:
+    with TestSite(pages=5, delay=0.2, tls=tls_files.server_context()) as site:
+        client = TLSClient(site.ports[0], tls_files.client_context())
+        try:
+            started = time.monotonic()
+            client.send(get("/page/1") + get("/page/2"))
+            assert client.read_response()[0] == 200
+            assert time.monotonic() - started >= 0.2
+            assert client.read_response()[0] == 200
+        finally:
+            client.close()
+
+
+@pytest.mark.timeout(60)
+def test_tls_a_client_that_does_not_read_cannot_stall_others_and_gets_everything_later(tls_files: TLSFiles) -> None:
+    with TestSite(pages=5, page_size=200_000, tls=tls_files.server_context()) as site:
+        greedy = TLSClient(site.ports[0], tls_files.client_context())
+        polite = TLSClient(site.ports[0], tls_files.client_context())
+        try:
+            greedy.send(get("/page/1") * 60)  # 12 MB of answers, not read for now
+            time.sleep(0.2)  # the server fills the socket buffers and hits WANT_WRITE
+            polite.send(get("/page/2"))
+            status, _, body = polite.read_response()
+            assert status == 200 and len(body) == 200_000
+            for _ in range(60):  # the interrupted TLS writes resumed exactly where they stopped
+                status, _, body = greedy.read_response()
+                assert status == 200 and len(body) == 200_000 and b"page 1</title>" in body
+        finally:
+            greedy.close()
+            polite.close()
+
+
+@pytest.mark.timeout(30)
+def test_tls_plain_http_on_the_tls_port_is_closed_and_the_server_goes_on(
+    tls_site: TestSite, tls_files: TLSFiles
+) -> None:
+    port = tls_site.ports[0]
+    plain = RawClient(port)
+    try:
+        plain.send(get("/page/1"))
+        assert b"HTTP/1.1 200" not in plain.read_to_eof()  # closed (at most a TLS alert)
+    finally:
+        plain.close()
+    # A client that connects and leaves, one that resets mid-ClientHello.
+    socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    half = socket.create_connection(("127.0.0.1", port), timeout=10)
+    half.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+    half.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    half.close()
+    wait_for(lambda: tls_site.counters().tls_failed == 3 and tls_site.counters().open_now == 0)
+    assert tls_site.counters().accepted == 3 and tls_site.counters().tls_handshakes == 0
+    connection = https_connection(tls_files, port)
+    try:
+        connection.request("GET", "/page/2")
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()
+
+
+@pytest.mark.timeout(30)
+def test_tls_a_client_that_refuses_the_certificate_does_not_hurt_the_server(tls_site: TestSite) -> None:
+    untrusting = ssl.create_default_context()  # the system store does not know our CA
+    raw = socket.create_connection(("127.0.0.1", tls_site.ports[0]), timeout=10)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        untrusting.wrap_socket(raw, server_hostname="127.0.0.1")
+    raw.close()
+    wait_for(lambda: tls_site.counters().open_now == 0)
+    assert tls_site.counters().tls_failed == 1 and tls_site.counters().tls_handshakes == 0
+
+
+def _two_connections(site: TestSite, tls_files: TLSFiles, version: ssl.TLSVersion) -> tuple[bool, bool]:
+    """``session_reused`` of a first connection and of a second one offering the first's session."""
+    context = tls_files.client_context()
+    context.minimum_version = context.maximum_version = version
+    first = TLSClient(site.ports[0], context)
+    try:
+        first.send(get("/page/1"))
+        assert first.read_response()[0] == 200  # TLS 1.3 tickets arrive after the handshake
+        session = first.sock.session  # type: ignore[attr-defined]
+        first_reused = first.sock.session_reused  # type: ignore[attr-defined]
+    finally:
+        first.close()
+    second = TLSClient(site.ports[0], context, session=session)
+    try:
+        second.send(get("/page/2"))
+        assert second.read_response()[0] == 200
+        return first_reused, second.sock.session_reused  # type: ignore[attr-defined]
+    finally:
+        second.close()
+
+
+TLS_VERSIONS = pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2])
+
+
+@pytest.mark.timeout(30)
+@TLS_VERSIONS
+def test_tls_sessions_are_resumed_with_tickets(tls_files: TLSFiles, version: ssl.TLSVersion) -> None:
+    with TestSite(pages=5, tls=tls_files.server_context(tickets=True)) as site:
+        assert _two_connections(site, tls_files, version) == (False, True)
+        wait_for(lambda: site.counters().tls_handshakes == 2)
+        assert site.counters().tls_resumed == 1
+
+
+@pytest.mark.timeout(30)
+@TLS_VERSIONS
+def test_tls_no_tickets_means_no_resumption(tls_files: TLSFiles, version: ssl.TLSVersion) -> None:
+    context = tls_files.server_context(tickets=False)
+    assert context.num_tickets == 0
+    with TestSite(pages=5, tls=context) as site:
+        assert _two_connections(site, tls_files, version) == (False, False)
+        wait_for(lambda: site.counters().tls_handshakes == 2)
+        assert site.counters().tls_resumed == 0
+
+
+@pytest.mark.timeout(30)
+def test_tls_stop_closes_open_tls_connections(tls_files: TLSFiles) -> None:
+    site = TestSite(pages=3, tls=tls_files.server_context()).start()
+    client = TLSClient(site.ports[0], tls_files.client_context())
+    try:
+        client.send(get("/"))
+        client.read_response()
+        site.stop()
+        assert client.read_to_eof() == b""
+    finally:
+        client.close()
+    assert site.counters().open_now == 0
+
+
+@pytest.mark.timeout(30)
+def test_plain_site_counts_no_tls_and_a_bad_tls_argument_is_refused() -> None:
+    with TestSite(pages=2) as site:
+        assert site.base_urls[0].startswith("http://") and site.tls is None
+        connection = http.client.HTTPConnection("127.0.0.1", site.ports[0], timeout=10)
+        connection.request("GET", "/")
+        assert connection.getresponse().status == 200
+        connection.close()
+        assert site.counters().tls_handshakes == site.counters().tls_failed == 0
+    with pytest.raises(ValueError):
+        TestSite(tls="cert.pem")  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(60)
+def test_tls_testsite_command_serves_https(tls_files: TLSFiles) -> None:
+    command = [sys.executable, "-m", "niofetcher", "testsite", "--port", "0", "--pages", "3",
+               "--tls-cert", tls_files.cert_file, "--tls-key", tls_files.key_file, "--no-tickets"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            assert line.startswith("serving https://127.0.0.1:")
+            port = urlsplit(line.split()[1]).port
+            assert port is not None
+            connection = https_connection(tls_files, port)
+            try:
+                connection.request("GET", "/page/2")
+                assert connection.getresponse().status == 200
+            finally:
+                connection.close()
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("which", "message"),
+    [
+        (["--tls-cert", "CERT"], "--tls-cert and --tls-key must be given together"),
+        (["--tls-key", "KEY"], "--tls-cert and --tls-key must be given together"),
+        (["--no-tickets"], "--no-tickets needs --tls-cert and --tls-key"),
+        (["--tls-cert", "MISSING", "--tls-key", "KEY"], "cannot read"),
+        (["--tls-cert", "KEY", "--tls-key", "KEY"], "cannot use --tls-cert"),
+    ],
+)
+def test_tls_testsite_command_refuses_bad_tls_options(tls_files: TLSFiles, which: list[str], message: str) -> None:
+    names = {"CERT": tls_files.cert_file, "KEY": tls_files.key_file, "MISSING": tls_files.cert_file + ".missing"}
+    args = [names.get(arg, arg) for arg in which]
+    done = subprocess.run([sys.executable, "-m", "niofetcher", "testsite", "--port", "0", *args],
+                          check=False, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
