@@ -388,7 +388,11 @@ class _Server:
         sock.setblocking(False)
         # Responses are written whole, so Nagle would only add latency.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = _Connection(sock, index, now)
+        conn = self._adopt(sock, index, now)
+        if conn is None:
+            with self.lock:
+                counters.accepted += 1
+            return
         self.connections.add(conn)
         self._update_interest(conn)
         with self.lock:
@@ -397,6 +401,10 @@ class _Server:
             counters.max_open = max(counters.max_open, counters.open_now)
             self.open_total += 1
             self.max_open_total = max(self.max_open_total, self.open_total)
+
+    def _adopt(self, sock: socket.socket, index: int, now: float) -> _Connection | None:
+        """The connection state for an accepted socket; None if it is already lost."""
+        return _Connection(sock, index, now)
 
     def _on_readable(self, conn: _Connection, now: float) -> None:
         try:
@@ -633,35 +641,15 @@ class _TLSServer(_Server):
         super().__init__(listeners, resources, counters, lock, delay, max_seconds)
         self.context = context
 
-    def _accept(self, index: int, now: float) -> None:
-        listener = self.listeners[index]
-        counters = self.counters[index]
-        while True:
-            try:
-                raw, _ = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            try:
-                raw.setblocking(False)
-                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock = self.context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
-            except (ssl.SSLError, OSError, ValueError):  # e.g. the client reset already
-                raw.close()
-                with self.lock:
-                    counters.accepted += 1
-                    counters.tls_failed += 1
-                continue
-            conn = _TLSConnection(sock, index, now)
-            self.connections.add(conn)
-            self._update_interest(conn)
+    def _adopt(self, sock: socket.socket, index: int, now: float) -> _Connection | None:
+        try:
+            tls_sock = self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        except (ssl.SSLError, OSError, ValueError):  # e.g. the client reset already
+            sock.close()
             with self.lock:
-                counters.accepted += 1
-                counters.open_now += 1
-                counters.max_open = max(counters.max_open, counters.open_now)
-                self.open_total += 1
-                self.max_open_total = max(self.max_open_total, self.open_total)
+                self.counters[index].tls_failed += 1
+            return None
+        return _TLSConnection(tls_sock, index, now)
 
     def _guarded(self, conn: _Connection, now: float, mask: int) -> None:
         assert isinstance(conn, _TLSConnection)
