@@ -125,6 +125,7 @@ class Engine:
         self.connections: set[Connection] = set()
         self.running = True
         self.stopping = False
+        self.finishing = False  # shutdown(wait=True) began: max_completed no longer holds work back
         self._deliver = deliver
         self._completed_backlog = completed_backlog
         self._finished: list[FetchResult] = []
@@ -171,6 +172,10 @@ class Engine:
         self.resolver.close()
         self.loop.close()
 
+    def finish_up(self) -> None:
+        """Loop thread: shutdown(wait=True) began; the registered work starts whatever waits undrained."""
+        self.finishing = True
+
     def stop(self) -> None:
         """Loop thread: end the loop; whatever is unfinished is cancelled."""
         self.stopping = True
@@ -184,11 +189,14 @@ class Engine:
         table = self.table
         now = self.loop.now
         while inbox:
-            task = inbox.popleft()
+            # Enqueue before popping: register() counts inbox + table for max_pending
+            # without the loop's cooperation, and must never see a task in neither.
+            task = inbox[0]
             if self.stopping:
                 self._finish_error(task, FetchFailure(ErrorKind.CANCELLED, "fetcher shut down"))
             else:
                 table.enqueue(task, now)
+            inbox.popleft()
 
     def _dispatch(self) -> None:
         if self.stopping:
@@ -198,7 +206,7 @@ class Engine:
         table = self.table
         request_timeout = self.config.request_timeout
         while True:
-            if limit is not None and self._completed_backlog() + len(self._finished) >= limit:
+            if limit is not None and not self.finishing and self._completed_backlog() + len(self._finished) >= limit:
                 return  # the consumer wakes us when it drains
             assignment = table.next_assignment(now)
             if assignment is None:

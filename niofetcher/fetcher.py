@@ -72,9 +72,11 @@ class NIOFetcher:
             if not already:
                 self._engine.close_unstarted()
             return
-        if wait:
-            self.join(timeout)
         engine = self._engine
+        if wait:
+            # "Finish all registered work" must not wait on results nobody drains (max_completed).
+            engine.loop.call_soon_threadsafe(engine.finish_up)
+            self.join(timeout)
         if thread.is_alive():
             engine.loop.call_soon_threadsafe(engine.stop)
         thread.join()
