@@ -183,7 +183,10 @@ def decode_text(body: bytes, content_type: Optional[str]) -> str:
 
 
 def _known_codec(name: str) -> Optional[str]:
+    """A text codec Python knows by this name; None for unknown names and for bytes-to-bytes
+    codecs such as base64, which a hostile Content-Type could otherwise smuggle in."""
     try:
-        return codecs.lookup(name).name
+        info = codecs.lookup(name)
     except LookupError:
         return None
+    return info.name if getattr(info, "_is_text_encoding", True) else None

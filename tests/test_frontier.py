@@ -1,0 +1,708 @@
+"""The crawl frontier (DESIGN.md, "The crawler": ``Frontier``).
+
+Every URL is in exactly one state at all times, checked with a query the way a
+user would (a second sqlite3 connection on the file); known URLs are never
+added twice, in whatever form they come; claims go by priority, then FIFO,
+and never hand a URL out twice, even to four threads at once; failures are
+retried with a growing, capped delay (or a server's Retry-After) until
+``max_attempts``; ``release()`` gives the attempt back; a crashed run resumes
+with its in-flight URLs waiting again and its done URLs done; and files that
+cannot be used fail with one clear ``FrontierError``.
+
+Time is a fake clock passed as ``clock``: no test sleeps.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from niofetcher.frontier import (
+    SCHEMA_VERSION,
+    STATES,
+    Frontier,
+    FrontierError,
+    FrontierURL,
+    _normalize_split,
+    normalize_url,
+)
+
+
+class FakeClock:
+    """Unix time that moves only when a test says so."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+# -- helpers ------------------------------------------------------------------
+
+
+def read_rows(path: Path, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Ask the file, as a user with the sqlite3 module would (a connection of its own)."""
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def states_on_disk(path: Path) -> dict[str, str]:
+    return dict(read_rows(path, "SELECT url, state FROM urls"))  # type: ignore[arg-type]
+
+
+def assert_consistent(frontier: Frontier, path: Path) -> dict[str, int]:
+    """Every URL in exactly one of the four states, and counts() agreeing with the file."""
+    counts = frontier.counts()  # commits what is pending, so the file shows it
+    assert set(counts) == set(STATES)
+    other = "SELECT COUNT(*) FROM urls WHERE state NOT IN ('waiting', 'processing', 'done', 'error')"
+    assert read_rows(path, other) == [(0,)]
+    (total,), = read_rows(path, "SELECT COUNT(*) FROM urls")
+    (distinct,), = read_rows(path, "SELECT COUNT(DISTINCT url) FROM urls")
+    assert total == distinct == sum(counts.values())
+    on_disk = dict.fromkeys(STATES, 0)
+    on_disk.update(read_rows(path, "SELECT state, COUNT(*) FROM urls GROUP BY state"))  # type: ignore[arg-type]
+    assert counts == on_disk
+    # 'waiting' rows are due some time; rows that are done or error are not due at all.
+    never_due = "SELECT COUNT(*) FROM urls WHERE state = 'waiting' AND next_attempt_at IS NULL"
+    assert read_rows(path, never_due) == [(0,)]
+    due = "SELECT COUNT(*) FROM urls WHERE state IN ('done', 'error') AND next_attempt_at IS NOT NULL"
+    assert read_rows(path, due) == [(0,)]
+    return counts
+
+
+def urls(n: int, host: str = "a.test") -> list[str]:
+    return [f"http://{host}/page/{i}" for i in range(n)]
+
+
+def claim_all(frontier: Frontier, batch: int = 7) -> list[FrontierURL]:
+    out: list[FrontierURL] = []
+    while claimed := frontier.claim(batch):
+        out.extend(claimed)
+    return out
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "crawl.db"
+
+
+@pytest.fixture
+def frontier(db: Path, clock: FakeClock) -> Iterable[Frontier]:
+    with Frontier(db, clock=clock, max_attempts=3, retry_delay=1.0, max_retry_delay=300.0) as f:
+        yield f
+
+
+# -- normalisation ------------------------------------------------------------
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("HTTP://Example.COM/Path?Q=A", "http://example.com/Path?Q=A"),  # scheme and host only
+        ("https://EXAMPLE.com", "https://example.com/"),  # empty path
+        ("http://example.com", "http://example.com/"),
+        ("http://example.com:80/x", "http://example.com/x"),  # default ports dropped
+        ("https://example.com:443/x", "https://example.com/x"),
+        ("http://example.com:443/x", "http://example.com:443/x"),  # ... only the scheme's own
+        ("https://example.com:80/x", "https://example.com:80/x"),
+        ("http://example.com:8080", "http://example.com:8080/"),
+        ("http://example.com:/x", "http://example.com/x"),  # an empty port is no port
+        ("http://example.com:0080/x", "http://example.com/x"),
+        ("http://example.com/x#frag", "http://example.com/x"),  # fragment dropped
+        ("http://example.com/x?a=1#frag", "http://example.com/x?a=1"),
+        ("http://example.com#top", "http://example.com/"),
+        ("http://example.com?b=2&a=1", "http://example.com/?b=2&a=1"),  # query kept as is
+        ("http://example.com/a%2Fb?x=%41&x=B", "http://example.com/a%2Fb?x=%41&x=B"),
+        ("http://[::1]/x", "http://[::1]/x"),  # IPv6 keeps its brackets
+        ("http://[::1]:80/x", "http://[::1]/x"),
+        ("https://[2001:DB8::1]:8443", "https://[2001:db8::1]:8443/"),
+        ("http://user:Pass@Example.com:80/", "http://user:Pass@example.com/"),
+        ("  http://example.com/x  ", "http://example.com/x"),
+        ("http://127.0.0.1:8080/a/b/", "http://127.0.0.1:8080/a/b/"),
+    ],
+)
+def test_normalize_url(url: str, expected: str) -> None:
+    assert normalize_url(url) == expected
+    assert normalize_url(expected) == expected  # a normal form stays as it is
+    assert _normalize_split(url) == expected
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://example.com/", "mailto:a@example.com", "javascript:void(0)", "/relative/path", "example.com/x",
+     "http://", "http:///path", "https://:443/", "http://[::1/", "http://example.com:99999/", "http://exa mple.com/"],
+)
+def test_normalize_url_rejects(url: str) -> None:
+    with pytest.raises(ValueError):
+        normalize_url(url)
+
+
+@pytest.mark.timeout(10)
+def test_normalize_url_rejects_non_strings() -> None:
+    with pytest.raises(TypeError):
+        normalize_url(b"http://example.com/")  # type: ignore[arg-type]
+
+
+_url_parts = st.tuples(
+    st.sampled_from(["http", "https", "HTTP", "Https", "ftp"]),
+    st.sampled_from(["a.test", "A.Test", "127.0.0.1", "[::1]", "[FE80::1]", "user@a.test", "", "x_y.test"]),
+    st.sampled_from(["", ":", ":80", ":443", ":8080", ":0", ":65535", ":65536", ":080", ":x"]),
+    st.text(alphabet="/abcAB%?#&=.:@ \t\x1f\xa0é[]\\", max_size=12),
+)
+
+
+@pytest.mark.timeout(60)
+@settings(max_examples=1000, deadline=None)
+@given(_url_parts)
+def test__normal_form_shortcut_agrees_with_the_long_way(parts: tuple[str, str, str, str]) -> None:
+    scheme, host, port, rest = parts
+    url = f"{scheme}://{host}{port}{rest}"
+    try:
+        expected = _normalize_split(url)
+    except ValueError:
+        with pytest.raises(ValueError):
+            normalize_url(url)
+        return
+    assert normalize_url(url) == expected
+    assert normalize_url(expected) == expected
+
+
+# -- states and transitions ---------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_life_of_a_url_every_url_in_exactly_one_state(frontier: Frontier, db: Path, clock: FakeClock) -> None:
+    assert frontier.counts() == {"waiting": 0, "processing": 0, "done": 0, "error": 0}
+    assert frontier.next_due() is None
+    assert frontier.add(urls(6)) == 6
+    assert assert_consistent(frontier, db) == {"waiting": 6, "processing": 0, "done": 0, "error": 0}
+    assert frontier.next_due() == clock.now  # new URLs are due at once
+
+    claimed = frontier.claim(4)
+    assert [c.url for c in claimed] == urls(4)
+    assert all(c.attempts == 1 for c in claimed)
+    assert assert_consistent(frontier, db) == {"waiting": 2, "processing": 4, "done": 0, "error": 0}
+
+    clock.advance(1)
+    frontier.complete(claimed[0].url, 200)
+    assert frontier.fail(claimed[1].url, "read_timeout") == "waiting"
+    assert frontier.fail(claimed[2].url, "not found", status=404, retry=False) == "error"
+    frontier.release([claimed[3].url])
+    assert assert_consistent(frontier, db) == {"waiting": 4, "processing": 0, "done": 1, "error": 1}
+
+    assert frontier.state("http://a.test/page/4") == "waiting"
+    assert frontier.state("HTTP://A.TEST:80/page/0#x") == "done"
+    assert frontier.state("http://a.test/unknown") is None
+    assert frontier.state("not a url") is None
+
+    sql = "SELECT url, state, attempts, status, error, fetched_at FROM urls"
+    rows = {row[0]: row[1:] for row in read_rows(db, sql)}
+    assert rows[urls(1)[0]] == ("done", 1, 200, None, clock.now)
+    assert rows["http://a.test/page/1"] == ("waiting", 1, None, "read_timeout", clock.now)
+    assert rows["http://a.test/page/2"] == ("error", 1, 404, "not found", clock.now)
+    assert rows["http://a.test/page/3"] == ("waiting", 0, None, None, None)
+
+    # The CHECK constraint keeps even a user's UPDATE to the four states.
+    conn = sqlite3.connect(db)
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE urls SET state = 'fetching' WHERE url = ?", (urls(1)[0],))
+    conn.close()
+
+
+@pytest.mark.timeout(30)
+def test_outcomes_only_for_claimed_urls(frontier: Frontier, db: Path) -> None:
+    frontier.add(urls(2))
+    with pytest.raises(ValueError, match="not 'processing'"):
+        frontier.complete(urls(1)[0], 200)  # waiting, not claimed
+    with pytest.raises(ValueError, match="not in the frontier"):
+        frontier.fail("http://elsewhere.test/", "x")
+    (item,) = frontier.claim(1)
+    frontier.complete(item.url, 200)
+    with pytest.raises(ValueError, match="'done'"):
+        frontier.complete(item.url, 200)  # twice
+    with pytest.raises(ValueError):
+        frontier.fail(item.url, "late")
+    frontier.release([item.url, "http://elsewhere.test/", "garbage"])  # not processing: left alone
+    assert frontier.state(item.url) == "done"
+    # complete() and fail() accept any form of a claimed URL.
+    (item,) = frontier.claim(1)
+    frontier.complete("HTTP://a.test:80/page/1#top", 204)
+    assert frontier.state(item.url) == "done"
+    assert assert_consistent(frontier, db) == {"waiting": 0, "processing": 0, "done": 2, "error": 0}
+
+
+# -- adding -------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_add_counts_new_urls_and_ignores_known_ones_in_any_form(frontier: Frontier, db: Path) -> None:
+    assert frontier.add(["http://a.test/x", "http://a.test/y"]) == 2
+    assert frontier.add(["HTTP://A.TEST/x", "http://a.test:80/x#frag", "http://a.test/y", "http://a.test/z"]) == 1
+    assert frontier.add(["http://a.test/q", "http://a.test/q", "http://A.test/q#1"]) == 1  # duplicates in one call
+    assert frontier.add(["ftp://a.test/", "mailto:x@a.test", "/relative", "http://", "http://[::1/"]) == 0
+    assert frontier.add([]) == 0
+    assert frontier.add(["https://a.test/x"]) == 1  # another scheme is another URL
+    assert frontier.add(["http://a.test/x?"]) == 0  # an empty query is no query
+    assert frontier.add(["http://a.test/x?a=1", "http://a.test/x?A=1"]) == 2  # the query's case counts
+
+    # Known in any state: a done or failed URL is not added again.
+    for item in claim_all(frontier):
+        if item.url.endswith("/x"):
+            frontier.complete(item.url, 200)
+        else:
+            frontier.fail(item.url, "boom", retry=False)
+    assert frontier.add(["http://a.test/x", "http://A.TEST/y", "http://a.test/new"]) == 1
+    assert assert_consistent(frontier, db)["waiting"] == 1
+
+    with pytest.raises(TypeError):
+        frontier.add("http://a.test/oops")  # a str is an iterable of characters: refused
+    with pytest.raises(ValueError):
+        frontier.add(["http://a.test/d"], depth=-1)
+
+
+@pytest.mark.timeout(30)
+def test_add_records_depth_parent_priority_and_discovery_time(frontier: Frontier, db: Path, clock: FakeClock) -> None:
+    frontier.add(["http://a.test/"])
+    clock.advance(5)
+    assert frontier.add(["http://a.test/child"], depth=1, parent="HTTP://A.test/", priority=3) == 1
+    assert frontier.add_many([("http://b.test/1", 2, "http://a.test/child", 1), ("http://b.test/2", 2, None, 0),
+                              ("bogus", 1, None, 0), ("http://b.test/1", 5, None, 9)]) == 2
+    sql = "SELECT url, depth, parent, priority, discovered_at, attempts, status FROM urls"
+    rows = {r[0]: r[1:] for r in read_rows(db, sql)}
+    assert rows == {
+        "http://a.test/": (0, None, 0, clock.now - 5, 0, None),
+        "http://a.test/child": (1, "http://a.test/", 3, clock.now, 0, None),  # the parent is stored normalised
+        "http://b.test/1": (2, "http://a.test/child", 1, clock.now, 0, None),  # the first add wins
+        "http://b.test/2": (2, None, 0, clock.now, 0, None),
+    }
+    item = next(c for c in frontier.claim(10) if c.url == "http://a.test/child")
+    assert item == FrontierURL("http://a.test/child", depth=1, priority=3, attempts=1, parent="http://a.test/")
+
+
+# -- claiming -----------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_claim_order_is_priority_then_discovery(frontier: Frontier) -> None:
+    frontier.add(["http://a.test/low-1", "http://a.test/low-2"], priority=0)
+    frontier.add(["http://a.test/high-1"], priority=5)
+    frontier.add(["http://a.test/mid-1", "http://a.test/mid-2"], priority=2)
+    frontier.add_many([("http://a.test/high-2", 0, None, 5), ("http://a.test/neg", 0, None, -1),
+                       ("http://a.test/low-3", 0, None, 0), ("http://a.test/mid-3", 0, None, 2)])
+    first = frontier.claim(3)
+    assert [c.url for c in first] == ["http://a.test/high-1", "http://a.test/high-2", "http://a.test/mid-1"]
+    frontier.add(["http://a.test/high-3"], priority=5)  # later, but outranks what waits
+    assert [c.url for c in frontier.claim(100)] == [
+        "http://a.test/high-3", "http://a.test/mid-2", "http://a.test/mid-3",
+        "http://a.test/low-1", "http://a.test/low-2", "http://a.test/low-3", "http://a.test/neg",
+    ]
+    assert frontier.claim(10) == []
+    assert frontier.claim(0) == []
+    with pytest.raises(ValueError):
+        frontier.claim(-1)
+
+
+@pytest.mark.timeout(30)
+def test_a_retried_url_keeps_its_place(frontier: Frontier, clock: FakeClock) -> None:
+    frontier.add(urls(3))
+    first, *_ = frontier.claim(1)
+    frontier.fail(first.url, "connect_error")
+    frontier.add(["http://a.test/later"])
+    clock.advance(1)  # the retry is due now
+    assert [c.url for c in frontier.claim(10)] == [first.url, *urls(3)[1:], "http://a.test/later"]
+
+
+@pytest.mark.timeout(60)
+def test_claim_never_hands_out_a_url_twice(frontier: Frontier, db: Path, clock: FakeClock) -> None:
+    rng = random.Random(7)
+    frontier.add_many((f"http://h{i % 13}.test/{i}", 0, None, rng.randrange(4)) for i in range(3000))
+    seen: Counter[str] = Counter()
+    while claimed := frontier.claim(rng.randrange(1, 60)):
+        seen.update(c.url for c in claimed)
+        for c in claimed:
+            r = rng.random()
+            if r < 0.1:
+                frontier.fail(c.url, "read_timeout", retry=False)
+            elif r < 0.2:
+                frontier.release([c.url])  # comes back, and may be claimed again
+                seen[c.url] -= 1
+            else:
+                frontier.complete(c.url, 200)
+        frontier.add(f"http://h0.test/{rng.randrange(6000)}" for _ in range(5))  # some new, some known
+    assert max(seen.values()) == 1
+    counts = assert_consistent(frontier, db)
+    assert counts["waiting"] == counts["processing"] == 0
+    assert sum(seen.values()) == counts["done"] + counts["error"]
+
+
+# -- failures and retries -----------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_retry_delays_grow_and_are_capped(db: Path, clock: FakeClock) -> None:
+    with Frontier(db, clock=clock, max_attempts=7, retry_delay=2.0, max_retry_delay=20.0) as frontier:
+        frontier.add(["http://a.test/flaky"])
+        delays = []
+        for attempt in range(1, 7):
+            (item,) = frontier.claim(5)
+            assert item.attempts == attempt
+            assert frontier.fail(item.url, "read_timeout", status=None) == "waiting"
+            due = frontier.next_due()
+            assert due is not None
+            delays.append(due - clock.now)
+            clock.advance(due - clock.now - 0.001)
+            assert frontier.claim(5) == []  # not due yet
+            clock.advance(0.001)
+        assert delays == [2.0, 4.0, 8.0, 16.0, 20.0, 20.0]  # retry_delay * 2**(attempts-1), capped
+        (item,) = frontier.claim(5)
+        assert item.attempts == 7
+        assert frontier.fail(item.url, "read_timeout") == "error"  # attempts used up
+        assert frontier.next_due() is None
+        rows = read_rows(db, "SELECT state, attempts, error, next_attempt_at FROM urls")
+        assert rows == [("error", 7, "read_timeout", None)]
+
+
+@pytest.mark.timeout(30)
+def test_retry_after_is_honoured(frontier: Frontier, clock: FakeClock) -> None:
+    frontier.add(["http://a.test/busy", "http://a.test/other"])
+    busy, other = frontier.claim(2)
+    assert frontier.fail(busy.url, "service unavailable", status=503, retry_after=120.0) == "waiting"
+    assert frontier.fail(other.url, "too many requests", status=429, retry_after=0.25) == "waiting"  # backoff is longer
+    clock.advance(1.0)
+    assert [c.url for c in frontier.claim(5)] == [other.url]
+    assert frontier.next_due() == clock.now - 1.0 + 120.0
+    clock.advance(118.9)
+    assert frontier.claim(5) == []
+    clock.advance(0.1)
+    (again,) = frontier.claim(5)
+    assert again.url == busy.url and again.attempts == 2
+    # The cap is for our own backoff; a server's longer Retry-After still wins.
+    assert frontier.fail(busy.url, "service unavailable", status=503, retry_after=1000.0) == "waiting"
+    assert frontier.next_due() == clock.now + 1000.0
+
+
+@pytest.mark.timeout(30)
+def test_retries_end_in_error_after_max_attempts(frontier: Frontier, db: Path, clock: FakeClock) -> None:
+    frontier.add(["http://a.test/down"])
+    outcomes = []
+    for _ in range(3):
+        clock.advance(1000)
+        (item,) = frontier.claim(1)
+        outcomes.append(frontier.fail(item.url, "connect_error", status=None))
+    assert outcomes == ["waiting", "waiting", "error"]
+    clock.advance(1000)
+    assert frontier.claim(1) == []
+    assert read_rows(db, "SELECT state, attempts, status, error FROM urls") == [("error", 3, None, "connect_error")]
+    assert assert_consistent(frontier, db)["error"] == 1
+
+
+@pytest.mark.timeout(30)
+def test_release_does_not_count_the_attempt(frontier: Frontier, db: Path) -> None:
+    frontier.add(urls(3))
+    claimed = frontier.claim(3)
+    frontier.release(c.url for c in claimed[:2])
+    assert assert_consistent(frontier, db) == {"waiting": 2, "processing": 1, "done": 0, "error": 0}
+    assert read_rows(db, "SELECT attempts FROM urls WHERE state = 'waiting'") == [(0,), (0,)]
+    again = frontier.claim(3)
+    assert [c.url for c in again] == [c.url for c in claimed[:2]]  # back in their place, due at once
+    assert [c.attempts for c in again] == [1, 1]
+    with pytest.raises(TypeError):
+        frontier.release("http://a.test/page/0")
+
+
+# -- reopening and crashes ----------------------------------------------------
+
+
+CRASH_SCRIPT = """
+import os, sys
+from niofetcher.frontier import Frontier
+f = Frontier(sys.argv[1], commit_every=int(sys.argv[2]))
+f.add(["http://a.test/%d" % i for i in range(10)])
+claimed = f.claim(6)
+f.complete(claimed[0].url, 200)
+f.complete(claimed[1].url, 200)
+f.counts()  # commits: these two are done for good
+f.complete(claimed[2].url, 200)  # pending unless commit_every is 1
+f.fail(claimed[3].url, "boom", retry=False)
+sys.stdout.flush()
+os._exit(1)  # killed: no close(), no commit, the WAL left behind
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("commit_every", [1, 128])
+def test_killed_run_resumes_with_processing_urls_waiting(db: Path, commit_every: int) -> None:
+    proc = subprocess.run([sys.executable, "-c", CRASH_SCRIPT, str(db), str(commit_every)],
+                          capture_output=True, text=True, timeout=50, check=False)
+    assert proc.returncode == 1, proc.stderr
+    with Frontier(db) as frontier:
+        states = states_on_disk(db)
+        assert [states[f"http://a.test/{i}"] for i in (0, 1)] == ["done", "done"]  # committed: never fetched again
+        if commit_every == 1:
+            assert [states[f"http://a.test/{i}"] for i in (2, 3)] == ["done", "error"]
+        else:
+            # Batched outcomes not yet committed are lost: claimed, so waiting again - fetched again, not lost.
+            assert [states[f"http://a.test/{i}"] for i in (2, 3)] == ["waiting", "waiting"]
+        assert [states[f"http://a.test/{i}"] for i in (4, 5)] == ["waiting", "waiting"]  # were in flight
+        assert "processing" not in states.values()
+        assert assert_consistent(frontier, db)["processing"] == 0
+        # The interrupted attempt still counts (it may have reached the server).
+        assert read_rows(db, "SELECT attempts FROM urls WHERE url = 'http://a.test/4'") == [(1,)]
+        resumed = [c.url for c in claim_all(frontier)]
+        expected = [f"http://a.test/{i}" for i in range(2 if commit_every > 1 else 4, 10)]
+        assert resumed == expected  # in their old order, and nothing that was done
+
+
+@pytest.mark.timeout(30)
+def test_second_open_of_a_file_left_processing_recovers_it(db: Path, clock: FakeClock) -> None:
+    crashed = Frontier(db, clock=clock)
+    crashed.add(urls(5))
+    claimed = crashed.claim(3)
+    crashed.complete(claimed[0].url, 200)
+    crashed.flush()
+    # The first one is never closed cleanly: the next run opens the same file.
+    with Frontier(db, clock=clock) as resumed:
+        assert resumed.counts() == {"waiting": 4, "processing": 0, "done": 1, "error": 0}
+        assert resumed.state(claimed[0].url) == "done"
+        assert [c.url for c in resumed.claim(10)] == urls(5)[1:]
+    crashed._conn.close()  # type: ignore[union-attr]  # what the end of a process would do
+
+
+@pytest.mark.timeout(30)
+def test_reopen_keeps_everything_and_the_fifo_order(db: Path, clock: FakeClock) -> None:
+    with Frontier(db, clock=clock) as frontier:
+        frontier.add(urls(3))
+        (item,) = frontier.claim(1)
+        frontier.complete(item.url, 200)  # pending: close() commits it
+    with Frontier(db, clock=clock) as frontier:
+        assert frontier.counts() == {"waiting": 2, "processing": 0, "done": 1, "error": 0}
+        assert frontier.add(urls(4)) == 1
+        assert [c.url for c in frontier.claim(10)] == urls(4)[1:]
+
+
+# -- files that cannot be used ------------------------------------------------
+
+
+def _one_line_error(path: Path) -> FrontierError:
+    with pytest.raises(FrontierError) as info:
+        Frontier(path)
+    assert isinstance(info.value, ValueError)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message
+    return info.value
+
+
+@pytest.mark.timeout(30)
+def test_a_file_that_is_not_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("these are not the URLs you are looking for\n" * 200)
+    assert "not a database" in str(_one_line_error(path))
+    assert path.read_text().startswith("these are")  # left as it was
+
+
+@pytest.mark.timeout(30)
+def test_a_corrupt_frontier(db: Path) -> None:
+    with Frontier(db) as frontier:
+        frontier.add(urls(3000))
+    data = bytearray(db.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    assert len(data) > 4 * page_size
+    rng = random.Random(3)
+    data[page_size:] = bytes(rng.randrange(256) for _ in range(len(data) - page_size))  # all but page 1
+    db.write_bytes(bytes(data))
+    _one_line_error(db)
+
+
+@pytest.mark.timeout(30)
+def test_a_truncated_frontier(db: Path) -> None:
+    with Frontier(db) as frontier:
+        frontier.add(urls(3000))
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 3])
+    _one_line_error(db)
+
+
+@pytest.mark.timeout(30)
+def test_an_unknown_schema_version(db: Path) -> None:
+    Frontier(db).close()
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    conn.close()
+    error = _one_line_error(db)
+    assert f"version {SCHEMA_VERSION + 1}" in str(error) and "newer" in str(error)
+
+
+@pytest.mark.timeout(30)
+def test_another_programs_database(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("CREATE TABLE urls (url TEXT, seen INTEGER)")
+    conn.close()
+    assert "not a niofetcher frontier" in str(_one_line_error(db))
+
+
+@pytest.mark.timeout(30)
+def test_an_empty_file_becomes_a_frontier(db: Path) -> None:
+    db.write_bytes(b"")
+    with Frontier(db) as frontier:
+        assert frontier.add(urls(2)) == 2
+    assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+
+
+@pytest.mark.timeout(30)
+def test_a_path_that_cannot_be_opened(tmp_path: Path) -> None:
+    _one_line_error(tmp_path / "no-such-dir" / "crawl.db")
+    _one_line_error(tmp_path)  # a directory
+
+
+@pytest.mark.timeout(30)
+def test_closed_frontier_and_bad_arguments(db: Path) -> None:
+    frontier = Frontier(db)
+    frontier.close()
+    frontier.close()  # twice is fine
+    assert frontier.closed and "closed" in repr(frontier)
+    with pytest.raises(FrontierError, match="closed"):
+        frontier.claim(1)
+    with pytest.raises(FrontierError, match="closed"):
+        frontier.add(urls(1))
+    for kwargs in ({"max_attempts": 0}, {"retry_delay": -1.0}, {"max_retry_delay": 0.5},
+                   {"retry_delay": float("nan")}, {"commit_every": 0}):
+        with pytest.raises(ValueError):
+            Frontier(":memory:", **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Frontier(":memory:", max_attempts=True)
+
+
+@pytest.mark.timeout(30)
+def test_in_memory_frontier() -> None:
+    with Frontier() as frontier:
+        assert frontier.add(urls(3)) == 3
+        (item,) = frontier.claim(1)
+        frontier.complete(item.url, 200)
+        assert frontier.counts() == {"waiting": 2, "processing": 0, "done": 1, "error": 0}
+        assert "waiting=2" in repr(frontier)
+
+
+# -- threads ------------------------------------------------------------------
+
+
+def run_threads(targets: list[Callable[[], None]]) -> None:
+    """Run each target in its own thread, all released at once; re-raise the first failure."""
+    barrier = threading.Barrier(len(targets))
+    errors: list[BaseException] = []
+
+    def run(target: Callable[[], None]) -> None:
+        try:
+            barrier.wait(10)
+            target()
+        except BaseException as exc:  # noqa: BLE001 - reported in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+        assert not thread.is_alive()
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.timeout(120)
+def test_four_threads_add_claim_and_complete(db: Path) -> None:
+    per_thread = 1500
+    claimed: list[list[str]] = [[] for _ in range(4)]
+    with Frontier(db, max_attempts=2, retry_delay=0.0) as frontier:
+
+        def worker(n: int) -> None:
+            rng = random.Random(n)
+            # Each thread adds its own URLs and, in other forms, some of the others'.
+            mine = [f"http://t{n}.test/{i}" for i in range(per_thread)]
+            for start in range(0, per_thread, 50):
+                frontier.add(mine[start:start + 50], depth=1, parent=f"http://t{n}.test/")
+                frontier.add(f"HTTP://T{rng.randrange(4)}.test:80/{rng.randrange(per_thread)}#x" for _ in range(10))
+                for item in frontier.claim(rng.randrange(1, 40)):
+                    claimed[n].append(item.url)
+                    if rng.random() < 0.1:
+                        frontier.fail(item.url, "read_timeout")
+                    else:
+                        frontier.complete(item.url, 200)
+                frontier.counts()
+            while items := frontier.claim(25):
+                for item in items:
+                    claimed[n].append(item.url)
+                    if rng.random() < 0.05:
+                        frontier.fail(item.url, "gone", retry=False)
+                    else:
+                        frontier.complete(item.url, 200)
+
+        run_threads([functools.partial(worker, n) for n in range(4)])
+        counts = assert_consistent(frontier, db)
+        assert counts["waiting"] == counts["processing"] == 0
+        assert counts["done"] + counts["error"] == 4 * per_thread
+        times = Counter(url for urls_ in claimed for url in urls_)
+        assert len(times) == 4 * per_thread
+        # A URL is claimed once, or again only after a failed attempt sent it back.
+        ((retried,),) = read_rows(db, "SELECT COUNT(*) FROM urls WHERE attempts = 2")
+        assert sum(times.values()) == 4 * per_thread + int(retried)  # type: ignore[call-overload]
+        assert read_rows(db, "SELECT url, attempts FROM urls WHERE attempts NOT IN (1, 2)") == []
+        for url, attempts in read_rows(db, "SELECT url, attempts FROM urls"):
+            assert times[url] == attempts  # type: ignore[index]
+
+
+# -- read by a user -----------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_the_table_as_a_user_reads_it(frontier: Frontier, db: Path, clock: FakeClock) -> None:
+    frontier.add(["http://a.test/"], priority=1)
+    frontier.add(["http://a.test/about", "http://b.test/"], depth=1, parent="http://a.test/")
+    item, *_ = frontier.claim(3)
+    frontier.complete(item.url, 200)
+    frontier.flush()
+    # While the crawler holds the file open (WAL: readers never wait for it).
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    columns = [row["name"] for row in conn.execute("PRAGMA table_info(urls)")]
+    assert columns[:11] == ["url", "state", "attempts", "depth", "priority", "parent", "status", "error",
+                            "discovered_at", "fetched_at", "next_attempt_at"]
+    types = {row["name"]: row["type"] for row in conn.execute("PRAGMA table_info(urls)")}
+    assert [types[c] for c in columns[:11]] == ["TEXT", "TEXT", "INTEGER", "INTEGER", "INTEGER", "TEXT",
+                                                "INTEGER", "TEXT", "REAL", "REAL", "REAL"]
+    done = conn.execute("SELECT * FROM urls WHERE state = 'done'").fetchone()
+    assert (done["url"], done["status"], done["fetched_at"], done["depth"]) == ("http://a.test/", 200, clock.now, 0)
+    children = conn.execute("SELECT url FROM urls WHERE parent = ? ORDER BY url", ("http://a.test/",)).fetchall()
+    assert [r["url"] for r in children] == ["http://a.test/about", "http://b.test/"]
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    plan = " ".join(str(row[3]) for row in conn.execute(
+        "EXPLAIN QUERY PLAN SELECT rowid FROM urls WHERE state = 'waiting' AND next_attempt_at <= 0 "
+        "ORDER BY priority DESC, seq LIMIT 10"))
+    assert "urls_claim" in plan and "TEMP B-TREE" not in plan  # claim walks an index, no sort
+    conn.close()
