@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
-import time
+import tempfile
 from typing import Optional, Sequence, TextIO
 
 from . import __version__
 from .config import FetcherConfig
+from .crawler import CrawlConfig
+from .cli_crawl import PageWriter, print_summary, run_crawl
 from .fetcher import NIOFetcher
+from .frontier import Frontier, FrontierError
 from .models import FetchResult
 from .urls import parse_target
 
@@ -44,23 +48,49 @@ def _parser() -> argparse.ArgumentParser:
     _add_fetcher_options(fetch)
     fetch.set_defaults(run=_run_fetch)
 
+    crawl = commands.add_parser("crawl", help="crawl from seed URLs; rerun with the same --db to resume")
+    crawl.add_argument("seeds", nargs="+", metavar="SEED")
+    crawl.add_argument("--db", default="crawl.sqlite", help="the frontier database (default crawl.sqlite)")
+    crawl.add_argument("--max-pages", type=_positive_int, default=None, metavar="N")
+    crawl.add_argument("--max-depth", type=_non_negative_int, default=None, metavar="D")
+    crawl.add_argument("--out", metavar="FILE", help="write one JSON record per page to FILE (appends)")
+    crawl.add_argument("--warc", metavar="FILE", help="write request and response records to a WARC file (.gz: gzip)")
+    crawl.add_argument("--allowed-domain", action="append", default=None, metavar="DOMAIN",
+                       help="follow links only within DOMAIN and its subdomains "
+                            "(repeatable; default: the seeds' hosts)")
+    crawl.add_argument("--include", action="append", default=[], metavar="REGEX", help="follow only URLs matching")
+    crawl.add_argument("--exclude", action="append", default=[], metavar="REGEX", help="never follow URLs matching")
+    crawl.add_argument("--no-robots", action="store_true", help="do not fetch or obey robots.txt")
+    crawl.add_argument("--delay", type=_non_negative_float, default=0.0, metavar="S",
+                       help="least time between two requests to one host (robots.txt Crawl-delay may raise it)")
+    crawl.add_argument("--extractor", choices=("bs4", "lxml"), default="bs4")
+    crawl.add_argument("--parse-workers", type=_positive_int, default=2, metavar="N")
+    crawl.add_argument("--parse-mode", choices=("process", "thread"), default="process")
+    crawl.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N")
+    crawl.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto",
+                       help="a progress bar on a terminal, periodic lines otherwise (default auto)")
+    _add_fetcher_options(crawl)
+    crawl.set_defaults(run=_run_crawl)
+
     site = commands.add_parser("testsite", help="serve a generated local test site until Ctrl-C")
     site.add_argument("--port", type=int, default=8080, help="first port; host k listens on port+k (default 8080)")
     site.add_argument("--hosts", type=_positive_int, default=1, help="number of hosts (ports)")
     site.add_argument("--pages", type=_positive_int, default=100, help="pages per host")
     site.add_argument("--delay", type=_non_negative_float, default=0.0, metavar="MS", help="latency per response in ms")
     site.add_argument("--page-size", type=_positive_int, default=2048, help="approximate page size in bytes")
-    site.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate (chain); needs --tls-key")
+    site.add_argument("--tls-cert", metavar="FILE",
+                      help="serve HTTPS with this PEM certificate (chain); needs --tls-key")
     site.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert (may be the same file)")
     site.add_argument("--no-tickets", action="store_true",
                       help="with TLS: send no session tickets, so every new connection does a full handshake")
     site.set_defaults(run=_run_testsite)
 
-    demo = commands.add_parser("demo", help="start a local test site and fetch all of its pages")
-    demo.add_argument("--hosts", type=_positive_int, default=8)
+    demo = commands.add_parser("demo", help="start a local test site and crawl it")
+    demo.add_argument("--hosts", type=_positive_int, default=4)
     demo.add_argument("--pages", type=_positive_int, default=500, help="pages per host")
     demo.add_argument("--delay", type=_non_negative_float, default=5.0, metavar="MS", help="latency per response in ms")
     demo.add_argument("--per-host", type=_positive_int, default=4, help="connections per host")
+    demo.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto")
     demo.set_defaults(run=_run_demo)
     return parser
 
@@ -78,7 +108,7 @@ def _add_fetcher_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--request-timeout", type=_positive_float, default=120.0, metavar="S")
 
 
-def _config_from(args: argparse.Namespace) -> FetcherConfig:
+def _config_from(args: argparse.Namespace, **extra: object) -> FetcherConfig:
     resolve = {}
     for entry in args.resolve:
         host, sep, rest = entry.partition(":")
@@ -97,8 +127,9 @@ def _config_from(args: argparse.Namespace) -> FetcherConfig:
     )
     if args.user_agent:
         options["user_agent"] = args.user_agent
+    options.update(extra)
     try:
-        return FetcherConfig(**options)
+        return FetcherConfig(**options)  # type: ignore[arg-type]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -194,42 +225,69 @@ def _run_testsite(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_crawl(args: argparse.Namespace) -> int:
+    fetcher_config = _config_from(args, host_delay=args.delay)
+    try:
+        config = CrawlConfig(
+            seeds=args.seeds, db_path=args.db, max_pages=args.max_pages, max_depth=args.max_depth,
+            allowed_domains=args.allowed_domain, include=args.include, exclude=args.exclude,
+            max_attempts=args.max_attempts, obey_robots=not args.no_robots, parse_workers=args.parse_workers,
+            parse_mode=args.parse_mode, extractor=args.extractor, fetcher=fetcher_config,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    _check_database(args.db)
+    try:
+        writer = PageWriter(args.out, args.warc, fetcher_config.user_agent)
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
+    with writer:
+        summary = run_crawl(config, writer, args.progress)
+    print_summary(summary)
+    return 0 if not summary.errors else 1
+
+
+def _check_database(path: str) -> None:
+    """One clear line for a --db that cannot be used, before anything starts."""
+    try:
+        Frontier(path).close()
+    except FrontierError as exc:
+        raise UsageError(f"cannot use --db {path}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot open --db {path}: {exc.strerror or exc}") from None
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from .testsite import TestSite
 
-    config = FetcherConfig(max_connections_per_host=args.per_host, max_connections=args.per_host * args.hosts)
-    with TestSite(hosts=args.hosts, pages=args.pages, delay=args.delay / 1000.0) as site:
-        urls = site.page_urls()
-        print(f"test site: {args.hosts} hosts x {args.pages} pages, {args.delay:g} ms latency, "
-              f"{args.per_host} connections per host", flush=True)
-        started = time.monotonic()
-        cpu_started = time.process_time()
-        ok = errors = 0
-        size = 0
-        with NIOFetcher(config) as fetcher:
-            for url in urls:
-                fetcher.register(url)
-            next_report = started + 1.0
-            for result in fetcher.results():
-                ok += result.ok
-                errors += not result.ok
-                size += len(result.body)
-                now = time.monotonic()
-                if now >= next_report:
-                    rate = (ok + errors) / (now - started)
-                    print(f"  {ok + errors:>7} / {len(urls)} pages, {rate:8.0f} pages/s", flush=True)
-                    next_report = now + 1.0
-            stats = fetcher.stats()
-        elapsed = time.monotonic() - started
-        cpu = time.process_time() - cpu_started
-        peak = max(site.counters(port).max_open for port in site.ports)
-        print(f"fetched {ok} pages ({size / 1e6:.1f} MB), {errors} errors, in {elapsed:.2f} s: "
-              f"{(ok + errors) / elapsed:.0f} pages/s, {cpu * 1000 / max(1, ok + errors):.3f} CPU ms per page "
-              f"(site included)")
-        print(f"connections opened: {stats.connections_opened}, requests on reused connections: "
-              f"{stats.reused_requests}, peak connections per host seen by the server: {peak} "
-              f"(limit {args.per_host})")
-    return 0 if errors == 0 else 1
+    per_host = args.per_host
+    with TestSite(hosts=args.hosts, pages=args.pages, delay=args.delay / 1000.0) as site, \
+            tempfile.TemporaryDirectory(prefix="niofetcher-demo-") as folder:
+        print(f"test site: {args.hosts} hosts x {args.pages} pages on {', '.join(site.base_urls)}, "
+              f"{args.delay:g} ms latency", flush=True)
+        print(f"crawling from {site.base_urls[0]} with {per_host} connections per host, "
+              f"robots.txt obeyed, links parsed with beautifulsoup4 in {2} processes", flush=True)
+        config = CrawlConfig(
+            seeds=[site.base_urls[0]], db_path=os.path.join(folder, "demo.sqlite"),
+            fetcher=FetcherConfig(max_connections_per_host=per_host, max_connections=per_host * args.hosts),
+        )
+        summary = run_crawl(config, None, args.progress)
+        print_summary(summary)
+        expected = args.hosts * (args.pages + 1)
+        served = site.counters()
+        print(f"the site served {served.requests} requests ({expected} pages + {args.hosts} robots.txt) "
+              f"over {served.accepted} connections; peak {served.max_open} open at once")
+    return 0 if summary.counts["done"] == expected and not summary.errors else 1
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:

@@ -321,7 +321,8 @@ class Engine:
             self._finish_error(task, FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, detail), status=status)
             return
         if url == task.bean.url or any(url == seen for _, seen in task.redirects):
-            self._finish_error(task, FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, f"redirect loop at {url}"), status=status)
+            loop = FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, f"redirect loop at {url}")
+            self._finish_error(task, loop, status=status)
             return
         try:
             target = parse_target(url)
@@ -373,12 +374,17 @@ class Engine:
 
     # -- shutdown -------------------------------------------------------------
 
-    def _cancel_everything(self) -> None:
-        cancelled = FetchFailure(ErrorKind.CANCELLED, "fetcher shut down")
+    def cancel_pending(self, detail: str = "cancelled before it started") -> None:
+        """Loop thread: cancel what waits in the inbox and the host queues; in-flight work goes on."""
+        cancelled = FetchFailure(ErrorKind.CANCELLED, detail)
         for task in self.table.drain_pending():
             self._finish_error(task, cancelled)
         while self.inbox:
             self._finish_error(self.inbox.popleft(), cancelled)
+
+    def _cancel_everything(self) -> None:
+        self.cancel_pending("fetcher shut down")
+        cancelled = FetchFailure(ErrorKind.CANCELLED, "fetcher shut down")
         for conn in list(self.connections):
             if conn.state == IDLE or conn.task is None:
                 conn.close()

@@ -122,6 +122,17 @@ class NIOFetcher:
         engine.wake()
         return True
 
+    def cancel_pending(self) -> None:
+        """Cancel every registered URL that has not been dispatched yet (any thread).
+
+        Each is delivered with error ``cancelled``; fetches already in flight go on.
+        """
+        with self._cond:
+            if self._closed or self._thread is None:
+                return
+        engine = self._engine
+        engine.loop.call_soon_threadsafe(engine.cancel_pending)
+
     def set_host_delay(self, url: str, seconds: float) -> None:
         """From now on, at least ``seconds`` between request starts to this URL's (scheme, host, port)."""
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:

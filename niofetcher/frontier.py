@@ -128,6 +128,15 @@ WHERE rowid IN (SELECT rowid FROM urls
 RETURNING url, depth, priority, attempts, parent, seq
 """
 
+_CLAIM_TO_DEPTH = """
+UPDATE urls SET state = 'processing', attempts = attempts + 1
+WHERE rowid IN (SELECT rowid FROM urls
+                WHERE state = 'waiting' AND next_attempt_at <= ? AND depth <= ?
+                ORDER BY priority DESC, seq
+                LIMIT ?)
+RETURNING url, depth, priority, attempts, parent, seq
+"""
+
 _COMPLETE = """
 UPDATE urls SET state = 'done', status = ?, error = NULL, fetched_at = ?, next_attempt_at = NULL
 WHERE url = ? AND state = 'processing'
@@ -513,7 +522,7 @@ class Frontier:
 
     # -- claiming and outcomes -------------------------------------------------
 
-    def claim(self, limit: int) -> list[FrontierURL]:
+    def claim(self, limit: int, max_depth: int | None = None) -> list[FrontierURL]:
         """Hand out up to ``limit`` waiting URLs that are due, highest priority
         first, then in the order they were discovered.
 
@@ -525,7 +534,10 @@ class Frontier:
             return []
         with self._db() as conn:
             self._begin(conn)
-            rows = conn.execute(_CLAIM, (self._clock(), limit)).fetchall()
+            if max_depth is None:
+                rows = conn.execute(_CLAIM, (self._clock(), limit)).fetchall()
+            else:
+                rows = conn.execute(_CLAIM_TO_DEPTH, (self._clock(), max_depth, limit)).fetchall()
             self._commit(conn)
             self._move("waiting", "processing", len(rows))
         rows.sort(key=lambda row: (-row[2], row[5]))  # priority, seq
@@ -658,6 +670,15 @@ class Frontier:
             self._commit(conn)
             (due,) = conn.execute("SELECT MIN(next_attempt_at) FROM urls WHERE state = 'waiting'").fetchone()
             return float(due) if due is not None else None
+
+    def min_due_depth(self) -> int | None:
+        """The smallest depth among waiting URLs that are due now, None when there is none."""
+        with self._db() as conn:
+            self._commit(conn)
+            (depth,) = conn.execute(
+                "SELECT MIN(depth) FROM urls WHERE state = 'waiting' AND next_attempt_at <= ?", (self._clock(),)
+            ).fetchone()
+            return depth
 
     def state(self, url: str) -> str | None:
         """The state of a URL (in any form that normalises to a known one), None if unknown or invalid."""

@@ -16,7 +16,7 @@ what keeps them from drifting apart is that neither produces a URL. Each one
 only *harvests* raw attribute values, field tuples and cell texts into a
 ``_Harvest``, and a single function, ``_finish``, turns a harvest into
 ``PageLinks``: it resolves ``<base href>``, makes every URL absolute with
-``_absolute`` (the one URL cleanup), drops what is not http(s), removes
+``absolute_url`` (the one URL cleanup), drops what is not http(s), removes
 duplicates and builds the forms. The tests hold the two extractors equal on
 every page of the real corpus.
 
@@ -33,7 +33,7 @@ UnicodeDammit decoding anyway, only a guess passed on to libxml2, and the
 real corpus page ``qq.html`` (declares gb2312, is UTF-8) came out as a
 title and nothing else that way. A ``str`` body is encoded as UTF-8.
 
-URL decisions (all in ``_absolute``, so they hold for both extractors):
+URL decisions (all in ``absolute_url``, so they hold for both extractors):
 
 * Leading and trailing C0 controls and spaces are stripped and tabs and
   newlines inside removed, as browsers do; then ``urljoin`` against the base.
@@ -594,7 +594,7 @@ def _origin_of(base: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _absolute(href: str, base: str) -> str | None:
+def absolute_url(href: str, base: str) -> str | None:
     """``href`` resolved against ``base`` as a fetchable http(s) URL without fragment, or None.
 
     The only function that makes URLs; see "URL decisions" in the module docstring.
@@ -619,7 +619,7 @@ def _absolute(href: str, base: str) -> str | None:
 
 
 def _absolute_general(href: str, base: str) -> str | None:
-    """``_absolute`` for any href (already stripped): urljoin, then check and percent-encode."""
+    """``absolute_url`` for any href (already stripped): urljoin, then check and percent-encode."""
     if "\t" in href or "\n" in href or "\r" in href:
         href = href.translate(_TAB_OR_NEWLINE)
     try:
@@ -660,17 +660,17 @@ def _absolute_general(href: str, base: str) -> str | None:
 
 def _finish(harvest: _Harvest, base_url: str) -> PageLinks:
     """Raw harvest -> PageLinks: base, absolute URLs, http(s) only, no duplicates, forms."""
-    page = _absolute(base_url, "") if isinstance(base_url, str) else None
+    page = absolute_url(base_url, "") if isinstance(base_url, str) else None
     against = page or ""
     if harvest.base is not None:
-        against = _absolute(harvest.base, against) or against
+        against = absolute_url(harvest.base, against) or against
     memo: dict[str, str | None] = {}
 
     def absolute(raw: str) -> str | None:
         try:
             return memo[raw]
         except KeyError:
-            url = memo[raw] = _absolute(raw, against)
+            url = memo[raw] = absolute_url(raw, against)
             return url
 
     def unique(raws: list[str]) -> list[str]:

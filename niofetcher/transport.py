@@ -109,7 +109,7 @@ class TLSTransport:
 
     @property
     def session_reused(self) -> bool:
-        return self._ssl.session_reused
+        return bool(self._ssl.session_reused)
 
     @property
     def session(self) -> Optional[ssl.SSLSession]:

@@ -19,7 +19,7 @@ from niofetcher.parse import (
     EXTRACTORS,
     Form,
     PageLinks,
-    _absolute,
+    absolute_url,
     _absolute_general,
     extract,
 )
@@ -113,10 +113,10 @@ def test__absolute_fast_path_agrees_with_general() -> None:
     raws |= {"/", "//", "///x", "/./a", "/a/../b", "/a?", "/a?#", "https://a.b", "https://a.b?x", "//h/p?q#f"}
     assert len(raws) > 1000
     for base in ("https://example.org/articles/x/", "http://example.org", "https://Ex.ORG:8443/a/b;p?q#f", ""):
-        base = _absolute(base, "") or ""
+        base = absolute_url(base, "") or ""
         for raw in raws:
             stripped = raw.strip("".join(map(chr, range(0x21))))
-            assert _absolute(raw, base) == _absolute_general(stripped, base), (raw, base)
+            assert absolute_url(raw, base) == _absolute_general(stripped, base), (raw, base)
 
 
 # -- URLs ----------------------------------------------------------------------
