@@ -97,7 +97,7 @@ page; Beautiful Soup drives it through SAX events, which have no such limit.
 When the lxml extractor's parse ends on that fatal error, the page is
 harvested by the bs4 extractor instead, so the two still agree.
 
-Speed (benchmarks/parse_speed.py, corpus median 88 KB): bs4 ~8.6 ms a page,
+Speed (benchmarks/parse.py, corpus median 88 KB): bs4 ~8.6 ms a page,
 lxml ~1.1 ms, of which libxml2's parse is ~0.7 ms. Beautiful Soup's cost is
 building Python objects, so the strainer keeps only ``a img area frame
 iframe form table title base`` subtrees (a kept subtree is kept whole, which

@@ -1,9 +1,9 @@
 """Speed of ``parse.extract`` over the real page corpus, for each extractor.
 
-    python benchmarks/parse_speed.py                    # both extractors, best of 5 runs per page
-    python benchmarks/parse_speed.py --extractor lxml --repeat 10
-    python benchmarks/parse_speed.py --floor            # also: libxml2 parsing alone, the lower bound
-    python benchmarks/parse_speed.py --corpus DIR       # or NIOFETCHER_CORPUS=DIR
+    python benchmarks/parse.py                    # both extractors, best of 5 runs per page
+    python benchmarks/parse.py --extractor lxml --repeat 10
+    python benchmarks/parse.py --floor            # also: libxml2 parsing alone, the lower bound
+    python benchmarks/parse.py --corpus DIR       # or NIOFETCHER_CORPUS=DIR
 
 Each page is extracted --repeat times and its best time kept (the least
 disturbed by other processes). Printed per extractor: median and mean ms per
@@ -70,7 +70,7 @@ def main() -> int:
 
     files = sorted(args.corpus.glob("*.html")) if args.corpus.is_dir() else []
     if not files:
-        print(f"parse_speed: no *.html pages in {args.corpus}", file=sys.stderr)
+        print(f"parse: no *.html pages in {args.corpus}", file=sys.stderr)
         return 2
     pages = [(f.stem, f.read_bytes()) for f in files]
     sizes = [len(body) for _, body in pages]
