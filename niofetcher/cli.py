@@ -280,24 +280,22 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0 if summary.counts["done"] == expected and not summary.errors else 1
 
 
-def _non_negative_int(text: str) -> int:
+def _integer(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text!r}")
     return value
+
+
+def _non_negative_int(text: str) -> int:
+    return _integer(text, 0)
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
+    return _integer(text, 1)
 
 
 def _number(text: str) -> float:

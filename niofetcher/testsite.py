@@ -55,7 +55,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 __all__ = ["PortCounters", "TestSite", "tls_context_from_files"]
 
@@ -627,18 +627,8 @@ class _TLSServer(_Server):
     and counters are the plain server's.
     """
 
-    def __init__(
-        self,
-        listeners: list[socket.socket],
-        resources: list[dict[str, _Resource]],
-        counters: list[PortCounters],
-        lock: threading.Lock,
-        delay: float,
-        max_seconds: float | None,
-        *,
-        context: ssl.SSLContext,
-    ) -> None:
-        super().__init__(listeners, resources, counters, lock, delay, max_seconds)
+    def __init__(self, *args: Any, context: ssl.SSLContext) -> None:
+        super().__init__(*args)
         self.context = context
 
     def _adopt(self, sock: socket.socket, index: int, now: float) -> _Connection | None:
