@@ -25,6 +25,7 @@ from .config import FetcherConfig
 from .connection import IDLE, Connection
 from .content import ACCEPT_ENCODING
 from .errors import ErrorKind, FetchFailure
+from .http11 import RequestHeaders, validated_headers
 from .loop import Loop
 from .models import FetchResult, URLBean
 from .pool import HostTable
@@ -47,12 +48,11 @@ class Task:
     __slots__ = (
         "bean", "seq", "priority", "method", "body", "target", "url", "registered_at", "first_dispatch_at",
         "dispatched_at", "active_time", "deadline", "redirects", "replayed", "needs_fresh_connection",
-        "connection_reused", "session_reused", "_headers", "_wire_headers",
+        "connection_reused", "session_reused", "_defaults", "_headers", "_wire_headers",
     )
 
     def __init__(
-        self, bean: URLBean, target: Target, seq: int, registered_at: float,
-        base_headers: dict[str, tuple[str, str]],
+        self, bean: URLBean, target: Target, seq: int, registered_at: float, defaults: RequestDefaults,
     ) -> None:
         self.bean = bean
         self.seq = seq
@@ -74,22 +74,25 @@ class Task:
         self.session_reused = False
         # Shared with every other task until this one has headers of its own:
         # a million pending URLs must not mean a million copies of the defaults.
-        headers = base_headers
+        self._defaults = defaults
+        headers = defaults.headers
         if bean.headers:
-            headers = dict(base_headers)
+            headers = dict(headers)
             for name, value in bean.headers.items():
                 headers[name.lower()] = (name, value)
         self._headers = headers
-        self._wire_headers: Optional[list[tuple[str, str]]] = None
+        self._wire_headers: Optional[RequestHeaders] = None
 
-    def wire_headers(self) -> list[tuple[str, str]]:
-        """The request headers for the current target, Host first."""
+    def wire_headers(self) -> RequestHeaders:
+        """The request headers for the current target, Host first, validated.  Raises FetchFailure."""
         wire = self._wire_headers
         if wire is None:
-            wire = [("Host", self.target.host_header)]
-            wire.extend(pair for key, pair in self._headers.items() if key != "host")
-            if self.body and "content-length" not in self._headers and "transfer-encoding" not in self._headers:
-                wire.append(("Content-Length", str(len(self.body))))
+            defaults = self._defaults
+            host_header = self.target.host_header
+            if self._headers is defaults.headers and not self.body:
+                wire = defaults.for_host(host_header)
+            else:
+                wire = validated_headers(_header_list(host_header, self._headers, self.body))
             self._wire_headers = wire
         return wire
 
@@ -105,6 +108,33 @@ class Task:
         self.url = url
         self.target = target
         self._wire_headers = None
+
+
+class RequestDefaults:
+    """The headers every request carries, and their validated wire form per Host, built once."""
+
+    __slots__ = ("headers", "_by_host")
+
+    def __init__(self, headers: dict[str, tuple[str, str]]) -> None:
+        self.headers = headers
+        self._by_host: dict[str, RequestHeaders] = {}
+
+    def for_host(self, host_header: str) -> RequestHeaders:
+        """Loop thread only."""
+        wire = self._by_host.get(host_header)
+        if wire is None:
+            if len(self._by_host) >= 4096:  # a crawl of many hosts: keep the cache small, not clever
+                self._by_host.clear()
+            wire = self._by_host[host_header] = validated_headers(_header_list(host_header, self.headers, b""))
+        return wire
+
+
+def _header_list(host_header: str, headers: dict[str, tuple[str, str]], body: bytes) -> list[tuple[str, str]]:
+    wire = [("Host", host_header)]
+    wire.extend(pair for key, pair in headers.items() if key != "host")
+    if body and "content-length" not in headers and "transfer-encoding" not in headers:
+        wire.append(("Content-Length", str(len(body))))
+    return wire
 
 
 Deliver = Callable[[list[FetchResult]], None]
@@ -130,7 +160,7 @@ class Engine:
         self._completed_backlog = completed_backlog
         self._finished: list[FetchResult] = []
         self._denied = config.denied_networks()
-        self.base_headers = _base_headers(config)
+        self.request_defaults = RequestDefaults(_base_headers(config))
         # counters read by FetcherStats
         self.in_flight = 0
         self.connections_opened = 0

@@ -115,7 +115,7 @@ class NIOFetcher:
             limit = self.config.max_pending
             if limit is not None and len(engine.inbox) + engine.table.pending >= limit:
                 return False
-            task = Task(bean, target, next(self._seq), time.monotonic(), engine.base_headers)
+            task = Task(bean, target, next(self._seq), time.monotonic(), engine.request_defaults)
             engine.inbox.append(task)
             self._registered += 1
             self._unfinished += 1

@@ -8,18 +8,41 @@ a socket, so it can be driven in tests against an h11 server in memory.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Any, Callable, Optional
 
 import h11
 
 from .content import BodyBuffer
 from .errors import ErrorKind, FetchFailure
 
+try:
+    # h11 normalises and validates a plain header list on every Request; a Headers
+    # object it takes as already valid.  Validating once per host instead of once
+    # per request saved ~7% of the loop's CPU (scenario C profile).
+    from h11._headers import normalize_and_validate
+
+    _h11_validate: Optional[Callable[[list[tuple[str, str]]], Any]] = normalize_and_validate
+except ImportError:  # pragma: no cover - an h11 without it: validate per request, as h11 does
+    _h11_validate = None
+
 _NEED_DATA = h11.NEED_DATA
 _Response = h11.Response
 _Data = h11.Data
 _EndOfMessage = h11.EndOfMessage
 _Informational = h11.InformationalResponse
+
+
+RequestHeaders = Any  # h11's validated Headers, or a list of (name, value) pairs
+
+
+def validated_headers(pairs: list[tuple[str, str]]) -> RequestHeaders:
+    """Request headers checked once, to be sent any number of times; FetchFailure if h11 refuses them."""
+    if _h11_validate is None:
+        return pairs
+    try:
+        return _h11_validate(pairs)
+    except h11.LocalProtocolError as exc:
+        raise FetchFailure(ErrorKind.PROTOCOL_ERROR, f"cannot send request: {exc}") from None
 
 
 class ClientHTTP11:
@@ -45,12 +68,12 @@ class ClientHTTP11:
         self.body = b""
         self.response_started = False  # any response byte seen: a replay is no longer safe
 
-    def start_request(self, method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes) -> bytes:
+    def start_request(self, method: str, target: str, headers: RequestHeaders, body: bytes) -> bytes:
         """Begin an exchange; returns the bytes to send.  Raises FetchFailure for an unsendable request."""
         self._reset()
         conn = self._h11
         try:
-            head = conn.send(h11.Request(method=method, target=target, headers=list(headers)))
+            head = conn.send(h11.Request(method=method, target=target, headers=headers))
             data = conn.send(h11.Data(data=body)) if body else b""
             end = conn.send(h11.EndOfMessage())
         except h11.LocalProtocolError as exc:

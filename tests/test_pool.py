@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from niofetcher.engine import Task
+from niofetcher.engine import RequestDefaults, Task
 from niofetcher.models import URLBean
 from niofetcher.pool import HostTable
 from niofetcher.urls import parse_target
@@ -20,7 +20,8 @@ class FakeConn:
 
 
 def task(url: str, priority: int = 0, at: float = 0.0) -> Task:
-    return Task(URLBean(url, priority=priority), parse_target(url), next(_seq), at, {})
+    bean = URLBean(url, priority=priority)
+    return Task(bean, parse_target(url), next(_seq), at, RequestDefaults({}))
 
 
 def table(total: int = 10, per_host: int = 1, delay: float = 0.0):
@@ -49,7 +50,8 @@ def start_all(t: HostTable, now: float = 0.0):
 
 def test__priority_then_fifo_across_hosts() -> None:
     t, _, _ = table(total=1, per_host=1)
-    urls = [("http://a.test/1", 0), ("http://b.test/1", 5), ("http://a.test/2", 5), ("http://c.test/1", 0), ("http://b.test/2", 9)]
+    urls = [("http://a.test/1", 0), ("http://b.test/1", 5), ("http://a.test/2", 5),
+            ("http://c.test/1", 0), ("http://b.test/2", 9)]
     for url, prio in urls:
         t.enqueue(task(url, prio), 0.0)
     order = []
