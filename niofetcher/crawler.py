@@ -284,7 +284,7 @@ class Crawler:
                         budget -= len(claimed)
                     for item in claimed:
                         self._start(item, frontier, fetcher)
-            if time.monotonic() - counted_at > 0.5:  # counting is a scan: only for progress displays
+            if time.monotonic() - counted_at > 0.5:  # counts() commits pending outcomes: not per report
                 self._counts = frontier.counts()
                 counted_at = time.monotonic()
             if not self._in_progress:
