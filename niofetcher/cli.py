@@ -265,12 +265,12 @@ def _run_demo(args: argparse.Namespace) -> int:
             tempfile.TemporaryDirectory(prefix="niofetcher-demo-") as folder:
         print(f"test site: {args.hosts} hosts x {args.pages} pages on {', '.join(site.base_urls)}, "
               f"{args.delay:g} ms latency", flush=True)
-        print(f"crawling from {site.base_urls[0]} with {per_host} connections per host, "
-              f"robots.txt obeyed, links parsed with beautifulsoup4 in {2} processes", flush=True)
         config = CrawlConfig(
             seeds=[site.base_urls[0]], db_path=os.path.join(folder, "demo.sqlite"),
             fetcher=FetcherConfig(max_connections_per_host=per_host, max_connections=per_host * args.hosts),
         )
+        print(f"crawling from {site.base_urls[0]} with {per_host} connections per host, robots.txt obeyed, "
+              f"links parsed with beautifulsoup4 in {config.parse_workers} processes", flush=True)
         summary = run_crawl(config, None, args.progress)
         print_summary(summary)
         expected = args.hosts * (args.pages + 1)
