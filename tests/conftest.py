@@ -10,11 +10,14 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import pytest
 
 from rawserver import Handler, RawServer, running_servers
+
+if TYPE_CHECKING:
+    from niofetcher import FetchResult, NIOFetcher
 
 MakeServer = Callable[..., RawServer]
 
@@ -113,3 +116,41 @@ def no_leaks() -> Iterator[LeakBaseline]:
     baseline = take_baseline()
     yield baseline
     check_leaks(baseline)
+
+
+# -- helpers shared by the thread, exactly-once and frontier tests ----------
+
+
+def collect(fetcher: NIOFetcher, count: int, within: float) -> list[FetchResult]:
+    """Up to ``count`` results through get(), waiting at most ``within`` seconds in all."""
+    got: list[FetchResult] = []
+    deadline = time.monotonic() + within
+    while len(got) < count:
+        result = fetcher.get(timeout=max(0.0, deadline - time.monotonic()))
+        if result is None:
+            break
+        got.append(result)
+    return got
+
+
+def run_threads(targets: Iterable[Callable[[], None]]) -> None:
+    """Run each target in its own thread, all released at once; re-raise the first failure."""
+    targets = list(targets)
+    barrier = threading.Barrier(len(targets))
+    errors: list[BaseException] = []
+
+    def run(target: Callable[[], None]) -> None:
+        try:
+            barrier.wait(10)
+            target()
+        except BaseException as exc:  # noqa: BLE001 - reported in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,), name=f"test-worker-{n}") for n, t in enumerate(targets)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(t.is_alive() for t in threads), "a worker thread is stuck"
+    if errors:
+        raise errors[0]

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import pytest
-from conftest import LeakBaseline, MakeServer, check_leaks
+from conftest import LeakBaseline, MakeServer, check_leaks, collect
 from rawserver import (
     RawServer,
     close_before_response,
@@ -126,18 +126,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
 def fetcher_threads() -> list[str]:
     """Names of live niofetcher threads (loop, resolvers), the TestSite's own thread aside."""
     return [t.name for t in threading.enumerate() if t.name.startswith("niofetcher") and t.name != "niofetcher-testsite"]
-
-
-def collect(fetcher: NIOFetcher, count: int, within: float) -> list[FetchResult]:
-    """Take ``count`` results with get(), waiting at most ``within`` seconds in all."""
-    got: list[FetchResult] = []
-    deadline = time.monotonic() + within
-    while len(got) < count:
-        result = fetcher.get(timeout=max(0.0, deadline - time.monotonic()))
-        if result is None:
-            break
-        got.append(result)
-    return got
 
 
 def assert_released_on_return(

@@ -19,12 +19,12 @@ import random
 import sqlite3
 import subprocess
 import sys
-import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from conftest import run_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -610,28 +610,6 @@ def test_in_memory_frontier() -> None:
 
 
 # -- threads ------------------------------------------------------------------
-
-
-def run_threads(targets: list[Callable[[], None]]) -> None:
-    """Run each target in its own thread, all released at once; re-raise the first failure."""
-    barrier = threading.Barrier(len(targets))
-    errors: list[BaseException] = []
-
-    def run(target: Callable[[], None]) -> None:
-        try:
-            barrier.wait(10)
-            target()
-        except BaseException as exc:  # noqa: BLE001 - reported in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(t,)) for t in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-        assert not thread.is_alive()
-    if errors:
-        raise errors[0]
 
 
 @pytest.mark.timeout(120)

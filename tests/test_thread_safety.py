@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
-from conftest import LeakBaseline, MakeServer
+from conftest import LeakBaseline, MakeServer, collect, run_threads
 from rawserver import ConnInfo, Handler, http_response, read_request, serve_keepalive
 
 from niofetcher import FetcherConfig, FetchResult, NIOFetcher, URLBean
@@ -48,29 +48,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
     return True
 
 
-def run_threads(targets: Iterable[Callable[[], None]]) -> None:
-    """Run each target in its own thread, all released at once; re-raise the first failure."""
-    targets = list(targets)
-    barrier = threading.Barrier(len(targets))
-    errors: list[BaseException] = []
-
-    def run(target: Callable[[], None]) -> None:
-        try:
-            barrier.wait(10)
-            target()
-        except BaseException as exc:  # noqa: BLE001 - reported in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(t,), name=f"test-worker-{n}") for n, t in enumerate(targets)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert not any(t.is_alive() for t in threads), "a worker thread is stuck"
-    if errors:
-        raise errors[0]
-
-
 def registerer(fetcher: NIOFetcher, beans: list[URLBean]) -> Callable[[], None]:
     def register_all() -> None:
         for bean in beans:
@@ -81,18 +58,6 @@ def registerer(fetcher: NIOFetcher, beans: list[URLBean]) -> Callable[[], None]:
 
 def ids_of(results: Iterable[FetchResult]) -> Counter[int]:
     return Counter(r.bean.meta["id"] for r in results)
-
-
-def collect(fetcher: NIOFetcher, count: int, within: float) -> list[FetchResult]:
-    """Up to ``count`` results through get(), waiting at most ``within`` seconds in all."""
-    got: list[FetchResult] = []
-    deadline = time.monotonic() + within
-    while len(got) < count:
-        result = fetcher.get(timeout=max(0.0, deadline - time.monotonic()))
-        if result is None:
-            break
-        got.append(result)
-    return got
 
 
 def stamping(arrivals: list[float]) -> Handler:
