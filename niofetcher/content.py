@@ -11,7 +11,7 @@ from __future__ import annotations
 import codecs
 import re
 import zlib
-from typing import Optional
+from typing import Optional, Protocol
 
 from .errors import ErrorKind, FetchFailure
 
@@ -74,15 +74,15 @@ class BodyBuffer:
             self._chunks.append(data)
 
 
-class _Decompressor:
-    def feed(self, data: bytes, out: BodyBuffer) -> None:
-        raise NotImplementedError
+class _Decompressor(Protocol):
+    """Streams one Content-Encoding into a BodyBuffer, which enforces the size limit."""
 
-    def finish(self, out: BodyBuffer) -> None:
-        raise NotImplementedError
+    def feed(self, data: bytes, out: BodyBuffer) -> None: ...
+
+    def finish(self, out: BodyBuffer) -> None: ...
 
 
-class _Zlib(_Decompressor):
+class _Zlib:
     """gzip or zlib streams, concatenated gzip members included (RFC 1952 2.2)."""
 
     __slots__ = ("_wbits", "_d")
@@ -112,7 +112,7 @@ class _Zlib(_Decompressor):
             raise FetchFailure(ErrorKind.PROTOCOL_ERROR, f"corrupt compressed body: {exc}") from None
 
 
-class _Deflate(_Decompressor):
+class _Deflate:
     """"deflate" means zlib-wrapped by RFC 9110, but many servers send raw deflate: look at the header."""
 
     __slots__ = ("_head", "_inner")
@@ -139,7 +139,7 @@ class _Deflate(_Decompressor):
         self._inner.finish(out)
 
 
-class _Brotli(_Decompressor):
+class _Brotli:
     __slots__ = ("_d",)
 
     def __init__(self) -> None:
