@@ -154,3 +154,13 @@ def run_threads(targets: Iterable[Callable[[], None]]) -> None:
     assert not any(t.is_alive() for t in threads), "a worker thread is stuck"
     if errors:
         raise errors[0]
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout`` passes; its last answer."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return predicate()
+        time.sleep(interval)
+    return True

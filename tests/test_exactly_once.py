@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import pytest
-from conftest import LeakBaseline, MakeServer, check_leaks, collect
+from conftest import LeakBaseline, MakeServer, check_leaks, collect, wait_until
 from rawserver import (
     RawServer,
     close_before_response,
@@ -114,13 +114,6 @@ def ids_requested(srv: RawServer) -> Counter[int]:
     return found
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return predicate()
-        time.sleep(interval)
-    return True
 
 
 def fetcher_threads() -> list[str]:

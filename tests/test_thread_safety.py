@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
-from conftest import LeakBaseline, MakeServer, collect, run_threads
+from conftest import LeakBaseline, MakeServer, collect, run_threads, wait_until
 from rawserver import ConnInfo, Handler, http_response, read_request, serve_keepalive
 
 from niofetcher import FetcherConfig, FetchResult, NIOFetcher, URLBean
@@ -39,13 +39,6 @@ def without_timers(**settings: Any) -> FetcherConfig:
 # -- helpers ------------------------------------------------------------------
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return predicate()
-        time.sleep(interval)
-    return True
 
 
 def registerer(fetcher: NIOFetcher, beans: list[URLBean]) -> Callable[[], None]:
