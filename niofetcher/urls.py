@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from typing import NamedTuple, Optional
 from urllib.parse import urlsplit
 
@@ -29,8 +30,33 @@ class Target(NamedTuple):
     path: str
 
 
+# The shape nearly every crawled URL has: a plain host, maybe a port, no userinfo,
+# no IPv6 literal, no whitespace or control characters.  It is split here at a
+# fraction of urlsplit's cost (register() spent ~8 us of its ~11 us in urlsplit);
+# everything else takes the general path, which decides what is valid.
+_PLAIN_URL = re.compile(
+    r"([hH][tT][tT][pP][sS]?)://([A-Za-z0-9_.-]+)(?::([0-9]{1,5}))?"
+    r"(/[^?#\x00-\x20\x7f]*)?(?:\?([^#\x00-\x20\x7f]*))?(?:#[^\x00-\x20\x7f]*)?"
+)
+_plain_match = _PLAIN_URL.fullmatch
+
+
 def parse_target(url: str) -> Target:
     """Split an absolute http(s) URL, or raise ValueError saying what is wrong with it."""
+    match = _plain_match(url) if type(url) is str else None
+    if match is not None:
+        scheme, host, port_text, path, query = match.groups()
+        host = host.lower().rstrip(".")
+        port = int(port_text) if port_text is not None else None
+        if host and (port is None or port <= 65535):
+            origin, host_header = _origin(scheme.lower(), host, port)
+            if not path:
+                path = "/"
+            return Target(origin, host_header, f"{path}?{query}" if query else path)
+    return _parse_target_general(url)
+
+
+def _parse_target_general(url: str) -> Target:
     if not isinstance(url, str):
         raise ValueError(f"URL must be a str, not {type(url).__name__}")
     try:
