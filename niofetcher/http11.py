@@ -30,6 +30,7 @@ _Response = h11.Response
 _Data = h11.Data
 _EndOfMessage = h11.EndOfMessage
 _Informational = h11.InformationalResponse
+_END_OF_MESSAGE = h11.EndOfMessage()  # events are immutable: one will do for every request
 
 
 RequestHeaders = Any  # h11's validated Headers, or a list of (name, value) pairs
@@ -50,7 +51,7 @@ class ClientHTTP11:
 
     __slots__ = (
         "_h11", "_max_head", "_max_body", "_decode",
-        "status", "reason", "headers", "_body", "body", "response_started",
+        "status", "reason", "headers", "_body", "body", "response_started", "_received",
     )
 
     def __init__(self, max_header_size: int, max_body_size: int, decode_content: bool) -> None:
@@ -67,6 +68,7 @@ class ClientHTTP11:
         self._body: Optional[BodyBuffer] = None
         self.body = b""
         self.response_started = False  # any response byte seen: a replay is no longer safe
+        self._received = 0  # bytes of this response so far: a head can be no longer
 
     def start_request(self, method: str, target: str, headers: RequestHeaders, body: bytes) -> bytes:
         """Begin an exchange; returns the bytes to send.  Raises FetchFailure for an unsendable request."""
@@ -75,7 +77,7 @@ class ClientHTTP11:
         try:
             head = conn.send(h11.Request(method=method, target=target, headers=headers))
             data = conn.send(h11.Data(data=body)) if body else b""
-            end = conn.send(h11.EndOfMessage())
+            end = conn.send(_END_OF_MESSAGE)
         except h11.LocalProtocolError as exc:
             raise FetchFailure(ErrorKind.PROTOCOL_ERROR, f"cannot send request: {exc}") from None
         return head + data + end  # type: ignore[operator]
@@ -84,6 +86,7 @@ class ClientHTTP11:
         """Feed received bytes (``b""`` = the peer closed).  True once the response is complete."""
         if data:
             self.response_started = True
+            self._received += len(data)
         conn = self._h11
         conn.receive_data(data)
         try:
@@ -113,7 +116,10 @@ class ClientHTTP11:
 
     def _check_head_size(self, event: h11.Response | h11.InformationalResponse) -> None:
         # h11 bounds only an *incomplete* head; a whole oversize head read at once
-        # would pass.  This is its size on the wire, give or take stripped whitespace.
+        # would pass.  Nothing to count while all bytes received so far would fit.
+        if self._received <= self._max_head:
+            return
+        # Its size on the wire, give or take stripped whitespace.
         size = 17 + len(event.reason) + sum(len(n) + len(v) + 4 for n, v in event.headers.raw_items())
         if size > self._max_head:
             raise FetchFailure(ErrorKind.PROTOCOL_ERROR, "response head exceeds max_header_size")
@@ -121,11 +127,14 @@ class ClientHTTP11:
     def _on_head(self, event: h11.Response) -> None:
         self.status = event.status_code
         self.reason = event.reason.decode("latin-1")
-        self.headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in event.headers.raw_items()]
+        # One pass over raw_items(): iterating h11's Headers itself goes through
+        # collections.abc.Sequence, an index lookup per header.
+        headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in event.headers.raw_items()]
+        self.headers = headers
         encoding = None
-        for name, value in event.headers:
-            if name == b"content-encoding":
-                encoding = value.decode("latin-1")
+        for name, value in headers:
+            if len(name) == 16 and name.lower() == "content-encoding":
+                encoding = value
         self._body = BodyBuffer(encoding, self._max_body, self._decode)
 
     def _translate(self, exc: h11.RemoteProtocolError, eof: bool) -> FetchFailure:
