@@ -21,15 +21,21 @@ host, errors, and each client's pages/s as a ratio to niofetcher's — then the
 targets of issue 5 met or missed. Raw runs go to ``benchmarks/results/`` as
 JSON, the tables as Markdown, and a PNG chart (matplotlib).
 
-Scenarios (``--quick`` divides the GET counts by 5):
+Scenarios (``--quick`` divides the GET counts and the crawled pages by 5):
 
 A  throughput: 1 host, 64 connections, 20,000 GETs of 4 KiB pages, keep-alive.
 B  latency-bound: 50 hosts, 4 per host, 200 in all, 50 ms latency, 10,000 GETs;
    ideal 50 x 4 / 0.05 = 4,000 pages/s.
 C  many connections: 1 host, 2,000 connections, 200 ms latency, 20,000 GETs;
    ideal 2,000 / 0.2 = 10,000 pages/s. Clients and site raise their open-file limit.
-D  crawl against Scrapy                 (not yet: needs the crawler)
-E  real-page crawl against Scrapy       (not yet: needs the crawler)
+D  crawl: the real ``niofetcher crawl`` command (bs4 and lxml extractors) against Scrapy (a CrawlSpider with
+   a LinkExtractor, settings tuned) crawling a generated site from host 0's index: 4 hosts x 2,500 pages
+   of 4 KiB (10,004 with the indexes), 16 per host, 64 in all, robots.txt obeyed by both.
+E  real-page crawl: the same with the real pages of ../shared/corpus/pages as the bodies (the site's
+   links added to each), both crawlers following only the site's own pages; skipped without the corpus.
+   Each crawl runs under ``clients/run_tree.py``, which counts the CPU of the whole process tree
+   (niofetcher's parse processes included) and the wall time of the whole command; the site's
+   counters check that every page was fetched. ``--quick`` divides the pages per host by 5.
 
 A client whose library cannot be imported is skipped with a line saying so; a
 client with errors is reported as such, and gets no ratio.
@@ -39,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import datetime as _dt
 import importlib.metadata
 import importlib.util
@@ -50,6 +57,7 @@ import re
 import resource
 import shutil
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -109,15 +117,64 @@ FETCH_CLIENTS: tuple[Client, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class CrawlClient:
+    """One crawler of scenarios D and E: the real ``niofetcher crawl`` command, or Scrapy's client script.
+
+    ``hidden`` clients (Scrapy with other settings) run only when named in ``--clients``:
+    they are how the Scrapy settings used were chosen.
+    """
+
+    name: str
+    kind: str  # "niofetcher" or "scrapy"
+    requires: tuple[str, ...]
+    args: tuple[str, ...] = ()
+    note: str = ""
+    hidden: bool = False
+
+    def missing(self) -> list[str]:
+        return [module for module in self.requires if importlib.util.find_spec(module) is None]
+
+
+#: Scrapy's settings for D and E, chosen by running the hidden variants below side by side
+#: (see the README): CONCURRENT_ITEMS=10 and the asyncio reactor (Scrapy's default).
+SCRAPY_TUNED = ("--concurrent-items", "10", "--reactor", "asyncio", "--slots", "per-host")
+
+CRAWL_CLIENTS: tuple[CrawlClient, ...] = (
+    CrawlClient("niofetcher", "niofetcher", ("niofetcher",), ("--extractor", "bs4"),
+                note="niofetcher crawl, bs4 extractor (the default), 2 parse processes"),
+    CrawlClient("niofetcher-lxml", "niofetcher", ("niofetcher",), ("--extractor", "lxml"),
+                note="niofetcher crawl --extractor lxml, 2 parse processes"),
+    CrawlClient("scrapy", "scrapy", ("scrapy",), SCRAPY_TUNED,
+                note="CrawlSpider + LinkExtractor, CONCURRENT_ITEMS=10, asyncio reactor, a slot per host:port"),
+    CrawlClient("scrapy-items100", "scrapy", ("scrapy",),
+                ("--concurrent-items", "100", "--reactor", "asyncio", "--slots", "per-host"),
+                note="as scrapy, CONCURRENT_ITEMS=100 (Scrapy's default)", hidden=True),
+    CrawlClient("scrapy-epoll", "scrapy", ("scrapy",),
+                ("--concurrent-items", "10", "--reactor", "epoll", "--slots", "per-host"),
+                note="as scrapy, Twisted's epoll reactor", hidden=True),
+    CrawlClient("scrapy-items1", "scrapy", ("scrapy",),
+                ("--concurrent-items", "1", "--reactor", "asyncio", "--slots", "per-host"),
+                note="as scrapy, CONCURRENT_ITEMS=1", hidden=True),
+    CrawlClient("scrapy-lean", "scrapy", ("scrapy",), (*SCRAPY_TUNED, "--lean"),
+                note="as scrapy, unused middlewares and extensions switched off", hidden=True),
+    CrawlClient("scrapy-shared-slot", "scrapy", ("scrapy",),
+                ("--concurrent-items", "10", "--reactor", "asyncio", "--slots", "shared"),
+                note="as scrapy, one download slot for 127.0.0.1 (64 requests)", hidden=True),
+)
+
+
 # --------------------------------------------------------------------------- the site process
 
 
 class Site:
     """``site_runner.py`` in a subprocess: its base URLs, and its counters on request."""
 
-    def __init__(self, hosts: int, pages: int, delay_ms: float, page_size: int) -> None:
+    def __init__(self, hosts: int, pages: int, delay_ms: float, page_size: int, corpus: str | None = None) -> None:
         cmd = [sys.executable, SITE_RUNNER, "--hosts", str(hosts), "--pages", str(pages),
                "--delay", str(delay_ms), "--page-size", str(page_size)]
+        if corpus is not None:
+            cmd += ["--corpus", corpus]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()  # type: ignore[union-attr]
         if not line:
@@ -220,7 +277,7 @@ def probe_sizes(urls: list[str], timeout: float = 60.0) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Scenario:
-    """Something compare.py can run. D and E (the crawls) will be further subclasses."""
+    """Something compare.py can run: FetchScenario (A-C) or CrawlScenario (D, E)."""
 
     key: str
     title: str
@@ -409,7 +466,7 @@ class FetchScenario(Scenario):
         stats = pstats.Stats(path)
         total = stats.total_tt  # type: ignore[attr-defined]
         rows = []
-        for (filename, line, func), (cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
+        for (filename, line, func), (_cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
             rows.append({"function": f"{os.path.relpath(filename) if filename.startswith('/') else filename}"
                                      f":{line}({func})", "calls": nc, "tottime": tt, "cumtime": ct})
         rows.sort(key=lambda r: r["tottime"], reverse=True)
@@ -450,6 +507,292 @@ class FetchScenario(Scenario):
         return {"available": True, "requests_per_s": rate, "command": cmd[1:]}
 
 
+#: Where scenario E's real pages are: ../shared/corpus/pages beside the repository.
+CORPUS_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "corpus", "pages"))
+RUN_TREE = os.path.join(CLIENTS_DIR, "run_tree.py")
+#: E follows only the site's own pages: real pages carry relative links to paths the
+#: site does not have (404s) and to files LinkExtractor skips by extension but niofetcher
+#: does not; both crawlers get this same regex (niofetcher --include, Scrapy allow=).
+SITE_PAGES_ONLY = r"^http://127\.0\.0\.1:\d+/(page/\d+)?$"
+
+
+@dataclass(frozen=True)
+class CrawlScenario(Scenario):
+    """Crawl the whole test site from host 0's index with each crawler; every page once, robots.txt obeyed."""
+
+    hosts: int = 4
+    pages_per_host: int = 2500
+    per_host: int = 16
+    total: int = 64
+    page_size: int = 4096
+    corpus: bool = False
+    targets: Callable[[dict[str, dict]], list[tuple[str, bool | None]]] | None = field(
+        default=None, compare=False, repr=False)
+
+    @property
+    def site_pages(self) -> int:
+        """Every page a full crawl fetches: each host's index and its generated pages (robots.txt not counted)."""
+        return self.hosts * (self.pages_per_host + 1)
+
+    def describe(self) -> str:
+        bodies = ("real pages of ../shared/corpus/pages as bodies, site links added; only the site's pages "
+                  "followed" if self.corpus else f"generated pages of {self.page_size} B")
+        return (f"Scenario {self.key}: {self.title} — {self.hosts} hosts x {self.pages_per_host:,} pages "
+                f"(+ index) = {self.site_pages:,} pages, {bodies}; {self.per_host} per host, "
+                f"{self.total} in all, robots.txt obeyed")
+
+    def shrink(self, factor: int) -> CrawlScenario:
+        return replace(self, pages_per_host=max(1, self.pages_per_host // factor))
+
+    def run(self, options: argparse.Namespace) -> dict:
+        print(f"\n{self.describe()}")
+        if self.corpus and not os.path.isdir(CORPUS_DIR):
+            reason = f"skipped: no corpus at {CORPUS_DIR} (a clone without ../shared)"
+            print(f"  {reason}")
+            return {"key": self.key, "title": self.title, "status": "skipped", "reason": reason}
+        clients = []
+        for client in CRAWL_CLIENTS:
+            if options.clients and client.name not in options.clients:
+                continue
+            if client.hidden and not options.clients:
+                continue
+            missing = client.missing()
+            if missing:
+                print(f"  skipped {client.name}: cannot import {', '.join(missing)} (pip install -e '.[bench]')")
+                continue
+            clients.append(client)
+        record: dict[str, Any] = {"key": self.key, "title": self.title, "status": "ran", "kind": "crawl",
+                                  "config": {k: v for k, v in asdict(self).items() if k != "targets"},
+                                  "site_pages": self.site_pages, "runs": [],
+                                  "skipped": [c.name for c in CRAWL_CLIENTS if c not in clients and not c.hidden
+                                              and (not options.clients or c.name in options.clients)],
+                                  "chart_title": (f"{self.key}: {self.title} ({self.site_pages:,} pages, "
+                                                  f"{self.total} conns)")}
+        corpus = CORPUS_DIR if self.corpus else None
+        with tempfile.TemporaryDirectory(prefix="niofetcher-compare-") as tmp, \
+                Site(self.hosts, self.pages_per_host, 0.0, self.page_size, corpus=corpus) as site:
+            record["site"] = {k: v for k, v in site.info.items() if k != "bases"}
+            for round_no in range(1, options.rounds + 1):
+                for client in clients:
+                    run = self._run_client(client, site, tmp, options)
+                    run["round"] = round_no
+                    record["runs"].append(run)
+                    print("  " + _crawl_progress_line(run))
+        record["summary"] = summarise_crawl(self, record["runs"], [c.name for c in clients])
+        record["table"] = crawl_table_lines(self, record)
+        print()
+        for line in record["table"]:
+            print(line)
+        return record
+
+    def _command(self, client: CrawlClient, seed: str, db: str) -> list[str]:
+        if client.kind == "niofetcher":
+            cmd = [sys.executable, "-m", "niofetcher", "crawl", seed, "--db", db, "--per-host", str(self.per_host),
+                   "--connections", str(self.total), "--progress", "none", *client.args]
+            return cmd + (["--include", SITE_PAGES_ONLY] if self.corpus else [])
+        cmd = [sys.executable, os.path.join(CLIENTS_DIR, "scrapy_client.py"), "--seed", seed,
+               "--total", str(self.total), "--per-host", str(self.per_host), *client.args]
+        return cmd + (["--allow", SITE_PAGES_ONLY] if self.corpus else [])
+
+    def _run_client(self, client: CrawlClient, site: Site, tmp: str, options: argparse.Namespace) -> dict:
+        before = site.reset_when_idle()
+        db = os.path.join(tmp, f"crawl-{client.name}-{time.monotonic_ns()}.sqlite")
+        report_path = os.path.join(tmp, "tree.json")
+        if os.path.exists(report_path):
+            os.remove(report_path)
+        cmd = [sys.executable, RUN_TREE, "--report", report_path, "--", *self._command(client, site.bases[0], db)]
+        run: dict[str, Any] = {"client": client.name, "command": cmd[4:]}
+        machine0 = _machine_busy()
+        self0 = os.times()
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=options.run_timeout, check=False)
+        except subprocess.TimeoutExpired:
+            run["failed"] = f"killed after {options.run_timeout:g} s"
+            proc = None
+        wall_outside = time.perf_counter() - started
+        after = site.counters()
+        paths = site.ask("paths")
+        self1 = os.times()
+        machine1 = _machine_busy()
+        tree = None
+        if os.path.exists(report_path):
+            with open(report_path, encoding="utf-8") as f:
+                tree = json.load(f)
+        if proc is not None and (proc.returncode != 0 or tree is None):
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            run["failed"] = f"exit {proc.returncode}: " + " | ".join(tail)
+        if "failed" not in run and proc is not None and tree is not None:
+            try:
+                run.update(_niofetcher_crawl_outcome(proc.stdout, db) if client.kind == "niofetcher"
+                           else _scrapy_outcome(proc.stdout))
+            except (ValueError, KeyError, sqlite3.Error) as exc:
+                run["failed"] = f"could not read the outcome: {exc!r}: " + " | ".join(
+                    (proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        run["server"] = {
+            "peak_per_host": max(p["max_open"] for p in after["ports"]),
+            "peak_total": after["max_open_total"],
+            "accepted": after["accepted"],
+            "requests": after["requests"],
+            "cpu": after["cpu"] - before["cpu"],
+            **paths,
+        }
+        if "failed" in run or tree is None:
+            return run
+        run["seconds"] = tree["wall"]
+        run["cpu"] = tree["cpu_user"] + tree["cpu_system"]
+        run["peak_rss_mb"] = tree["maxrss_mb"]
+        run["tree"] = tree
+        missing_paths = paths["site_paths"] - paths["paths_served"]
+        run["complete"] = missing_paths == 0
+        run["repeated"] = paths["paths_repeated"]
+        if missing_paths:
+            run["errors"] += missing_paths
+            run.setdefault("error_samples", []).append(
+                f"crawl incomplete: the server saw {paths['paths_served']:,} of the site's "
+                f"{paths['site_paths']:,} paths")
+        if run["ok"] < self.site_pages:
+            run["error_samples"] = [*run.get("error_samples", []),
+                                    f"{run['ok']:,} pages ok, the site has {self.site_pages:,}"]
+        run["pages_per_s"] = run["ok"] / run["seconds"]
+        run["crawl_pages_per_s"] = run["ok"] / run["crawl_seconds"] if run.get("crawl_seconds") else None
+        run["cpu_ms_per_page"] = run["cpu"] * 1000.0 / max(1, run["ok"])
+        run["site_cpu_share"] = run["server"]["cpu"] / run["seconds"]
+        if machine0 is not None and machine1 is not None:
+            ours = run["cpu"] + self1.user - self0.user + self1.system - self0.system + run["server"]["cpu"]
+            run["other_load"] = max(0.0, (machine1 - machine0 - ours) / wall_outside)
+            run["other_load_flag"] = wall_outside >= 5.0 and run["other_load"] > OTHER_LOAD_FLAG
+        run["note"] = client.note
+        return run
+
+
+def _niofetcher_crawl_outcome(stdout: str, db: str) -> dict:
+    """Pages, statuses and the crawl's own seconds, from the frontier database and the summary table."""
+    match = re.search(r"^\s*seconds\s+([\d.]+)\s*$", stdout, re.MULTILINE)
+    if match is None:
+        raise ValueError("no 'seconds' line in the crawl summary")
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT state, status, COUNT(*) FROM urls GROUP BY state, status").fetchall()
+        samples = [f"{url}: {state} {status} {error}" for url, state, status, error in conn.execute(
+            "SELECT url, state, status, error FROM urls WHERE state != 'done' OR status != 200 LIMIT 5")]
+    ok = sum(n for state, status, n in rows if state == "done" and status == 200)
+    pages = sum(n for _state, _status, n in rows)
+    return {"pages": pages, "ok": ok, "errors": pages - ok, "crawl_seconds": float(match.group(1)),
+            "states": {f"{state} {status}": n for state, status, n in rows}, "error_samples": samples}
+
+
+def _scrapy_outcome(stdout: str) -> dict:
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise ValueError("no JSON line from scrapy_client.py")
+    out = json.loads(lines[-1])
+    return {k: out[k] for k in ("pages", "ok", "errors", "crawl_seconds", "statuses", "error_samples",
+                                "settings", "stats", "slots", "version")}
+
+
+def _crawl_progress_line(run: dict) -> str:
+    head = f"round {run['round']} {run['client']:<18}"
+    if "failed" in run:
+        return f"{head} FAILED: {run['failed']}"
+    errors = f", {run['errors']} ERRORS e.g. {run['error_samples'][:1]}" if run["errors"] else ""
+    if run.get("repeated"):
+        errors += f", {run['repeated']} page(s) fetched twice"
+    if run.get("other_load_flag"):
+        errors += f", OTHER LOAD on the machine ~{run['other_load']:.1f} cores"
+    crawl_rate = f" ({run['crawl_pages_per_s']:,.0f} crawl only)" if run.get("crawl_pages_per_s") else ""
+    return (f"{head} {run['ok']:,} pages in {run['seconds']:.2f} s: {run['pages_per_s']:7,.0f} pages/s"
+            f"{crawl_rate}, {run['cpu_ms_per_page']:.3f} CPU ms/page, {run['peak_rss_mb']:.0f} MB, "
+            f"server peak {run['server']['peak_per_host']}/host, site CPU {run['site_cpu_share']:.0%}{errors}")
+
+
+def summarise_crawl(scenario: CrawlScenario, runs: list[dict], names: list[str]) -> dict[str, dict]:
+    """Per crawler: medians over its good rounds, worst server peaks and summed errors over all rounds."""
+    summary: dict[str, dict] = {}
+    for name in names:
+        mine = [r for r in runs if r["client"] == name]
+        good = [r for r in mine if "failed" not in r]
+        row: dict[str, Any] = {
+            "rounds": len(mine),
+            "failed_rounds": len(mine) - len(good),
+            "failures": [r["failed"] for r in mine if "failed" in r],
+            "errors": sum(r["errors"] for r in good),
+            "error_samples": [s for r in good for s in r.get("error_samples", [])][:5],
+            "pages": _median([r["ok"] for r in good]),
+            "pages_per_s": _median([r["pages_per_s"] for r in good]),
+            "pages_per_s_all": [r["pages_per_s"] for r in good],
+            "crawl_pages_per_s": _median([r["crawl_pages_per_s"] for r in good if r.get("crawl_pages_per_s")]),
+            "cpu_ms_per_page": _median([r["cpu_ms_per_page"] for r in good]),
+            "peak_rss_mb": _median([r["peak_rss_mb"] for r in good]),
+            "efficiency": None,
+            "site_cpu_share": _median([r["site_cpu_share"] for r in good]),
+            "peak_per_host": max((r["server"]["peak_per_host"] for r in mine), default=None),
+            "peak_total": max((r["server"]["peak_total"] for r in mine), default=None),
+            "accepted": _median([r["server"]["accepted"] for r in good]),
+            "repeated": max((r.get("repeated", 0) for r in good), default=0),
+            "note": next((r["note"] for r in reversed(mine) if r.get("note")), ""),
+            "other_load": max((r["other_load"] for r in mine if r.get("other_load_flag")), default=0.0),
+        }
+        row["clean"] = bool(good) and not row["errors"] and not row["failed_rounds"]
+        summary[name] = row
+    base = summary.get(BASELINE)
+    for row in summary.values():
+        if base is not None and base["clean"] and row["clean"] and base["pages_per_s"]:
+            row["ratio"] = row["pages_per_s"] / base["pages_per_s"]
+        else:
+            row["ratio"] = None
+    return summary
+
+
+def crawl_table_lines(scenario: CrawlScenario, record: dict, markdown: bool = False) -> list[str]:
+    summary = record["summary"]
+    headers = ["client", "pages/s", "crawl-only pages/s", "CPU ms/page", "peak RSS MB", "pages",
+               "server peak conns/host", "conns opened", "errors", "x niofetcher", "site CPU", "notes"]
+    rows = []
+    footnotes: list[str] = []
+    for name, row in summary.items():
+        notes = [row["note"]] if row["note"] else []
+        if row["failed_rounds"]:
+            notes.append(f"{row['failed_rounds']} round(s) FAILED: {row['failures'][0][:80]}")
+        if row["errors"]:
+            notes.append(f"HAS ERRORS: not comparable ({'; '.join(row['error_samples'][:2])})")
+        if row["repeated"]:
+            notes.append(f"{row['repeated']} page(s) fetched twice" + (
+                " (the seed: Scrapy's start requests skip its duplicate filter)" if name.startswith("scrapy") else ""))
+        if row["other_load"]:
+            notes.append(f"other load on the machine up to ~{row['other_load']:.1f} cores")
+        peak = row["peak_per_host"]
+        if peak is not None and peak > scenario.per_host:
+            if name.startswith("scrapy"):
+                notes.append(f"more than {scenario.per_host} connections to one host: Scrapy's per-slot limit "
+                             "counts requests, not sockets, and with the asyncio reactor its Twisted pool opened "
+                             "extra ones (with the epoll reactor it stayed at the limit, but was slower)")
+            else:
+                notes.append(f"per-host limit {scenario.per_host} EXCEEDED")
+        rows.append([
+            name,
+            _fmt(row["pages_per_s"], ",.0f") + ("!" if row["errors"] else ""),
+            _fmt(row["crawl_pages_per_s"], ",.0f"),
+            _fmt(row["cpu_ms_per_page"], ".3f"),
+            _fmt(row["peak_rss_mb"], ".0f"),
+            _fmt(row["pages"], ",.0f"),
+            "-" if peak is None else f"{peak} (limit {scenario.per_host})",
+            _fmt(row["accepted"], ".0f"),
+            str(row["errors"]) + (f" +{row['failed_rounds']} failed" if row["failed_rounds"] else ""),
+            _fmt(row["ratio"], ".2f"),
+            _fmt(row["site_cpu_share"], ".0%"),
+            "; ".join(notes) if markdown else f"[{len(footnotes) + 1}]" if notes else "",
+        ])
+        if notes and not markdown:
+            footnotes.append(f"  [{len(footnotes) + 1}] {name}: " + "; ".join(notes))
+    rounds = max((r["rounds"] for r in summary.values()), default=0)
+    legend = (f"  medians of {rounds} round(s); pages/s = pages / wall time of the whole command (start, imports, "
+              "crawl, exit); crawl-only = the crawler's own clock; CPU = user + sys of the command's whole "
+              "process tree (parse processes included) per page; peak RSS = its largest process; 'x niofetcher' = "
+              "pages/s / niofetcher's")
+    return _table_text(scenario, headers, rows, footnotes, legend, markdown,
+                       _target_lines(scenario, summary))  # type: ignore[arg-type]
+
+
 def _listen_drops() -> int | None:
     """The kernel's ListenOverflows + ListenDrops so far (a listen queue that overflowed: the site fell behind)."""
     try:
@@ -459,7 +802,7 @@ def _listen_drops() -> int | None:
         return None
     if len(lines) < 2:
         return None
-    values = dict(zip(lines[0][1:], lines[1][1:]))
+    values = dict(zip(lines[0][1:], lines[1][1:], strict=False))
     return int(values.get("ListenOverflows", 0)) + int(values.get("ListenDrops", 0))
 
 
@@ -589,23 +932,32 @@ def table_lines(scenario: FetchScenario, record: dict, markdown: bool = False) -
     rounds = max((r["rounds"] for r in summary.values()), default=0)
     legend = (f"  medians of {rounds} round(s); server peaks are the worst round; 'x niofetcher' = client "
               "pages/s / niofetcher pages/s; site CPU = test-site process CPU / client wall time")
+    return _table_text(scenario, headers, rows, footnotes, legend, markdown,
+                       _ceiling_lines(scenario, record) + _target_lines(scenario, summary))
+
+
+def _table_text(scenario: Scenario, headers: list[str], rows: list[list[str]], footnotes: list[str], legend: str,
+                markdown: bool, verdicts: list[tuple[str, bool | None]]) -> list[str]:
+    """The table as text (padded columns, notes as footnotes) or Markdown, then the ceiling and target lines."""
+    left = (0, len(headers) - 1)  # the client and the notes
     lines = [scenario.describe(), legend]
     if markdown:
         lines = [f"**{lines[0]}**", "", lines[1].strip(), ""]
         lines.append("| " + " | ".join(headers) + " |")
-        lines.append("|" + "|".join("---" if i in (0, 10) else "---:" for i in range(len(headers))) + "|")
+        lines.append("|" + "|".join("---" if i in left else "---:" for i in range(len(headers))) + "|")
         lines += ["| " + " | ".join(cells) + " |" for cells in rows]
         lines.append("")
     else:
         widths = [max(len(headers[i]), *(len(r[i]) for r in rows)) if rows else len(headers[i])
                   for i in range(len(headers))]
+
         def fmt_row(cells: list[str]) -> str:
-            return "  ".join(c.ljust(widths[i]) if i in (0, 10) else c.rjust(widths[i]) for i, c in enumerate(cells))
+            return "  ".join(c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells))
         lines.append(fmt_row(headers))
         lines.append("  ".join("-" * w for w in widths))
         lines += [fmt_row(r) for r in rows]
         lines += footnotes
-    for text, met in _ceiling_lines(scenario, record) + _target_lines(scenario, summary):
+    for text, met in verdicts:
         mark = "" if met is None else ("MET     " if met else "MISSED  ")
         lines.append(("- " if markdown else "  ") + mark + text)
     return lines
@@ -689,6 +1041,25 @@ def _targets_c(summary: dict) -> list[tuple[str, bool | None]]:
     return out
 
 
+def _crawl_target(summary: dict, mine: str, need: float, key: str) -> tuple[str, bool | None]:
+    nio, scrapy = _clean(summary, mine), _clean(summary, "scrapy")
+    if nio is None or scrapy is None:
+        missing = " and ".join(n for n, r in ((mine, nio), ("scrapy", scrapy)) if r is None)
+        return (f"target {key}: {mine} / scrapy >= {need}x: {missing} not measured cleanly", None if
+                summary.get(mine) is None or summary.get("scrapy") is None else False)
+    ratio = nio["pages_per_s"] / scrapy["pages_per_s"]
+    return (f"target {key}: {mine} / scrapy = {ratio:.2f} in pages/s ({nio['pages_per_s']:,.0f} vs "
+            f"{scrapy['pages_per_s']:,.0f}; target >= {need})", ratio >= need)
+
+
+def _targets_d(summary: dict) -> list[tuple[str, bool | None]]:
+    return [_crawl_target(summary, BASELINE, 3.0, "D")]
+
+
+def _targets_e(summary: dict) -> list[tuple[str, bool | None]]:
+    return [_crawl_target(summary, "niofetcher-lxml", 2.0, "E"), _crawl_target(summary, BASELINE, 1.0, "E")]
+
+
 SCENARIOS: dict[str, Scenario] = {
     "A": FetchScenario("A", "throughput", hosts=1, per_host=64, total=64, gets=20_000, show_ceiling=True,
                        targets=_targets_a),
@@ -696,11 +1067,10 @@ SCENARIOS: dict[str, Scenario] = {
                        targets=_targets_b),
     "C": FetchScenario("C", "many connections", hosts=1, per_host=2000, total=2000, gets=20_000, delay_ms=200.0,
                        targets=_targets_c),
-    "D": PendingScenario("D", "crawl: `niofetcher crawl` of a generated 10,000-page site vs Scrapy",
-                         reason="needs the crawler (niofetcher.crawler / `niofetcher crawl`), which is being "
-                                "finished; add a CrawlScenario (clients: niofetcher crawl, Scrapy) here"),
-    "E": PendingScenario("E", "real-page crawl (../shared/corpus/pages) vs Scrapy, each extractor",
-                         reason="needs the crawler and the testsite serving corpus pages; add it with D"),
+    "D": CrawlScenario("D", "crawl: `niofetcher crawl` of a generated site vs Scrapy", hosts=4,
+                       pages_per_host=2500, per_host=16, total=64, page_size=4096, targets=_targets_d),
+    "E": CrawlScenario("E", "real-page crawl vs Scrapy, each extractor", hosts=4, pages_per_host=2500,
+                       per_host=16, total=64, corpus=True, targets=_targets_e),
 }
 
 
@@ -738,16 +1108,16 @@ def chart(records: list[dict], path: str, stamp: str, info: dict) -> str | None:
     if not ran:
         return None
     fig, axes = plt.subplots(1, len(ran), figsize=(6.2 * len(ran), 4.2), squeeze=False)
-    for ax, record in zip(axes[0], ran):
+    for ax, record in zip(axes[0], ran, strict=True):
         names = list(record["summary"])[::-1]
         rows = [record["summary"][n] for n in names]
         values = [r["pages_per_s"] or 0.0 for r in rows]
-        lows = [v - min(r["pages_per_s_all"], default=v) for v, r in zip(values, rows)]
-        highs = [max(r["pages_per_s_all"], default=v) - v for v, r in zip(values, rows)]
+        lows = [v - min(r["pages_per_s_all"], default=v) for v, r in zip(values, rows, strict=True)]
+        highs = [max(r["pages_per_s_all"], default=v) - v for v, r in zip(values, rows, strict=True)]
         colors = ["#c0392b" if not r["clean"] else ("#2e86c1" if n == BASELINE else "#95a5a6")
-                  for n, r in zip(names, rows)]
+                  for n, r in zip(names, rows, strict=True)]
         ax.barh(names, values, xerr=[lows, highs], color=colors, capsize=3)
-        for y, (v, r) in enumerate(zip(values, rows)):
+        for y, (v, r) in enumerate(zip(values, rows, strict=True)):
             label = f"{v:,.0f}" + ("" if r["clean"] else " (errors)")
             if r["efficiency"] is not None:
                 label += f"  eff {r['efficiency']:.2f}"
@@ -756,8 +1126,9 @@ def chart(records: list[dict], path: str, stamp: str, info: dict) -> str | None:
             ax.axvline(record["ideal"], color="k", linestyle="--", linewidth=1)
             ax.text(record["ideal"], len(names) - 0.5, " ideal", fontsize=8, va="bottom")
         cfg = record["config"]
-        ax.set_title(f"{record['key']}: {record['title']} ({cfg['hosts']} host(s), {cfg['total']} conns, "
-                     f"{cfg['delay_ms']:g} ms)", fontsize=9)
+        title = record.get("chart_title") or (f"{record['key']}: {record['title']} ({cfg['hosts']} host(s), "
+                                              f"{cfg['total']} conns, {cfg['delay_ms']:g} ms)")
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("pages/s (median, min-max)")
         top = max([max(r["pages_per_s_all"], default=0.0) for r in rows] + [record.get("ideal") or 0])
         ax.set_xlim(0, top * 1.45 or 1)
@@ -795,7 +1166,8 @@ def write_reports(data: dict) -> None:
     suffix = "-quick" if quick else ""
     args = data["args"]
     command = " ".join(data["command"]) if "command" in data else (
-        f"--scenario {str(args.get('scenario', 'all')).lower()} --rounds {args.get('rounds')}" + (" --quick" if quick else ""))
+        f"--scenario {str(args.get('scenario', 'all')).lower()} --rounds {args.get('rounds')}"
+        + (" --quick" if quick else ""))
     md = [f"# niofetcher vs peers ({started})", "",
           f"Machine: {info['cpu']}, {info['cores']} cores, {info['platform']}, Python {info['python']}.  ",
           "Versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v) + ".  ",
@@ -805,9 +1177,13 @@ def write_reports(data: dict) -> None:
             scenario = SCENARIOS[record["key"]]
             if quick:
                 scenario = scenario.shrink(5)
-            md += table_lines(scenario, record, markdown=True) + [""]  # type: ignore[arg-type]
+            if isinstance(scenario, CrawlScenario):
+                md += crawl_table_lines(scenario, record, markdown=True) + [""]
+            else:
+                md += table_lines(scenario, record, markdown=True) + [""]  # type: ignore[arg-type]
         else:
-            md += [f"**Scenario {record['key']}: {record['title']}** — not yet: {record.get('reason', '')}", ""]
+            md += [f"**Scenario {record['key']}: {record['title']}** — {record.get('status')}: "
+                   f"{record.get('reason', '')}", ""]
     md_path = os.path.join(RESULTS_DIR, f"compare{suffix}.md")
     with open(md_path, "w", encoding="utf-8") as out:
         out.write("\n".join(md) + "\n")
@@ -824,9 +1200,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", default="all", type=str.upper, choices=[*SCENARIOS, "ALL"])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="GET counts / 5: a smoke check")
+    parser.add_argument("--quick", action="store_true", help="GET counts and crawled pages / 5: a smoke check")
     parser.add_argument("--clients", type=lambda s: [c.strip() for c in s.split(",") if c.strip()], default=None,
-                        help="comma-separated subset of: " + ", ".join(c.name for c in FETCH_CLIENTS))
+                        help="comma-separated subset of: " + ", ".join(c.name for c in FETCH_CLIENTS)
+                        + " (A-C); " + ", ".join(c.name for c in CRAWL_CLIENTS)
+                        + " (D, E; the scrapy-* variants run only when named)")
     parser.add_argument("--deadline", type=float, default=None, metavar="S",
                         help="a client stops taking URLs after S s of fetching and its run is marked incomplete "
                              "(its rate is that of the part done), so that a very slow peer (httpx with "
@@ -845,7 +1223,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds must be >= 1")
     if args.deadline is None:
         args.deadline = 5.0 if args.quick else 60.0
-    known = {c.name for c in FETCH_CLIENTS}
+    known = {c.name for c in FETCH_CLIENTS} | {c.name for c in CRAWL_CLIENTS}
     if args.clients and not set(args.clients) <= known:
         parser.error(f"unknown client(s): {', '.join(sorted(set(args.clients) - known))}")
     if args.clients and BASELINE not in args.clients:
