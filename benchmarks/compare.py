@@ -547,8 +547,8 @@ class CrawlScenario(Scenario):
     def run(self, options: argparse.Namespace) -> dict:
         print(f"\n{self.describe()}")
         if self.corpus and not os.path.isdir(CORPUS_DIR):
-            reason = f"skipped: no corpus at {CORPUS_DIR} (a clone without ../shared)"
-            print(f"  {reason}")
+            reason = f"no corpus at {CORPUS_DIR} (a clone without ../shared)"
+            print(f"  skipped: {reason}")
             return {"key": self.key, "title": self.title, "status": "skipped", "reason": reason}
         clients = []
         for client in CRAWL_CLIENTS:
@@ -566,8 +566,8 @@ class CrawlScenario(Scenario):
                                   "site_pages": self.site_pages, "runs": [],
                                   "skipped": [c.name for c in CRAWL_CLIENTS if c not in clients and not c.hidden
                                               and (not options.clients or c.name in options.clients)],
-                                  "chart_title": (f"{self.key}: {self.title} ({self.site_pages:,} pages, "
-                                                  f"{self.total} conns)")}
+                                  "chart_title": (f"{self.key}: {'real-page crawl' if self.corpus else 'crawl'} "
+                                                  f"({self.site_pages:,} pages, {self.total} conns)")}
         corpus = CORPUS_DIR if self.corpus else None
         with tempfile.TemporaryDirectory(prefix="niofetcher-compare-") as tmp, \
                 Site(self.hosts, self.pages_per_host, 0.0, self.page_size, corpus=corpus) as site:
@@ -1086,7 +1086,8 @@ def machine() -> dict:
     except OSError:
         pass
     versions: dict[str, str | None] = {}
-    for dist in ("niofetcher", "h11", "aiohttp", "uvloop", "httpx", "requests", "urllib3", "pycurl", "matplotlib"):
+    for dist in ("niofetcher", "h11", "aiohttp", "uvloop", "httpx", "requests", "urllib3", "pycurl",
+                 "scrapy", "twisted", "matplotlib"):
         try:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -1145,11 +1146,17 @@ def write_results(records: list[dict], args: argparse.Namespace, info: dict, sta
     suffix = "-quick" if args.quick else ""
     stamp = started.replace(":", "").replace("-", "")[:15]
     data = {"date": started, "machine": info, "command": sys.argv[1:], "args": vars(args), "scenarios": records}
-    for name in (f"compare-{stamp}{suffix}.json", f"compare{suffix}.json"):
+    for name in (f"compare-{stamp}{suffix}.json", f"{_latest_name(vars(args))}{suffix}.json"):
         with open(os.path.join(RESULTS_DIR, name), "w", encoding="utf-8") as out:
             json.dump(data, out, indent=1, default=str)
     print(f"\nraw runs: {os.path.join(RESULTS_DIR, f'compare-{stamp}{suffix}.json')}")
     write_reports(data)
+
+
+def _latest_name(args: dict) -> str:
+    """``compare`` for a run of every scenario, ``compare-D`` for a run of D alone: one never overwrites the other."""
+    key = str(args.get("scenario", "all")).upper()
+    return "compare" if key == "ALL" else f"compare-{key}"
 
 
 def replot(path: str) -> int:
@@ -1184,10 +1191,11 @@ def write_reports(data: dict) -> None:
         else:
             md += [f"**Scenario {record['key']}: {record['title']}** — {record.get('status')}: "
                    f"{record.get('reason', '')}", ""]
-    md_path = os.path.join(RESULTS_DIR, f"compare{suffix}.md")
+    latest = _latest_name(args)
+    md_path = os.path.join(RESULTS_DIR, f"{latest}{suffix}.md")
     with open(md_path, "w", encoding="utf-8") as out:
         out.write("\n".join(md) + "\n")
-    png = chart(records, os.path.join(RESULTS_DIR, f"compare{suffix}.png"), started, info)
+    png = chart(records, os.path.join(RESULTS_DIR, f"{latest}{suffix}.png"), started, info)
     print(f"tables:   {md_path}")
     if png:
         print(f"chart:    {png}")
