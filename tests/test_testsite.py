@@ -390,6 +390,59 @@ def test_delay_does_not_serialise_connections() -> None:
                 client.close()
 
 
+def test_a_delay_is_never_shortened_and_not_grossly_lengthened() -> None:
+    """Scenario B of the benchmarks counts on it: every response D after its request, not much later.
+
+    The lower bound is exact (measured from before the request is sent, it can only
+    overestimate the server's delay); the upper bound is deliberately loose (a median
+    under D + 20 ms), so that a loaded machine cannot fail it.
+    """
+    delay = 0.05
+    with TestSite(hosts=2, pages=5, delay=delay) as site:
+        clients = [RawClient(port) for port in site.ports for _ in range(2)]
+        try:
+            elapsed = []
+            for round_no in range(4):
+                started = []
+                for index, client in enumerate(clients):
+                    started.append(time.monotonic())
+                    client.send(get(f"/page/{(round_no + index) % 5}"))
+                for client, began in zip(clients, started):
+                    assert client.read_response()[0] == 200
+                    elapsed.append(time.monotonic() - began)
+            assert min(elapsed) >= delay
+            assert sorted(elapsed)[len(elapsed) // 2] < delay + 0.02
+        finally:
+            for client in clients:
+                client.close()
+
+
+def test__arrival_keeps_the_kernel_stamp_between_the_previous_wait_and_the_read() -> None:
+    """A receive timestamp can move a delay's start earlier only as far as the bytes can be old."""
+    site = TestSite(delay=0.05)
+    server = site._bind()
+    try:
+        if not server.timestamps:
+            pytest.skip("no kernel receive timestamps on this platform")
+        server.clock_offset = 0.0
+
+        def stamped(when: float) -> list[tuple[int, int, bytes]]:
+            seconds = int(when)
+            nanoseconds = int((when - seconds) * 1e9)
+            return [(socket.SOL_SOCKET, testsite._SO_TIMESTAMPNS, struct.pack("@qq", seconds, nanoseconds))]
+
+        now = time.monotonic()
+        server.arrival_floor = now - 1.0
+        assert now - 0.5 - 1e-6 <= server._arrival(stamped(now - 0.5)) <= now - 0.5 + 1e-6
+        assert server._arrival(stamped(now - 5.0)) == now - 1.0  # older than the wait before last: clamped
+        assert server._arrival(stamped(now + 5.0)) <= time.monotonic()  # in the future: the read's time
+        before = time.monotonic()
+        assert before <= server._arrival([]) <= time.monotonic()  # no stamp: the read's time
+    finally:
+        server.close()  # the listeners too
+        server.wake_w.close()
+
+
 # --------------------------------------------------------------------------- robustness
 
 
