@@ -1,20 +1,37 @@
 """The crawler: frontier -> fetcher -> parse -> frontier, with fetching and parsing side by side.
 
-Theory of operation.  Three kinds of thread take part:
+Theory of operation.  Pages travel through the crawler in batches, never one
+at a time: handing one page from a thread to another costs a wake-up and a
+GIL hand-off (and, to a parse process, a pickling round trip and a future),
+and at a thousand pages a second those hand-offs, not the work, set the pace.
+The threads are:
 
 - the fetcher's loop thread downloads;
-- ``parse_workers`` worker threads drain the fetcher's results: each decides
-  whether a result is final, parses HTML (in a process pool by default, so
-  that parsing uses every core instead of fighting the loop for the GIL),
-  calls ``on_page`` and reports back;
+- the *pump* takes every result the fetcher has finished, in one go, and
+  sends each on its way: robots.txt answers and fetches to retry go straight
+  to the coordinator, HTML pages to the parse executor in a few chunks (one
+  job per chunk, so that every parse worker gets a share), redirects and
+  other final pages on without parsing;
+- the parse executor -- ``parse_workers`` processes by default, so that
+  parsing uses every core instead of fighting the loop for the GIL, or
+  threads -- extracts each page's links and filters them there: scope,
+  include/exclude patterns, nofollow, duplicates.  A job carries only the
+  bodies, final URLs and Content-Types of its pages; it brings back the
+  followed URLs, and the whole PageLinks only when an ``on_page`` will see it;
+- ``parse_workers`` delivery threads call ``on_page`` for every page of a
+  batch and pass the batch on (without an ``on_page`` there are none, and
+  batches go to the coordinator directly);
 - the coordinator -- the thread that called ``run()`` -- owns the frontier
-  (SQLite) and robots.txt state, claims URLs, registers them and records what
-  the workers report.  Only it touches the database.
+  (SQLite) and robots.txt state, claims URLs, registers them and records the
+  batches that came back: the new links of all of them in one frontier call,
+  their completions in another.  Only it touches the database.
 
 A URL becomes ``done`` only after ``on_page`` returned for it, so a crash never
-loses a fetched page that the embedding program did not see.  The crawl ends
-when the frontier has nothing waiting and nothing is in progress (claimed and
-not yet reported); a URL waiting for a retry delay keeps it alive.
+loses a fetched page that the embedding program did not see; a page's links
+are in the frontier before it is ``done``, so a crash never loses them
+either.  The crawl ends when the frontier has nothing waiting and nothing is
+in progress (claimed and not yet recorded: in the fetcher, in a parse job or
+with ``on_page``); a URL waiting for a retry delay keeps it alive.
 
 Politeness: robots.txt is fetched per (scheme, host, port) through the
 fetcher itself before the first page of that origin; URLs of an origin wait
@@ -27,9 +44,9 @@ fetched (network error, 5xx) allows everything, as Scrapy does; a 4xx means
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import email.utils
+import functools
 import logging
 import multiprocessing
 import queue
@@ -40,7 +57,7 @@ import time
 from collections import Counter
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
 from protego import Protego
@@ -149,13 +166,67 @@ class CrawlProgress:
     seconds: float
 
 
-# Reports from the workers to the coordinator.
+@dataclass(frozen=True, slots=True)
+class LinkScope:
+    """Which links of a page the crawl follows.  Plain data: it travels to the parse processes."""
+
+    domains: tuple[str, ...]  # a link's host must be one of these or a subdomain of one
+    include: tuple[str, ...] = ()  # regexes; when given, a link must match one
+    exclude: tuple[str, ...] = ()  # regexes; a link matching one is not followed
+    follow_nofollow: bool = False
+
+    def followed(self, links: PageLinks) -> list[str]:
+        """The page's links, image-map areas and frames that the crawl follows, each once, in page order."""
+        skip = frozenset() if self.follow_nofollow else links.nofollow
+        candidates = dict.fromkeys((*links.links, *links.areas, *links.frames))
+        return [url for url in candidates if url not in skip and self.in_scope(url)]
+
+    def in_scope(self, url: str) -> bool:
+        host = (urlsplit(url).hostname or "").rstrip(".")
+        if not any(host == d or host.endswith("." + d) for d in self.domains):
+            return False
+        include = _compiled(self.include)
+        if include and not any(p.search(url) for p in include):
+            return False
+        return not any(p.search(url) for p in _compiled(self.exclude))
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in patterns)
+
+
+# A parse job's page: what extract() needs of a FetchResult and nothing else (body, final URL, Content-Type) ...
+ParseInput = tuple[bytes, str, Optional[str]]
+# ... and what comes back: the followed URLs, the PageLinks when asked for, why parsing failed ("": it did not).
+ParseOutput = tuple[list[str], Optional[PageLinks], str]
+
+
+def parse_pages(pages: list[ParseInput], extractor: str, scope: LinkScope, keep_links: bool) -> list[ParseOutput]:
+    """One parse job, run in a parse process (or thread): the links of each page, filtered by ``scope``.
+
+    A page that cannot be parsed fails alone, with its reason; the rest of the job goes on.
+    """
+    outputs: list[ParseOutput] = []
+    for body, url, content_type in pages:
+        try:
+            links = extract(body, url, content_type, extractor)
+            outputs.append((scope.followed(links), links if keep_links else None, ""))
+        except Exception as exc:  # noqa: BLE001 - extract() should not raise, but one page must not sink a job
+            log.exception("parsing %s failed", url)
+            outputs.append(([], None, f"{type(exc).__name__}: {exc}"))
+    return outputs
+
+
 @dataclass(slots=True)
-class _Finished:
-    url: str
+class _Page:
+    """One fetch of a claimed URL, on its way from the fetcher to the coordinator."""
+
+    item: FrontierURL
     result: FetchResult
-    links: Optional[PageLinks]
-    final: bool  # False: a retryable failure, try again later
+    final: bool  # False: cancelled, or a retryable failure with attempts left -- it is tried again later
+    links: Optional[PageLinks] = None  # what on_page sees
+    followed: list[str] = field(default_factory=list)  # links the crawl follows (in scope)
     failure: str = ""  # parsing or on_page raised: the URL ends in 'error' with this reason
 
 
@@ -163,6 +234,14 @@ class _Finished:
 class _Robots:
     origin: Origin
     result: FetchResult
+
+
+# Reports to the coordinator: a robots.txt fetch, or a batch of pages.
+_Report = Union[_Robots, list[_Page]]
+
+# Pages per parse job, at most: enough to make a job's overhead small, few enough that a job of
+# large real pages (bs4: tens of ms each) does not hold its pages back for long.
+_MAX_JOB_PAGES = 32
 
 
 class Crawler:
@@ -173,13 +252,15 @@ class Crawler:
         self.on_page = on_page
         self._stop = threading.Event()
         self._fetcher_closed = threading.Event()  # set once every result has been delivered
-        self._reports: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._include = [re.compile(p) for p in config.include]
-        self._exclude = [re.compile(p) for p in config.exclude]
+        self._reports: queue.SimpleQueue[_Report] = queue.SimpleQueue()
+        self._deliveries: queue.SimpleQueue[Optional[list[_Page]]] = queue.SimpleQueue()  # None: stop
         domains = config.allowed_domains
         if domains is None:
             domains = [parse_target(seed).origin.host for seed in config.seeds]
-        self._domains = tuple(d.lower().lstrip(".") for d in domains)
+        self._scope = LinkScope(
+            domains=tuple(d.lower().lstrip(".") for d in domains), include=tuple(config.include),
+            exclude=tuple(config.exclude), follow_nofollow=config.follow_nofollow,
+        )
         self._robots: dict[Origin, Optional[Protego]] = {}
         self._held: dict[Origin, list[FrontierURL]] = {}  # URLs waiting for their origin's robots.txt
         self._in_progress: dict[str, FrontierURL] = {}
@@ -216,25 +297,20 @@ class Crawler:
             # Redirects are links the crawler follows itself, through scope and robots.txt like any other.
             fetcher_config = dataclasses.replace(config.fetcher, follow_redirects=False)
             window = min(5000, max(64, 2 * fetcher_config.max_connections))
-            with self._parse_pool() as pool, NIOFetcher(fetcher_config) as fetcher:
+            with self._parse_executor() as executor, NIOFetcher(fetcher_config) as fetcher:
                 self._fetcher = fetcher
-                # With parse processes, a worker thread mostly waits for its parse: two per process keep
-                # every process busy while the other thread ships a page or hands one to on_page.
-                threads = config.parse_workers * (2 if pool is not None else 1)
-                workers = [
-                    threading.Thread(target=self._work, args=(fetcher, pool), name=f"niofetcher-crawl-worker-{i}")
-                    for i in range(threads)
-                ]
-                for worker in workers:
-                    worker.start()
+                threads = [threading.Thread(target=self._pump, args=(fetcher, executor), name="niofetcher-crawl-pump")]
+                if self.on_page is not None:
+                    threads += [
+                        threading.Thread(target=self._deliver, name=f"niofetcher-crawl-deliver-{i}")
+                        for i in range(config.parse_workers)
+                    ]
+                for thread in threads:
+                    thread.start()
                 try:
                     self._coordinate(frontier, fetcher, window)
                 finally:
-                    self._stop.set()
-                    fetcher.shutdown(wait=False)
-                    self._fetcher_closed.set()
-                    for worker in workers:
-                        worker.join()
+                    self._wind_down(fetcher, executor, threads)
                     self._drain_reports(frontier, fetcher)
                     if self._in_progress:  # only after a failure: give them back, nothing fetched is lost
                         frontier.release(list(self._in_progress))
@@ -246,20 +322,36 @@ class Crawler:
             seconds=time.monotonic() - self._started, stopped=stopped,
         )
 
-    def _parse_pool(self) -> contextlib.AbstractContextManager[Optional[concurrent.futures.Executor]]:
-        """Processes for parsing, or None: in thread mode each worker parses in its own thread."""
+    def _parse_executor(self) -> concurrent.futures.Executor:
+        """Processes for parsing, or threads in thread mode."""
+        workers = self.config.parse_workers
         if self.config.parse_mode == "thread":
-            return contextlib.nullcontext(None)
+            return concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="niofetcher-crawl-parse")
         # forkserver, not fork: forking a process whose other threads hold locks can hang the child.
         context = multiprocessing.get_context("forkserver")
         # The parse processes share the terminal's process group: Ctrl-C reaches them too, and is the
         # parent's to handle (a graceful stop), not a KeyboardInterrupt that kills a parse process.
         pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=self.config.parse_workers, mp_context=context, initializer=_ignore_sigint
+            max_workers=workers, mp_context=context, initializer=_ignore_sigint
         )
-        for future in [pool.submit(_warm_up) for _ in range(self.config.parse_workers)]:
+        for future in [pool.submit(_warm_up) for _ in range(workers)]:
             future.result()  # start the processes now, before the fetcher's threads exist
         return pool
+
+    def _wind_down(
+        self, fetcher: NIOFetcher, executor: concurrent.futures.Executor, threads: list[threading.Thread]
+    ) -> None:
+        """Stop fetching, and let every page fetched so far reach the reports queue."""
+        self._stop.set()
+        fetcher.shutdown(wait=False)  # whatever was not fetched yet comes back cancelled
+        self._fetcher_closed.set()
+        pump, *deliverers = threads
+        pump.join()
+        executor.shutdown(wait=True)  # every job submitted is parsed, and its pages handed over
+        for _ in deliverers:
+            self._deliveries.put(None)
+        for thread in deliverers:
+            thread.join()
 
     def _coordinate(self, frontier: Frontier, fetcher: NIOFetcher, window: int) -> None:
         config = self.config
@@ -312,29 +404,22 @@ class Crawler:
             return min(item.depth for item in self._in_progress.values())
         return frontier.min_due_depth()
 
-    def _drain_reports(self, frontier: Frontier, fetcher: NIOFetcher, reports: Optional[list[object]] = None) -> None:
-        """Record every report that has arrived, in one frontier transaction for all their new links."""
+    def _drain_reports(self, frontier: Frontier, fetcher: NIOFetcher, reports: Optional[list[_Report]] = None) -> None:
+        """Record every report that has arrived: robots.txt rules, then all the pages at once."""
         reports = reports or []
         while True:
             try:
                 reports.append(self._reports.get_nowait())
             except queue.Empty:
                 break
-        links: list[tuple[str, int, Optional[str], int]] = []
-        finished: list[_Finished] = []
+        pages: list[_Page] = []
         for report in reports:
             if isinstance(report, _Robots):
                 self._robots_arrived(report, frontier, fetcher)
             else:
-                assert isinstance(report, _Finished)
-                item = self._in_progress.get(report.url)
-                if item is not None and report.links is not None and report.final and not report.failure:
-                    links.extend(self._followed(report.links, item))
-                finished.append(report)
-        if links:
-            frontier.add_many(links)  # before the pages complete: a crash re-fetches, never loses
-        for report in finished:
-            self._record(report, frontier)
+                pages.extend(report)
+        if pages:
+            self._record(pages, frontier)
 
     # -- coordinator: starting URLs ---------------------------------------------
 
@@ -373,76 +458,151 @@ class Crawler:
             del self._in_progress[item.url]
             self._start(item, frontier, fetcher)
 
-    # -- workers ----------------------------------------------------------------
+    # -- pump: from the fetcher to the parse executor -------------------------------
 
-    def _work(self, fetcher: NIOFetcher, pool: Optional[concurrent.futures.Executor]) -> None:
-        """Worker thread: drain results, parse, hand pages to on_page, report to the coordinator."""
-        config = self.config
+    def _pump(self, fetcher: NIOFetcher, executor: concurrent.futures.Executor) -> None:
+        """Pump thread: take the fetcher's results a batch at a time and send each on its way."""
         while True:
-            result = fetcher.get(timeout=0.1)
-            if result is None:
+            first = fetcher.get(timeout=0.1)
+            if first is None:
                 if self._fetcher_closed.is_set():
                     return  # shut down and drained: nothing can come any more
                 continue
+            self._sort([first, *fetcher.drain()], executor)
+
+    def _sort(self, results: list[FetchResult], executor: concurrent.futures.Executor) -> None:
+        again: list[_Page] = []  # to be tried again: no parsing, no on_page
+        ready: list[_Page] = []  # final, nothing to parse
+        to_parse: list[_Page] = []
+        for result in results:
             meta = result.bean.meta
             if "robots" in meta:
                 self._reports.put(_Robots(meta["robots"], result))
                 continue
             item: FrontierURL = meta["frontier"]
-            retryable = result.error is not None and result.error is not ErrorKind.CANCELLED
-            retryable = retryable or (result.status in config.retry_statuses)
-            if result.error is ErrorKind.CANCELLED or (retryable and item.attempts < config.max_attempts):
-                self._reports.put(_Finished(item.url, result, None, final=False))
-                continue
-            try:
-                links = self._parse(result, pool)
-                if self.on_page is not None:
-                    self.on_page(CrawledPage(result, item.depth, item.parent, links))
-            except Exception as exc:  # noqa: BLE001 - the coordinator must hear of every URL, whatever breaks
-                log.exception("crawling %s failed after the fetch", item.url)
-                failure = f"{type(exc).__name__}: {exc}"
-                self._reports.put(_Finished(item.url, result, None, final=True, failure=failure))
-                continue
-            self._reports.put(_Finished(item.url, result, links, final=True))
+            page = _Page(item, result, final=self._is_final(result, item))
+            if not page.final:
+                again.append(page)
+            elif _is_redirect(result):
+                target = absolute_url(result.header("location") or "", result.url)
+                page.links = PageLinks([target] if target else [], [], [], [], [], [], None, frozenset())
+                page.followed = self._scope.followed(page.links)
+                ready.append(page)
+            elif result.ok and _is_html(result):
+                to_parse.append(page)
+            else:
+                ready.append(page)
+        if again:
+            self._reports.put(again)
+        if ready:
+            self._hand_over(ready)
+        for job in _jobs(to_parse, self.config.parse_workers):
+            self._submit(job, executor)
 
-    def _parse(self, result: FetchResult, pool: Optional[concurrent.futures.Executor]) -> Optional[PageLinks]:
-        if _is_redirect(result):
-            target = absolute_url(result.header("location") or "", result.url)
-            return PageLinks([target] if target else [], [], [], [], [], [], None, frozenset())
-        if not (result.ok and _is_html(result)):
-            return None
-        args = (result.body, result.final_url, result.header("content-type"), self.config.extractor)
-        if pool is not None:
-            try:
-                return pool.submit(extract, *args).result()
-            except (BrokenProcessPool, RuntimeError) as exc:  # a parse process died, or the pool was shut
-                log.error("parse pool unusable (%s); parsing %s in this thread", exc, result.final_url)
-        return extract(*args)
+    def _is_final(self, result: FetchResult, item: FrontierURL) -> bool:
+        """False for a fetch to try again: cancelled (not the URL's fault), or a retryable failure with
+        attempts left."""
+        if result.error is ErrorKind.CANCELLED:
+            return False
+        retryable = result.error is not None or result.status in self.config.retry_statuses
+        return not (retryable and item.attempts < self.config.max_attempts)
+
+    def _submit(self, pages: list[_Page], executor: concurrent.futures.Executor) -> None:
+        """Send one parse job; its pages are handed over when it is done."""
+        inputs = [(page.result.body, page.result.final_url, page.result.header("content-type")) for page in pages]
+        args = (inputs, self.config.extractor, self._scope, self.on_page is not None)
+        try:
+            future = executor.submit(parse_pages, *args)
+        except (BrokenProcessPool, RuntimeError) as exc:  # a parse process died, or the pool was shut
+            log.error("parse pool unusable (%s); parsing %d pages in this thread", exc, len(pages))
+            self._parsed(pages, parse_pages(*args))
+            return
+        future.add_done_callback(lambda done: self._parse_done(pages, args, done))
+
+    def _parse_done(
+        self, pages: list[_Page], args: tuple[list[ParseInput], str, LinkScope, bool],
+        future: concurrent.futures.Future[list[ParseOutput]],
+    ) -> None:
+        """Runs where the job ended: in the process pool's manager thread, or in the parse thread."""
+        try:
+            outputs = future.result()
+        except Exception as exc:  # noqa: BLE001 - BrokenProcessPool: a parse process died; the pages are not lost
+            log.error("parse pool unusable (%s); parsing %d pages in this thread", exc, len(pages))
+            outputs = parse_pages(*args)
+        self._parsed(pages, outputs)
+
+    def _parsed(self, pages: list[_Page], outputs: list[ParseOutput]) -> None:
+        for page, (followed, links, failure) in zip(pages, outputs, strict=True):
+            page.followed, page.links, page.failure = followed, links, failure
+        self._hand_over(pages)
+
+    def _hand_over(self, pages: list[_Page]) -> None:
+        """Final pages go to on_page (a delivery thread), then to the coordinator."""
+        if self.on_page is not None:
+            self._deliveries.put(pages)
+        else:
+            self._reports.put(pages)
+
+    def _deliver(self) -> None:
+        """Delivery thread: hand every page of a batch to on_page, then report the batch."""
+        on_page = self.on_page
+        assert on_page is not None
+        while (pages := self._deliveries.get()) is not None:
+            for page in pages:
+                if page.failure:
+                    continue
+                try:
+                    on_page(CrawledPage(page.result, page.item.depth, page.item.parent, page.links))
+                except Exception as exc:  # noqa: BLE001 - the coordinator must hear of every URL, whatever breaks
+                    log.exception("on_page failed for %s", page.item.url)
+                    page.failure = f"{type(exc).__name__}: {exc}"
+            self._reports.put(pages)
 
     # -- coordinator: recording outcomes ------------------------------------------
 
-    def _record(self, report: _Finished, frontier: Frontier) -> None:
-        item = self._in_progress.pop(report.url, None)
-        if item is None:
-            return
-        result = report.result
-        if not report.final:
-            if result.error is ErrorKind.CANCELLED:
-                frontier.release([item.url])  # not the URL's fault: the attempt does not count
+    def _record(self, pages: list[_Page], frontier: Frontier) -> None:
+        """Record a batch of pages: their links first, in one call, then their outcomes, so that a crash
+        in between fetches a page again rather than losing its links."""
+        pages = [page for page in pages if page.item.url in self._in_progress]
+        links = [entry for page in pages for entry in self._link_entries(page)]
+        if links:
+            frontier.add_many(links)
+        completed: list[tuple[str, Optional[int]]] = []
+        for page in pages:
+            del self._in_progress[page.item.url]
+            if page.final:
+                self._finished += 1
+                self._bytes += len(page.result.body)
+            if page.final and not page.failure and (page.result.ok or _is_redirect(page.result)):
+                completed.append((page.item.url, page.result.status))
             else:
-                frontier.fail(item.url, _error_text(result), status=result.status, retry=True,
+                self._record_failure(page, frontier)
+        frontier.complete_many(completed)
+
+    def _link_entries(self, page: _Page) -> list[tuple[str, int, Optional[str], int]]:
+        """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority)."""
+        if not page.final or page.failure:
+            return []
+        depth = page.item.depth + 1
+        if self.config.max_depth is not None and depth > self.config.max_depth:
+            return []
+        return [(url, depth, page.item.url, 0) for url in page.followed]
+
+    def _record_failure(self, page: _Page, frontier: Frontier) -> None:
+        result = page.result
+        url = page.item.url
+        if not page.final:
+            if result.error is ErrorKind.CANCELLED:
+                frontier.release([url])  # not the URL's fault: the attempt does not count
+            else:
+                frontier.fail(url, _error_text(result), status=result.status, retry=True,
                               retry_after=_retry_after(result))
-            return
-        self._finished += 1
-        self._bytes += len(result.body)
-        if report.failure:
+        elif page.failure:
             self._errors["on_page_failed"] += 1
-            frontier.fail(item.url, report.failure, status=result.status, retry=False)
-        elif result.ok or _is_redirect(result):
-            frontier.complete(item.url, result.status)
+            frontier.fail(url, page.failure, status=result.status, retry=False)
         else:
             self._errors[result.error.value if result.error is not None else f"http_{result.status}"] += 1
-            frontier.fail(item.url, _error_text(result), status=result.status, retry=False)
+            frontier.fail(url, _error_text(result), status=result.status, retry=False)
 
     def _robots_arrived(self, report: _Robots, frontier: Frontier, fetcher: NIOFetcher) -> None:
         result = report.result
@@ -455,26 +615,13 @@ class Crawler:
         self._robots[report.origin] = rules
         self._release_held(report.origin, frontier, fetcher)
 
-    def _followed(self, links: PageLinks, item: FrontierURL) -> list[tuple[str, int, Optional[str], int]]:
-        """The frontier entries for the links of ``item`` that the crawl follows."""
-        depth = item.depth + 1
-        max_depth = self.config.max_depth
-        if max_depth is not None and depth > max_depth:
-            return []
-        skip = frozenset() if self.config.follow_nofollow else links.nofollow
-        return [
-            (url, depth, item.url, 0)
-            for url in (*links.links, *links.areas, *links.frames)
-            if url not in skip and self._in_scope(url)
-        ]
 
-    def _in_scope(self, url: str) -> bool:
-        host = (urlsplit(url).hostname or "").rstrip(".")
-        if not any(host == d or host.endswith("." + d) for d in self._domains):
-            return False
-        if self._include and not any(p.search(url) for p in self._include):
-            return False
-        return not any(p.search(url) for p in self._exclude)
+def _jobs(pages: list[_Page], workers: int) -> list[list[_Page]]:
+    """``pages`` cut into parse jobs: one per worker when they are few, of at most _MAX_JOB_PAGES."""
+    if not pages:
+        return []
+    size = min(_MAX_JOB_PAGES, -(-len(pages) // workers))
+    return [pages[i:i + size] for i in range(0, len(pages), size)]
 
 
 def _ignore_sigint() -> None:

@@ -17,15 +17,24 @@ The table is meant to be read by people too::
 Theory of operation
 -------------------
 
-*Speed.*  A crawler adds thousands of links a second (one ``add()`` per page,
-about 50 links each) and claims and completes hundreds of URLs a second.  The
-file is in WAL mode with ``synchronous=NORMAL``: a commit appends to the log
-and does not fsync (the log is synced at checkpoints), so a commit costs tens
-of microseconds, and a power cut can lose the last few commits but never
-corrupts the file.  ``add()`` is one ``executemany`` of ``INSERT OR IGNORE``
-(the primary key does the de-duplication), ``claim()`` one ``UPDATE ...
-RETURNING`` that walks a partial index holding only the waiting rows in claim
-order.  ``benchmarks/frontier_speed.py`` measures it.
+*Speed.*  A crawler adds thousands of links a second (about 50 a page) and
+claims and completes hundreds of URLs a second.  The file is in WAL mode
+with ``synchronous=NORMAL``: a commit appends to the log and does not fsync
+(the log is synced at checkpoints), so a commit costs tens of microseconds,
+and a power cut can lose the last few commits but never corrupts the file.
+The primary key does the de-duplication (``INSERT OR IGNORE``); ``claim()``
+walks a partial index holding only the waiting rows in claim order.
+``benchmarks/frontier_speed.py`` measures it.
+
+*The GIL.*  The sqlite3 module lets go of the GIL for every step of every
+statement -- for ``executemany`` once per row, for a query once per row
+returned -- and getting it back waits for the switch interval (5 ms) when
+another thread is busy running Python.  In a crawler some thread always is:
+an ``executemany`` of 60 links measured 10 us a row alone and 7 ms a row
+beside one busy thread.  So every method here is a handful of statements
+whatever the number of URLs: many URLs travel as one JSON array that the
+statement reads with ``json_each``, and ``claim()`` picks its rows into one
+JSON result row with ``json_group_array``.
 
 *Batched commits.*  ``complete()`` and ``fail()`` leave their change in an
 open transaction until ``commit_every`` of them are pending or
@@ -62,6 +71,7 @@ safe: each call is atomic, and a claimed URL is handed to exactly one caller.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import re
@@ -111,35 +121,46 @@ CREATE INDEX urls_claim ON urls (priority DESC, seq, next_attempt_at) WHERE stat
 CREATE INDEX urls_due ON urls (next_attempt_at) WHERE state = 'waiting';
 """
 
-# A fresh URL is due at once: next_attempt_at = discovered_at.
+# Statements that take many URLs take them as one JSON array (json_each), so that a whole
+# batch is one sqlite3 call: see "The GIL" above.  json_extract() rather than ->>, which
+# needs SQLite 3.38.
+
+# A fresh URL is due at once: next_attempt_at = discovered_at.  Each element of ?2 is
+# [url, depth, priority, parent, seq].
 _INSERT = """
 INSERT OR IGNORE INTO urls (url, state, depth, priority, parent, discovered_at, next_attempt_at, seq)
-VALUES (?, 'waiting', ?, ?, ?, ?, ?, ?)
+SELECT json_extract(value, '$[0]'), 'waiting', json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+       json_extract(value, '$[3]'), ?1, ?1, json_extract(value, '$[4]')
+FROM json_each(?2)
 """
 
-# The subquery reads only the covering index urls_claim (rowid is in every index).
-# RETURNING gives rows in no particular order; claim() sorts them.
-_CLAIM = """
-UPDATE urls SET state = 'processing', attempts = attempts + 1
-WHERE rowid IN (SELECT rowid FROM urls
-                WHERE state = 'waiting' AND next_attempt_at <= ?
-                ORDER BY priority DESC, seq
-                LIMIT ?)
-RETURNING url, depth, priority, attempts, parent, seq
+# claim() picks the rows in one step (json_group_array: one result row, however many URLs)
+# and then moves them in another.  The inner query walks the partial index urls_claim in
+# claim order and stops at the limit.
+_PICK = """
+SELECT json_group_array(json_array(rowid, url, depth, priority, attempts + 1, parent, seq)) FROM (
+    SELECT rowid, url, depth, priority, attempts, parent, seq FROM urls
+    WHERE state = 'waiting' AND next_attempt_at <= ?1 AND depth <= ?2
+    ORDER BY priority DESC, seq
+    LIMIT ?3)
 """
 
-_CLAIM_TO_DEPTH = """
+_MARK_CLAIMED = """
 UPDATE urls SET state = 'processing', attempts = attempts + 1
-WHERE rowid IN (SELECT rowid FROM urls
-                WHERE state = 'waiting' AND next_attempt_at <= ? AND depth <= ?
-                ORDER BY priority DESC, seq
-                LIMIT ?)
-RETURNING url, depth, priority, attempts, parent, seq
+WHERE rowid IN (SELECT value FROM json_each(?)) AND state = 'waiting'
 """
 
 _COMPLETE = """
 UPDATE urls SET state = 'done', status = ?, error = NULL, fetched_at = ?, next_attempt_at = NULL
 WHERE url = ? AND state = 'processing'
+"""
+
+# Each element of ?2 is [url, status].  A URL given twice matches one row: the count tells.
+_COMPLETE_MANY = """
+UPDATE urls SET state = 'done', status = json_extract(j.value, '$[1]'), error = NULL, fetched_at = ?1,
+                next_attempt_at = NULL
+FROM json_each(?2) AS j
+WHERE urls.url = json_extract(j.value, '$[0]') AND urls.state = 'processing'
 """
 
 _RETRY = """
@@ -156,7 +177,7 @@ WHERE url = ? AND state = 'processing'
 # (past) time it was due, so it is due again at once and keeps its place.
 _RELEASE = """
 UPDATE urls SET state = 'waiting', attempts = MAX(attempts - 1, 0)
-WHERE url = ? AND state = 'processing'
+WHERE url IN (SELECT value FROM json_each(?)) AND state = 'processing'
 """
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -165,6 +186,9 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 # not the default one and its query is not empty: lower-case scheme and host
 # (no user info, no IPv6), a path, no fragment, and nothing urlsplit() strips.
 _NORMAL_FORM = re.compile(r"(https?)://[a-z0-9.\-]+(?::([1-9][0-9]{0,4}))?/[^#\s]*")
+
+# claim() without a depth limit: deeper than any depth.
+_DEEPEST = 1 << 62
 
 # Exponents past this would overflow a float; the delay is long capped by then.
 _MAX_BACKOFF_EXPONENT = 64
@@ -179,6 +203,10 @@ class FrontierURL:
     priority: int
     attempts: int  # including this one
     parent: str | None
+
+
+class _NotAllProcessing(Exception):
+    """Raised inside complete_many() to undo its one statement: some URL was not a claimed one."""
 
 
 class FrontierError(ValueError):
@@ -454,12 +482,12 @@ class Frontier:
             conn.execute("COMMIT")
         self._pending = 0
 
-    def _outcome_recorded(self, conn: sqlite3.Connection) -> None:
-        """After complete()/fail(): commit if enough are pending, or for long enough."""
+    def _outcome_recorded(self, conn: sqlite3.Connection, n: int = 1) -> None:
+        """After complete()/fail() of ``n`` URLs: commit if enough are pending, or for long enough."""
         now = time.monotonic()
         if self._pending == 0:
             self._pending_since = now
-        self._pending += 1
+        self._pending += n
         if self._pending >= self._commit_every or now - self._pending_since >= self._commit_interval:
             self._commit(conn)
 
@@ -508,12 +536,12 @@ class Frontier:
                         parents[parent] = normalize_url(parent)  # type: ignore[arg-type]
                     except (TypeError, ValueError):
                         parents[parent] = parent
-                rows.append((key, depth, priority, parents[parent], now, now, seq))
+                rows.append((key, depth, priority, parents[parent], seq))
                 seq += 1
             if not rows:
                 return 0
-            with self._write(conn):
-                added = conn.executemany(_INSERT, rows).rowcount
+            self._begin(conn)
+            added = conn.execute(_INSERT, (now, json.dumps(rows))).rowcount
             self._commit(conn)
             # Ignored rows leave gaps in seq; only the order matters.
             self._next_seq = seq
@@ -534,16 +562,17 @@ class Frontier:
             return []
         with self._db() as conn:
             self._begin(conn)
-            if max_depth is None:
-                rows = conn.execute(_CLAIM, (self._clock(), limit)).fetchall()
-            else:
-                rows = conn.execute(_CLAIM_TO_DEPTH, (self._clock(), max_depth, limit)).fetchall()
+            deepest = _DEEPEST if max_depth is None else max_depth
+            (picked,) = conn.execute(_PICK, (self._clock(), deepest, limit)).fetchone()
+            rows = json.loads(picked)
+            if rows:
+                conn.execute(_MARK_CLAIMED, (json.dumps([row[0] for row in rows]),))
             self._commit(conn)
             self._move("waiting", "processing", len(rows))
-        rows.sort(key=lambda row: (-row[2], row[5]))  # priority, seq
+        rows.sort(key=lambda row: (-row[3], row[6]))  # priority, seq
         return [
             FrontierURL(url, depth, priority, attempts, parent)
-            for url, depth, priority, attempts, parent, _seq in rows
+            for _rowid, url, depth, priority, attempts, parent, _seq in rows
         ]
 
     def complete(self, url: str, status: int | None) -> None:
@@ -567,6 +596,29 @@ class Frontier:
                 conn.execute(_COMPLETE, (status, now, key))
             self._move("processing", "done")
             self._outcome_recorded(conn)
+
+    def complete_many(self, outcomes: Iterable[tuple[str, int | None]]) -> None:
+        """:meth:`complete` for many ``(url, status)`` pairs, in that order: one statement for all of
+        them when every URL is a claimed one in stored form, the way a crawler records a batch of pages.
+
+        Raises:
+            ValueError: like :meth:`complete`, for the first URL that is not in 'processing'; the
+                ones before it are recorded.
+        """
+        with self._db() as conn:
+            rows = list(outcomes)
+            if not rows:
+                return
+            try:
+                with self._write(conn):
+                    if conn.execute(_COMPLETE_MANY, (self._clock(), json.dumps(rows))).rowcount != len(rows):
+                        raise _NotAllProcessing
+            except _NotAllProcessing:
+                for url, status in rows:  # the long way round, which finds the culprit
+                    self.complete(url, status)
+                return
+            self._move("processing", "done", len(rows))
+            self._outcome_recorded(conn, len(rows))
 
     def fail(
         self,
@@ -647,8 +699,8 @@ class Frontier:
         if not keys:
             return
         with self._db() as conn:
-            with self._write(conn):
-                released = conn.executemany(_RELEASE, [(key,) for key in keys]).rowcount
+            self._begin(conn)
+            released = conn.execute(_RELEASE, (json.dumps(list(keys)),)).rowcount
             self._commit(conn)
             self._move("processing", "waiting", released)
 
