@@ -18,7 +18,7 @@ import collections
 import logging
 import math
 import ssl
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 from urllib.parse import urljoin, urlsplit
 
 from .config import FetcherConfig
@@ -67,7 +67,9 @@ class Task:
         self.dispatched_at = 0.0
         self.active_time = 0.0  # time spent dispatched, summed over redirects and replays
         self.deadline = _INF
-        self.redirects: list[tuple[int, str]] = []
+        # A tuple until the first redirect: an empty list per pending URL would be
+        # one more object for the garbage collector to walk while millions wait.
+        self.redirects: Sequence[tuple[int, str]] = ()
         self.replayed = False
         self.needs_fresh_connection = False
         self.connection_reused = False
@@ -359,7 +361,7 @@ class Engine:
         except ValueError as exc:
             self._finish_error(task, FetchFailure(ErrorKind.PROTOCOL_ERROR, f"bad redirect: {exc}"), status=status)
             return
-        task.redirects.append((status, url))
+        task.redirects = [*task.redirects, (status, url)]
         if status == 303 or (status in (301, 302) and task.method == "POST"):
             if task.method != "HEAD":
                 task.method = "GET"
@@ -382,7 +384,7 @@ class Engine:
         started = task.first_dispatch_at
         result = FetchResult(
             bean=task.bean, url=task.bean.url, final_url=task.url, status=status, reason=reason,
-            headers=headers, body=body, redirects=task.redirects,
+            headers=headers, body=body, redirects=list(task.redirects),
             elapsed=now - started if started is not None else 0.0,
             queue_wait=(started if started is not None else now) - task.registered_at,
             connection_reused=task.connection_reused,

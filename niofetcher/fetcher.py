@@ -31,7 +31,8 @@ class NIOFetcher:
 
     def __init__(self, config: Optional[FetcherConfig] = None) -> None:
         self.config = config if config is not None else FetcherConfig()
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._completed: collections.deque[FetchResult] = collections.deque()
         self._engine = Engine(self.config, self._deliver, self._completed.__len__)
         self._seq = itertools.count()
@@ -97,19 +98,24 @@ class NIOFetcher:
 
         Raises ValueError for anything but an absolute http(s) URL with a host.
         """
-        if isinstance(url_or_bean, URLBean):
+        # A caller registering a million URLs holds the GIL the loop thread needs,
+        # so this path is kept short: exact-type checks first, the general ones after.
+        if type(url_or_bean) is str:
+            bean = URLBean(url_or_bean, priority=priority)
+        elif isinstance(url_or_bean, URLBean):
             bean = url_or_bean
         elif isinstance(url_or_bean, str):
             bean = URLBean(url_or_bean, priority=priority)
         else:
             raise ValueError(f"register() takes a URL str or a URLBean, not {type(url_or_bean).__name__}")
         target = parse_target(bean.url)
-        if not bean.method or not set(bean.method) <= _METHOD_CHARS:
-            raise ValueError(f"invalid HTTP method {bean.method!r}")
-        if isinstance(bean.priority, bool) or not isinstance(bean.priority, int):
+        method = bean.method
+        if method != "GET" and (not method or not set(method) <= _METHOD_CHARS):
+            raise ValueError(f"invalid HTTP method {method!r}")
+        if type(bean.priority) is not int and (isinstance(bean.priority, bool) or not isinstance(bean.priority, int)):
             raise ValueError(f"priority must be an int, not {bean.priority!r}")
         engine = self._engine
-        with self._cond:
+        with self._lock:  # the condition's own lock: nobody waits on a registration
             if self._closed:
                 return False
             limit = self.config.max_pending
