@@ -182,13 +182,26 @@ class LinkScope:
         return [url for url in candidates if url not in skip and self.in_scope(url)]
 
     def in_scope(self, url: str) -> bool:
-        host = (urlsplit(url).hostname or "").rstrip(".")
-        if not any(host == d or host.endswith("." + d) for d in self.domains):
+        netloc = _NETLOC.match(url)
+        if netloc is None or not _host_allowed(self.domains, netloc.group(1)):
             return False
         include = _compiled(self.include)
         if include and not any(p.search(url) for p in include):
             return False
         return not any(p.search(url) for p in _compiled(self.exclude))
+
+
+# A real page links to a few hosts a hundred times: the host check is made once per netloc.
+_NETLOC = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://([^/?#]*)")
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_allowed(domains: tuple[str, ...], netloc: str) -> bool:
+    try:
+        host = (urlsplit("//" + netloc).hostname or "").rstrip(".")
+    except ValueError:  # a broken IPv6 literal
+        return False
+    return any(host == d or host.endswith("." + d) for d in domains)
 
 
 @functools.lru_cache(maxsize=16)
@@ -334,8 +347,11 @@ class Crawler:
         pool = concurrent.futures.ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=_ignore_sigint
         )
-        for future in [pool.submit(_warm_up) for _ in range(workers)]:
-            future.result()  # start the processes now, before the fetcher's threads exist
+        for _ in range(workers):
+            # Start every process now (a pool starts one per job it cannot give to an idle one), to
+            # import the parsers while robots.txt and the seeds are fetched.  Forked by the forkserver,
+            # a single-threaded process, they are safe from the locks of this one's threads.
+            pool.submit(_warm_up)
         return pool
 
     def _wind_down(
@@ -630,7 +646,7 @@ def _ignore_sigint() -> None:
 
 
 def _warm_up() -> None:
-    """Runs once in each parse process so that it is started (and has imported bs4) before the crawl."""
+    """The first job of each parse process: unpickling it imports this module, and so bs4 and lxml."""
 
 
 def _is_redirect(result: FetchResult) -> bool:
