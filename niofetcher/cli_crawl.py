@@ -47,6 +47,11 @@ class PageWriter:
             self.close()
             raise
 
+    @property
+    def writes(self) -> bool:
+        """False when there is no file to write to: then the crawl needs no on_page at all."""
+        return self._out is not None or self._warc is not None
+
     def __call__(self, page: CrawledPage) -> None:
         with self._lock:
             if self._out is not None:
@@ -113,7 +118,8 @@ def run_crawl(config: CrawlConfig, on_page: Optional[PageWriter], progress: str 
     the fetches in flight by leaving at once: the frontier is made for that
     (their rows are 'processing' and go back to 'waiting' on the next open).
     """
-    crawler = Crawler(config, on_page)
+    # Without an on_page the parse processes send back only the links the crawl follows.
+    crawler = Crawler(config, on_page if on_page is not None and on_page.writes else None)
     outcome: dict[str, object] = {}
     finished = threading.Event()
 

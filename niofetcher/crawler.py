@@ -49,6 +49,7 @@ import email.utils
 import functools
 import logging
 import multiprocessing
+import os
 import queue
 import re
 import signal
@@ -57,7 +58,7 @@ import time
 from collections import Counter
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, NamedTuple, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
 from protego import Protego
@@ -249,6 +250,15 @@ class _Robots:
     result: FetchResult
 
 
+class _Job(NamedTuple):
+    """The arguments of one parse_pages() call."""
+
+    pages: list[ParseInput]
+    extractor: str
+    scope: LinkScope
+    keep_links: bool
+
+
 # Reports to the coordinator: a robots.txt fetch, or a batch of pages.
 _Report = Union[_Robots, list[_Page]]
 
@@ -283,6 +293,7 @@ class Crawler:
         self._errors: Counter[str] = Counter()
         self._counts: dict[str, int] = {}
         self._fetcher: Optional[NIOFetcher] = None  # while run() runs
+        self._pool_broken = False  # a parse process died: parsing goes on in this process
 
     # -- any thread -----------------------------------------------------------
 
@@ -345,7 +356,7 @@ class Crawler:
         # The parse processes share the terminal's process group: Ctrl-C reaches them too, and is the
         # parent's to handle (a graceful stop), not a KeyboardInterrupt that kills a parse process.
         pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=context, initializer=_ignore_sigint
+            max_workers=workers, mp_context=context, initializer=_start_parse_process
         )
         for _ in range(workers):
             # Start every process now (a pool starts one per job it cannot give to an idle one), to
@@ -526,26 +537,31 @@ class Crawler:
     def _submit(self, pages: list[_Page], executor: concurrent.futures.Executor) -> None:
         """Send one parse job; its pages are handed over when it is done."""
         inputs = [(page.result.body, page.result.final_url, page.result.header("content-type")) for page in pages]
-        args = (inputs, self.config.extractor, self._scope, self.on_page is not None)
+        job = _Job(inputs, self.config.extractor, self._scope, self.on_page is not None)
         try:
-            future = executor.submit(parse_pages, *args)
+            future = executor.submit(parse_pages, *job)
         except (BrokenProcessPool, RuntimeError) as exc:  # a parse process died, or the pool was shut
-            log.error("parse pool unusable (%s); parsing %d pages in this thread", exc, len(pages))
-            self._parsed(pages, parse_pages(*args))
+            self._parse_here(pages, job, exc)
             return
-        future.add_done_callback(lambda done: self._parse_done(pages, args, done))
+        future.add_done_callback(lambda done: self._parse_done(pages, job, done))
 
-    def _parse_done(
-        self, pages: list[_Page], args: tuple[list[ParseInput], str, LinkScope, bool],
-        future: concurrent.futures.Future[list[ParseOutput]],
-    ) -> None:
+    def _parse_done(self, pages: list[_Page], job: _Job, future: concurrent.futures.Future[list[ParseOutput]]) -> None:
         """Runs where the job ended: in the process pool's manager thread, or in the parse thread."""
-        try:
-            outputs = future.result()
-        except Exception as exc:  # noqa: BLE001 - BrokenProcessPool: a parse process died; the pages are not lost
-            log.error("parse pool unusable (%s); parsing %d pages in this thread", exc, len(pages))
-            outputs = parse_pages(*args)
-        self._parsed(pages, outputs)
+        # exception(), not result() in a try: raising it again would tie the exception, through the
+        # frames of its traceback, to the pool's pipes (a cycle only the garbage collector breaks).
+        exc = future.exception()
+        if exc is not None:  # BrokenProcessPool: a parse process died; parse_pages itself raises for nothing
+            self._parse_here(pages, job, exc)
+            return
+        self._parsed(pages, future.result())
+
+    def _parse_here(self, pages: list[_Page], job: _Job, exc: BaseException) -> None:
+        """The parse pool is broken: parse in this thread (slower, but nothing is lost)."""
+        if not self._pool_broken:
+            self._pool_broken = True
+            # str(exc): a log record keeping the exception would keep its traceback's frames alive.
+            log.error("parse pool unusable (%s); parsing in the crawler's own threads from now on", str(exc))
+        self._parsed(pages, parse_pages(*job))
 
     def _parsed(self, pages: list[_Page], outputs: list[ParseOutput]) -> None:
         for page, (followed, links, failure) in zip(pages, outputs, strict=True):
@@ -640,9 +656,19 @@ def _jobs(pages: list[_Page], workers: int) -> list[list[_Page]]:
     return [pages[i:i + size] for i in range(0, len(pages), size)]
 
 
-def _ignore_sigint() -> None:
+def _start_parse_process() -> None:
     """Runs first in each parse process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A crawler killed outright (SIGKILL, a crash) never shuts its pool down, and a parse process
+    # waiting for its next job would wait for ever -- and keep the forkserver alive with it.
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _exit_with(parent: multiprocessing.process.BaseProcess) -> None:
+    parent.join()  # returns when the crawler's process has ended
+    os._exit(0)
 
 
 def _warm_up() -> None:

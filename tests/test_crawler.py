@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import multiprocessing.forkserver
+import os
 import re
 import signal
 import socket
@@ -44,10 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from conftest import LeakBaseline, MakeServer, check_leaks, take_baseline
 from rawserver import ConnInfo, http_response, read_request
 
+import niofetcher.crawler as crawler_module
 from niofetcher import FetcherConfig
 from niofetcher.crawler import CrawlConfig, CrawledPage, Crawler, CrawlSummary
 from niofetcher.frontier import Frontier
@@ -601,24 +604,111 @@ def test_stop_is_graceful_and_a_second_crawler_finishes_without_refetching(
     assert set(both) == set(site.page_urls()) and set(both.values()) == {1}
 
 
+@pytest.mark.timeout(60)
+def test_stop_with_pages_in_parse_jobs_and_waiting_for_on_page_loses_none_of_them(
+    tmp_path: Path, process_no_leaks: LeakBaseline
+) -> None:
+    """stop() from on_page while batches are in the parse processes and queued for on_page (a slow
+    on_page keeps them queued): every page the server sent is still parsed, handed to on_page once
+    and recorded 'done' before run() returns; nothing is left 'processing'; a resume does the rest."""
+
+    def slow_then_stop(page: CrawledPage) -> None:
+        time.sleep(0.002)
+        if len(log.calls) >= 100:
+            crawler.stop()
+
+    log = PageLog(then=slow_then_stop)
+    fetcher = FetcherConfig(max_connections_per_host=8)
+    with TestSite(hosts=2, pages=300, max_seconds=60) as site:
+        config = crawl_config(tmp_path, [site.base_urls[0]], parse_mode="process", fetcher=fetcher)
+        crawler = Crawler(config, log)
+        first = crawler.run()
+        first_run = requested_pages(site)
+        done_first = urls_in_state(str(tmp_path / "crawl.sqlite"), "done")
+        site.reset_counters()
+        second = crawl(tmp_path, [site.base_urls[0]])
+        second_run = requested_pages(site)
+
+    assert first.stopped and first.counts["processing"] == 0 and first.counts["error"] == 0
+    assert done_first == set(first_run) == set(log.calls) and set(log.calls.values()) == {1}
+    assert len(done_first) >= 100
+    assert not done_first & set(second_run)
+    assert second.counts["done"] == len(site.page_urls()) and not second.stopped
+    assert set(first_run + second_run) == set(site.page_urls())
+
+
+@pytest.mark.timeout(60)
+def test_a_parse_process_that_dies_loses_no_page(tmp_path: Path, process_no_leaks: LeakBaseline) -> None:
+    """SIGKILL one parse process mid-crawl: the jobs it held and every later one are parsed in the
+    crawler's own process instead, and the crawl ends complete, every page fetched and handed over once."""
+    killed: list[int] = []
+    once = threading.Lock()
+
+    def kill_a_parse_process(page: CrawledPage) -> None:
+        with once:
+            if len(log.calls) >= 30 and not killed:
+                forkserver_children = [
+                    child for child in psutil.Process().children(recursive=True) if child.ppid() != os.getpid()
+                ]
+                killed.append(forkserver_children[0].pid)
+                forkserver_children[0].kill()
+
+    log = PageLog(then=kill_a_parse_process)
+    with TestSite(hosts=2, pages=200, max_seconds=60) as site:
+        summary = crawl(tmp_path, [site.base_urls[0]], log, parse_mode="process", allowed_domains=["127.0.0.1"])
+        seen = requested_pages(site)
+    everything = set(site.page_urls())
+    assert killed
+    assert summary.counts == {"waiting": 0, "processing": 0, "done": len(everything), "error": 0}
+    assert set(seen) == everything and set(seen.values()) == {1}
+    assert set(log.calls) == everything and set(log.calls.values()) == {1}
+
+
+@pytest.mark.timeout(30)
+def test_a_page_that_cannot_be_parsed_fails_alone(
+    tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_extract = crawler_module.extract
+
+    def choke_on_page_3(body: bytes, url: str, *args: Any) -> PageLinks:
+        if url.endswith("/page/3"):
+            raise RuntimeError("the parser choked")
+        return real_extract(body, url, *args)
+
+    monkeypatch.setattr(crawler_module, "extract", choke_on_page_3)  # thread mode: parsed in this process
+    log = PageLog()
+    with TestSite(hosts=1, pages=30, max_seconds=30) as site:
+        summary = crawl(tmp_path, [site.base_urls[0]], log)
+        seen = requested_pages(site)
+    bad = site.base_urls[0] + "page/3"
+    rows = frontier_rows(str(tmp_path / "crawl.sqlite"))
+    assert seen[bad] == 1 and bad not in log.calls
+    assert rows[bad]["state"] == "error" and "the parser choked" in rows[bad]["error"]
+    assert summary.counts == {"waiting": 0, "processing": 0, "done": len(rows) - 1, "error": 1}
+    assert set(log.calls) == set(rows) - {bad}
+
+
 CRAWL_SCRIPT = textwrap.dedent("""
     import sys
     from niofetcher import FetcherConfig
     from niofetcher.crawler import CrawlConfig, Crawler
-    seed, db = sys.argv[1:]
-    config = CrawlConfig(seeds=[seed], db_path=db, parse_mode="thread",
-                         fetcher=FetcherConfig(max_connections_per_host=2))
-    Crawler(config).run()
+    if __name__ == "__main__":  # parse processes import this module again
+        seed, db, parse_mode = sys.argv[1:]
+        config = CrawlConfig(seeds=[seed], db_path=db, parse_mode=parse_mode,
+                             fetcher=FetcherConfig(max_connections_per_host=2))
+        Crawler(config).run()
 """)
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("parse_mode", ["thread", "process"])
 def test_a_crawl_killed_with_sigkill_resumes_without_losing_or_refetching_done_pages(
-    tmp_path: Path, no_leaks: LeakBaseline
+    tmp_path: Path, no_leaks: LeakBaseline, parse_mode: str
 ) -> None:
+    """Killed with parse jobs and batches of pages in flight: they were 'processing', so they come back."""
     db = str(tmp_path / "crawl.sqlite")
     with TestSite(hosts=1, pages=400, delay=0.01, max_seconds=60) as site:
-        child = subprocess.Popen([sys.executable, "-c", CRAWL_SCRIPT, site.base_urls[0], db],
+        child = subprocess.Popen([sys.executable, "-c", CRAWL_SCRIPT, site.base_urls[0], db, parse_mode],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             deadline = time.monotonic() + 30

@@ -20,7 +20,7 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -254,6 +254,59 @@ def test_outcomes_only_for_claimed_urls(frontier: Frontier, db: Path) -> None:
     frontier.complete("HTTP://a.test:80/page/1#top", 204)
     assert frontier.state(item.url) == "done"
     assert assert_consistent(frontier, db) == {"waiting": 0, "processing": 0, "done": 2, "error": 0}
+
+
+def test_complete_many_records_a_batch_of_claimed_urls(frontier: Frontier, db: Path, clock: FakeClock) -> None:
+    frontier.add(urls(6))
+    claimed = frontier.claim(6)
+    frontier.complete_many([(item.url, 200 + i) for i, item in enumerate(claimed[:4])])
+    frontier.complete_many([])
+    assert assert_consistent(frontier, db) == {"waiting": 0, "processing": 2, "done": 4, "error": 0}
+    rows = read_rows(db, "SELECT url, status, fetched_at FROM urls WHERE state = 'done' ORDER BY seq")
+    assert rows == [(item.url, 200 + i, clock.now) for i, item in enumerate(claimed[:4])]
+    # Any form of a claimed URL, as for complete(); the long way round finds the stored one.
+    frontier.complete_many([("HTTP://A.test:80/page/4#x", 204)])
+    assert frontier.state(claimed[4].url) == "done"
+
+
+def test_complete_many_stops_at_a_url_that_is_not_claimed(frontier: Frontier, db: Path) -> None:
+    """The URLs before it are recorded, as if complete() had been called for each in turn."""
+    frontier.add(urls(4))
+    first, second, third = frontier.claim(3)
+    with pytest.raises(ValueError, match="not 'processing'"):
+        frontier.complete_many([(first.url, 200), (urls(4)[3], 200), (second.url, 200)])  # the 4th: waiting
+    assert [frontier.state(u) for u in (first.url, second.url)] == ["done", "processing"]
+    with pytest.raises(ValueError, match="'done'"):
+        frontier.complete_many([(second.url, 200), (second.url, 200)])  # the same URL twice
+    assert frontier.state(second.url) == "done" and frontier.state(third.url) == "processing"
+    assert assert_consistent(frontier, db) == {"waiting": 1, "processing": 1, "done": 2, "error": 0}
+
+
+@pytest.mark.parametrize("operation", ["add_many", "claim", "complete_many", "release"])
+def test_a_batch_of_urls_is_as_many_statements_as_a_single_url(db: Path, operation: str) -> None:
+    """sqlite3 lets the GIL go at every step of a statement, and a thread of a busy crawler may wait
+    5 ms to get it back each time: these calls must not run a statement per URL (executemany does).
+    Counted with SQLite's trace hook, which sees every statement run (commit_every is out of the way)."""
+
+    def statements(n: int) -> int:
+        with Frontier(db.with_name(f"{operation}-{n}.db"), commit_every=100_000) as frontier:
+            many = urls(n)
+            frontier.add_many((url, 0, None, 0) for url in many)
+            if operation != "add_many" and operation != "claim":
+                frontier.claim(n)
+            run: list[str] = []
+            frontier._conn.set_trace_callback(run.append)  # type: ignore[union-attr]
+            if operation == "add_many":
+                frontier.add_many((url, 1, "http://a.test/", 0) for url in urls(n, "b.test"))
+            elif operation == "claim":
+                assert len(frontier.claim(n)) == n
+            elif operation == "complete_many":
+                frontier.complete_many((url, 200) for url in many)
+            else:
+                frontier.release(many)
+            return len(run)
+
+    assert statements(1) == statements(300) <= 4
 
 
 # -- adding -------------------------------------------------------------------
