@@ -219,12 +219,14 @@ ParseOutput = tuple[list[str], Optional[PageLinks], str]
 def parse_pages(pages: list[ParseInput], extractor: str, scope: LinkScope, keep_links: bool) -> list[ParseOutput]:
     """One parse job, run in a parse process (or thread): the links of each page, filtered by ``scope``.
 
-    A page that cannot be parsed fails alone, with its reason; the rest of the job goes on.
+    Without ``keep_links`` only the links are extracted (no images, forms, tables, title): nobody
+    would see the rest.  A page that cannot be parsed fails alone, with its reason; the rest of
+    the job goes on.
     """
     outputs: list[ParseOutput] = []
     for body, url, content_type in pages:
         try:
-            links = extract(body, url, content_type, extractor)
+            links = extract(body, url, content_type, extractor, links_only=not keep_links)
             outputs.append((scope.followed(links), links if keep_links else None, ""))
         except Exception as exc:  # noqa: BLE001 - extract() should not raise, but one page must not sink a job
             log.exception("parsing %s failed", url)

@@ -155,6 +155,8 @@ def extract(
     base_url: str,
     content_type: str | None = None,
     extractor: str = "bs4",
+    *,
+    links_only: bool = False,
 ) -> PageLinks:
     """Extract the links, images, image-map areas, frames, forms, tables and title of a page.
 
@@ -165,6 +167,11 @@ def extract(
         content_type: the Content-Type header, for its charset.
         extractor: ``"bs4"`` (Beautiful Soup with lxml, the default) or
             ``"lxml"`` (lxml directly, ~8x faster, same result).
+        links_only: only what a crawler follows: ``links``, ``areas``,
+            ``frames`` and ``nofollow``, exactly as without it; ``images``,
+            ``forms`` and ``tables`` stay empty and ``title`` None.  Beautiful
+            Soup then builds only the subtrees of a, area, frame, iframe and
+            base, about a quarter less work on real pages.
 
     Returns:
         A PageLinks; an empty one when nothing can be found.
@@ -180,11 +187,13 @@ def extract(
     harvest = _Harvest()
     if data is not None:
         try:
-            harvester(data, harvest)
+            harvester(data, harvest, links_only)
         except _PARSER_ERRORS:
             # libxml2 recovers from nearly everything; what it gives up on
             # ("Document is empty", an encoding it cannot use) has no links.
             harvest = _Harvest()
+    if links_only:
+        harvest.images.clear()  # Beautiful Soup meets the <img> inside a link; it was not asked for
     return _finish(harvest, base_url)
 
 
@@ -246,6 +255,9 @@ _TAGS = tuple(sorted(_SIMPLE_TAGS | _FIELD_TAGS | _CELL_TAGS | {"form", "table",
 # One regex rule rather than a list of names: bs4 tries every rule of a list
 # on every start tag; the regex saves ~10% of a bs4 parse.
 _STRAINER = SoupStrainer(re.compile(r"\A(?:{})\Z".format("|".join(sorted(_SIMPLE_TAGS | {"form", "table", "title"})))))
+# links_only: the tags that hold what a crawler follows (and <base>, which says where it leads).
+_LINK_TAGS = ("a", "area", "base", "frame", "iframe")
+_LINK_STRAINER = SoupStrainer(re.compile(r"\A(?:{})\Z".format("|".join(_LINK_TAGS))))
 
 # Text left out of a cell, title or option: code, and a nested table (reported on its own).
 _NO_TEXT = frozenset(("script", "style", "template", "table"))
@@ -351,7 +363,7 @@ def _collapse(text: str) -> str:
 _LOOKS_LIKE_HTML = re.compile(rb"<[^ +]html", re.IGNORECASE)
 
 
-def _harvest_bs4(data: bytes, harvest: _Harvest) -> None:
+def _harvest_bs4(data: bytes, harvest: _Harvest, links_only: bool = False) -> None:
     if data.startswith(b"<?xml") and not _LOOKS_LIKE_HTML.search(data, 0, 500):
         # Beautiful Soup would warn "XMLParsedAsHTMLWarning" (an error under
         # pytest's filterwarnings=error, and warnings filters are process-wide,
@@ -361,7 +373,7 @@ def _harvest_bs4(data: bytes, harvest: _Harvest) -> None:
     soup = BeautifulSoup(
         data,
         "lxml",
-        parse_only=_STRAINER,
+        parse_only=_LINK_STRAINER if links_only else _STRAINER,
         from_encoding="utf-8",
         multi_valued_attributes=None,  # rel="a b" stays one string, as lxml gives it
     )
@@ -375,6 +387,8 @@ def _harvest_bs4(data: bytes, harvest: _Harvest) -> None:
         tag = node.name
         if tag in _SIMPLE_TAGS:
             harvest.simple(tag, _bs4_get(node))
+        elif links_only:
+            continue  # a table or form inside a link: not wanted
         elif tag in _CELL_TAGS:
             owner = _bs4_ancestor(node, _ROW_OR_TABLE)
             if owner is None:
@@ -463,7 +477,7 @@ def _bs4_options(select: Tag) -> list[_Option]:
 # -- extractor: lxml directly --------------------------------------------------
 
 
-def _harvest_lxml(data: bytes, harvest: _Harvest) -> None:
+def _harvest_lxml(data: bytes, harvest: _Harvest, links_only: bool = False) -> None:
     # lxml.html's HTMLParser is this parser plus HtmlElement classes we do not use.
     # huge_tree lifts libxml2's tree depth limit from 256 to 2048: unclosed
     # <font> or <div> tags pile up that deep on real, broken pages.
@@ -474,7 +488,7 @@ def _harvest_lxml(data: bytes, harvest: _Harvest) -> None:
         # libxml2 gave up part-way (2048 levels deep) and the tree ends there.
         # Beautiful Soup drives the same parser through SAX events, which have
         # no depth limit: let it harvest this page, slowly but completely.
-        _harvest_bs4(data, harvest)
+        _harvest_bs4(data, harvest, links_only)
         return
     if root is None:
         return
@@ -483,7 +497,7 @@ def _harvest_lxml(data: bytes, harvest: _Harvest) -> None:
     tables: dict[Any, list[list[str]]] = {}
     rows: dict[Any, list[str]] = {}
     loose: dict[Any, list[str]] = {}
-    for el in root.iter(*_TAGS):
+    for el in root.iter(*(_LINK_TAGS if links_only else _TAGS)):
         tag = el.tag
         if tag in _SIMPLE_TAGS:
             harvest.simple(tag, el.get)
@@ -552,7 +566,7 @@ def _lxml_options(select: Any) -> list[_Option]:
     return [(o.get("value"), o.get("selected") is not None, _lxml_text(o)) for o in select.iter("option")]
 
 
-_HARVESTERS: dict[str, Callable[[bytes, _Harvest], None]] = {
+_HARVESTERS: dict[str, Callable[[bytes, _Harvest, bool], None]] = {
     "bs4": _harvest_bs4,
     "lxml": _harvest_lxml,
 }

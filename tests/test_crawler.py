@@ -670,10 +670,10 @@ def test_a_page_that_cannot_be_parsed_fails_alone(
 ) -> None:
     real_extract = crawler_module.extract
 
-    def choke_on_page_3(body: bytes, url: str, *args: Any) -> PageLinks:
+    def choke_on_page_3(body: bytes, url: str, *args: Any, **options: Any) -> PageLinks:
         if url.endswith("/page/3"):
             raise RuntimeError("the parser choked")
-        return real_extract(body, url, *args)
+        return real_extract(body, url, *args, **options)
 
     monkeypatch.setattr(crawler_module, "extract", choke_on_page_3)  # thread mode: parsed in this process
     log = PageLog()

@@ -73,6 +73,19 @@ def test_corpus_page_parses_and_extractors_agree(path: Path) -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not PAGES, reason=NO_CORPUS)
+def test_corpus_links_only_gives_the_same_links_and_nothing_else(extractor: str) -> None:
+    """links_only (what the crawler's parse processes ask for) must not change a single followed URL."""
+    for path in PAGES:
+        body = path.read_bytes()
+        whole = extract(body, corpus_base(path), "text/html", extractor=extractor)
+        links = extract(body, corpus_base(path), "text/html", extractor=extractor, links_only=True)
+        for field in ("links", "areas", "frames", "nofollow"):
+            assert getattr(links, field) == getattr(whole, field), (path.name, field)
+        assert (links.images, links.forms, links.tables, links.title) == ([], [], [], None), path.name
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not PAGES, reason=NO_CORPUS)
 def test_corpus_is_plausible(extractor: str) -> None:
     """Most real pages link to more than 10 places; the big ones have forms and titles."""
     pages = {p.stem: extract(p.read_bytes(), corpus_base(p), extractor=extractor) for p in PAGES}
@@ -120,6 +133,21 @@ def test__absolute_fast_path_agrees_with_general() -> None:
 
 
 # -- URLs ----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(10)
+def test_links_only_finds_links_inside_tables_forms_and_other_links(extractor: str) -> None:
+    html = (
+        b'<base href="/b/"><title>t</title><table><tr><td><a href="t">1</a></td></tr></table>'
+        b'<form action="/go"><input name="q"><a href="f" rel="nofollow">2</a></form>'
+        b'<a href="x"><img src="i.png"><table><tr><td>cell</td></tr></table></a>'
+        b'<map><area href="m"></map><iframe src="fr"></iframe>'
+    )
+    page = extract(html, "http://h.test/", extractor=extractor, links_only=True)
+    assert page.links == ["http://h.test/b/t", "http://h.test/b/f", "http://h.test/b/x"]
+    assert page.areas == ["http://h.test/b/m"] and page.frames == ["http://h.test/b/fr"]
+    assert page.nofollow == {"http://h.test/b/f"}
+    assert (page.images, page.forms, page.tables, page.title) == ([], [], [], None)
 
 
 @pytest.mark.timeout(10)
