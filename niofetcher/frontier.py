@@ -36,11 +36,11 @@ whatever the number of URLs: many URLs travel as one JSON array that the
 statement reads with ``json_each``, and ``claim()`` picks its rows into one
 JSON result row with ``json_group_array``.
 
-*Batched commits.*  ``complete()`` and ``fail()`` leave their change in an
-open transaction until ``commit_every`` of them are pending or
-``commit_interval`` seconds have passed since the first; every other method
-(``add``, ``claim``, ``release``, ``counts``, ``next_due``, ``state``,
-``flush``, ``close``) commits before it returns.  What a crash can lose is
+*Batched commits.*  ``complete()``, ``complete_many()`` and ``fail()`` leave
+their change in an open transaction until ``commit_every`` outcomes are
+pending or ``commit_interval`` seconds have passed since the first; every
+other method (``add``, ``add_many``, ``claim``, ``release``, ``counts``,
+``next_due``, ``state``, ``flush``, ``close``) commits before it returns.  What a crash can lose is
 therefore only the outcome of the last few fetches: such a URL was committed
 as 'processing', so the next open puts it back to 'waiting' and it is fetched
 again.  A URL is never lost, and a URL whose 'done' was committed is never
