@@ -586,13 +586,13 @@ _BAD_HOST = re.compile(r"[\x00-\x20#%/<>?@\[\\\]^|\x7f]")
 
 
 # The shape of most URLs on real pages, already in the form the general path
-# below would give them: lower-case http(s), a plain lower-case host, no port
-# or userinfo, nothing to percent-encode, no empty "?". For these the answer
-# is the match itself (fragment cut, "/" for an empty path), about eight times
-# cheaper than urljoin + urlsplit + urlunsplit; tests/test_parse.py checks
-# that both paths agree on every href of the corpus.
+# below would give them: lower-case http(s), a plain lower-case host, maybe a
+# port, no userinfo, nothing to percent-encode, no empty "?". For these the
+# answer is the match itself (fragment cut, "/" for an empty path), about eight
+# times cheaper than urljoin + urlsplit + urlunsplit; tests/test_parse.py
+# checks that both paths agree on every href of the corpus and on ports.
 _FAST = re.compile(
-    r"(https?://[a-z0-9][a-z0-9._-]*)"
+    r"(https?://[a-z0-9][a-z0-9._-]*(?::([0-9]{1,5}))?)"
     r"(/[A-Za-z0-9\-._~!$&'()*+,;=:@%/]*)?"
     r"(\?[A-Za-z0-9\-._~!$&()*+,;=:@%/?]+)?"
     r"(?:#.*)?\Z",
@@ -627,8 +627,9 @@ def absolute_url(href: str, base: str) -> str | None:
     if joined is not None:
         match = _FAST.match(joined)
         if match:
-            origin, path, query = match.groups()
-            return f"{origin}{path or '/'}{query or ''}"
+            origin, port, path, query = match.groups()
+            if port is None or int(port) <= 65535:  # a port out of range makes it no URL: the general path says so
+                return f"{origin}{path or '/'}{query or ''}"
     return _absolute_general(href, base)
 
 

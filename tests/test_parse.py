@@ -135,6 +135,17 @@ def test__absolute_fast_path_agrees_with_general() -> None:
 # -- URLs ----------------------------------------------------------------------
 
 
+_PORT_HREFS = ["/x", "/x?a=1#f", "//127.0.0.1:8080/y", "http://127.0.0.1:8080", "http://h:0/", "http://h:080/z",
+               "http://h:65535/", "http://h:65536/", "http://h:99999/", "https://h:/", "http://h:8a/", "z", "../z"]
+
+
+@pytest.mark.parametrize("base", ["http://127.0.0.1:8080/a/b", "http://h:65536/a", "https://h:443/", "http://h/"])
+@pytest.mark.parametrize("href", _PORT_HREFS)
+def test_absolute_fast_path_agrees_with_general_on_ports(href: str, base: str) -> None:
+    """Test sites and many intranets have ports in every URL: the fast path takes them, and agrees."""
+    assert absolute_url(href, base) == _absolute_general(href, base)
+
+
 @pytest.mark.timeout(10)
 def test_links_only_finds_links_inside_tables_forms_and_other_links(extractor: str) -> None:
     html = (
