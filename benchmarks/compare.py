@@ -711,86 +711,34 @@ def summarise_crawl(scenario: CrawlScenario, runs: list[dict], names: list[str])
     for name in names:
         mine = [r for r in runs if r["client"] == name]
         good = [r for r in mine if "failed" not in r]
-        row: dict[str, Any] = {
-            "rounds": len(mine),
-            "failed_rounds": len(mine) - len(good),
-            "failures": [r["failed"] for r in mine if "failed" in r],
-            "errors": sum(r["errors"] for r in good),
+        row = _summary_row(mine, good)
+        row.update({
             "error_samples": [s for r in good for s in r.get("error_samples", [])][:5],
             "pages": _median([r["ok"] for r in good]),
-            "pages_per_s": _median([r["pages_per_s"] for r in good]),
-            "pages_per_s_all": [r["pages_per_s"] for r in good],
             "crawl_pages_per_s": _median([r["crawl_pages_per_s"] for r in good if r.get("crawl_pages_per_s")]),
-            "cpu_ms_per_page": _median([r["cpu_ms_per_page"] for r in good]),
-            "peak_rss_mb": _median([r["peak_rss_mb"] for r in good]),
             "efficiency": None,
-            "site_cpu_share": _median([r["site_cpu_share"] for r in good]),
-            "peak_per_host": max((r["server"]["peak_per_host"] for r in mine), default=None),
-            "peak_total": max((r["server"]["peak_total"] for r in mine), default=None),
-            "accepted": _median([r["server"]["accepted"] for r in good]),
             "repeated": max((r.get("repeated", 0) for r in good), default=0),
-            "note": next((r["note"] for r in reversed(mine) if r.get("note")), ""),
-            "other_load": max((r["other_load"] for r in mine if r.get("other_load_flag")), default=0.0),
-        }
-        row["clean"] = bool(good) and not row["errors"] and not row["failed_rounds"]
+        })
         summary[name] = row
-    base = summary.get(BASELINE)
-    for row in summary.values():
-        if base is not None and base["clean"] and row["clean"] and base["pages_per_s"]:
-            row["ratio"] = row["pages_per_s"] / base["pages_per_s"]
-        else:
-            row["ratio"] = None
-    return summary
+    return _with_ratios(summary)
 
 
 def crawl_table_lines(scenario: CrawlScenario, record: dict, markdown: bool = False) -> list[str]:
     summary = record["summary"]
-    headers = ["client", "pages/s", "crawl-only pages/s", "CPU ms/page", "peak RSS MB", "pages",
-               "server peak conns/host", "conns opened", "errors", "x niofetcher", "site CPU", "notes"]
-    rows = []
-    footnotes: list[str] = []
-    for name, row in summary.items():
-        notes = [row["note"]] if row["note"] else []
-        if row["failed_rounds"]:
-            notes.append(f"{row['failed_rounds']} round(s) FAILED: {row['failures'][0][:80]}")
-        if row["errors"]:
-            notes.append(f"HAS ERRORS: not comparable ({'; '.join(row['error_samples'][:2])})")
-        if row["repeated"]:
-            notes.append(f"{row['repeated']} page(s) fetched twice" + (
-                " (the seed: Scrapy's start requests skip its duplicate filter)" if name.startswith("scrapy") else ""))
-        if row["other_load"]:
-            notes.append(f"other load on the machine up to ~{row['other_load']:.1f} cores")
-        peak = row["peak_per_host"]
-        if peak is not None and peak > scenario.per_host:
-            if name.startswith("scrapy"):
-                notes.append(f"more than {scenario.per_host} connections to one host: Scrapy's per-slot limit "
-                             "counts requests, not sockets, and with the asyncio reactor its Twisted pool opened "
-                             "extra ones (with the epoll reactor it stayed at the limit, but was slower)")
-            else:
-                notes.append(f"per-host limit {scenario.per_host} EXCEEDED")
-        rows.append([
-            name,
-            _fmt(row["pages_per_s"], ",.0f") + ("!" if row["errors"] else ""),
-            _fmt(row["crawl_pages_per_s"], ",.0f"),
-            _fmt(row["cpu_ms_per_page"], ".3f"),
-            _fmt(row["peak_rss_mb"], ".0f"),
-            _fmt(row["pages"], ",.0f"),
-            "-" if peak is None else f"{peak} (limit {scenario.per_host})",
-            _fmt(row["accepted"], ".0f"),
-            str(row["errors"]) + (f" +{row['failed_rounds']} failed" if row["failed_rounds"] else ""),
-            _fmt(row["ratio"], ".2f"),
-            _fmt(row["site_cpu_share"], ".0%"),
-            "; ".join(notes) if markdown else f"[{len(footnotes) + 1}]" if notes else "",
-        ])
-        if notes and not markdown:
-            footnotes.append(f"  [{len(footnotes) + 1}] {name}: " + "; ".join(notes))
+    columns: list[Column] = [
+        ("pages/s", lambda row: _fmt(row["pages_per_s"], ",.0f") + ("!" if row["errors"] else "")),
+        ("crawl-only pages/s", lambda row: _fmt(row["crawl_pages_per_s"], ",.0f")),
+        ("CPU ms/page", lambda row: _fmt(row["cpu_ms_per_page"], ".3f")),
+        ("peak RSS MB", lambda row: _fmt(row["peak_rss_mb"], ".0f")),
+        ("pages", lambda row: _fmt(row["pages"], ",.0f")),
+        *_server_and_ratio_columns(scenario),
+    ]
     rounds = max((r["rounds"] for r in summary.values()), default=0)
     legend = (f"  medians of {rounds} round(s); pages/s = pages / wall time of the whole command (start, imports, "
               "crawl, exit); crawl-only = the crawler's own clock; CPU = user + sys of the command's whole "
               "process tree (parse processes included) per page; peak RSS = its largest process; 'x niofetcher' = "
               "pages/s / niofetcher's")
-    return _table_text(scenario, headers, rows, footnotes, legend, markdown,
-                       _target_lines(scenario, summary))  # type: ignore[arg-type]
+    return _table_text(scenario, summary, columns, legend, markdown, _target_lines(scenario, summary))
 
 
 def _listen_drops() -> int | None:
@@ -853,28 +801,41 @@ def summarise(scenario: FetchScenario, runs: list[dict], names: list[str]) -> di
     for name in names:
         mine = [r for r in runs if r["client"] == name]
         good = [r for r in mine if "failed" not in r]
-        row: dict[str, Any] = {
-            "rounds": len(mine),
-            "failed_rounds": len(mine) - len(good),
-            "failures": [r["failed"] for r in mine if "failed" in r],
-            "errors": sum(r["errors"] for r in good),
-            "pages_per_s": _median([r["pages_per_s"] for r in good]),
-            "pages_per_s_all": [r["pages_per_s"] for r in good],
-            "cpu_ms_per_page": _median([r["cpu_ms_per_page"] for r in good]),
-            "peak_rss_mb": _median([r["peak_rss_mb"] for r in good]),
+        row = _summary_row(mine, good)
+        row.update({
             "efficiency": _median([r["efficiency"] for r in good if "efficiency" in r]),
-            "site_cpu_share": _median([r["site_cpu_share"] for r in good]),
-            "peak_per_host": max((r["server"]["peak_per_host"] for r in mine), default=None),
-            "peak_total": max((r["server"]["peak_total"] for r in mine), default=None),
-            "accepted": _median([r["server"]["accepted"] for r in good]),
             "server_requests": [r["server"]["requests"] for r in good],
             "listen_drops": sum(r["server"].get("listen_drops") or 0 for r in mine),
-            "note": next((r["note"] for r in reversed(mine) if r.get("note")), ""),
             "incomplete": [f"{r['done']:,}/{r['pages']:,}" for r in good if r.get("incomplete")],
-            "other_load": max((r["other_load"] for r in mine if r.get("other_load_flag")), default=0.0),
-        }
-        row["clean"] = bool(good) and not row["errors"] and not row["failed_rounds"]
+        })
         summary[name] = row
+    return _with_ratios(summary)
+
+
+def _summary_row(mine: list[dict], good: list[dict]) -> dict[str, Any]:
+    """What every scenario's summary says of one client: ``mine`` are its rounds, ``good`` those that ran."""
+    errors = sum(r["errors"] for r in good)
+    return {
+        "rounds": len(mine),
+        "failed_rounds": len(mine) - len(good),
+        "failures": [r["failed"] for r in mine if "failed" in r],
+        "errors": errors,
+        "pages_per_s": _median([r["pages_per_s"] for r in good]),
+        "pages_per_s_all": [r["pages_per_s"] for r in good],
+        "cpu_ms_per_page": _median([r["cpu_ms_per_page"] for r in good]),
+        "peak_rss_mb": _median([r["peak_rss_mb"] for r in good]),
+        "site_cpu_share": _median([r["site_cpu_share"] for r in good]),
+        "peak_per_host": max((r["server"]["peak_per_host"] for r in mine), default=None),
+        "peak_total": max((r["server"]["peak_total"] for r in mine), default=None),
+        "accepted": _median([r["server"]["accepted"] for r in good]),
+        "note": next((r["note"] for r in reversed(mine) if r.get("note")), ""),
+        "other_load": max((r["other_load"] for r in mine if r.get("other_load_flag")), default=0.0),
+        "clean": bool(good) and not errors and len(mine) == len(good),
+    }
+
+
+def _with_ratios(summary: dict[str, dict]) -> dict[str, dict]:
+    """Each clean client's pages/s as a ratio to niofetcher's (None where either had errors)."""
     base = summary.get(BASELINE)
     for row in summary.values():
         if base is not None and base["clean"] and row["clean"] and base["pages_per_s"]:
@@ -884,61 +845,87 @@ def summarise(scenario: FetchScenario, runs: list[dict], names: list[str]) -> di
     return summary
 
 
+Column = tuple[str, Callable[[dict], str]]  # a table column: its title, and its cell from a summary row
+
+
 def _fmt(value: float | None, spec: str, missing: str = "-") -> str:
     return missing if value is None else format(value, spec)
 
 
 def table_lines(scenario: FetchScenario, record: dict, markdown: bool = False) -> list[str]:
     summary = record["summary"]
-    headers = ["client", "pages/s", "CPU ms/page", "peak RSS MB", "efficiency", "server peak conns/host",
-               "conns opened", "errors", "x niofetcher", "site CPU", "notes"]
-    rows = []
-    footnotes: list[str] = []
-    for name, row in summary.items():
-        notes = [row["note"]] if row["note"] else []
-        if row["failed_rounds"]:
-            notes.append(f"{row['failed_rounds']} round(s) FAILED: {row['failures'][0][:80]}")
-        if row["errors"]:
-            notes.append("HAS ERRORS: not comparable")
-        if row["incomplete"]:
-            notes.append(f"stopped at the deadline in {len(row['incomplete'])} round(s) "
-                         f"({', '.join(row['incomplete'])} pages): rate of the part done")
-        if row["other_load"]:
-            notes.append(f"other load on the machine up to ~{row['other_load']:.1f} cores")
-        peak = row["peak_per_host"]
-        if peak is not None and peak > scenario.per_host:
-            notes.append(f"per-host limit {scenario.per_host} EXCEEDED")
-        if row["listen_drops"]:
-            notes.append(f"{row['listen_drops']} listen-queue overflows on the machine meanwhile "
-                         "(the site fell behind, or another program's did)")
-        extra = [n - scenario.gets for n in row["server_requests"] if n != scenario.gets]
-        if extra and not row["incomplete"]:
-            notes.append(f"server saw {max(extra):+d} requests")
-        rows.append([
-            name,
-            _fmt(row["pages_per_s"], ",.0f") + ("!" if row["errors"] else ""),
-            _fmt(row["cpu_ms_per_page"], ".3f"),
-            _fmt(row["peak_rss_mb"], ".0f"),
-            _fmt(row["efficiency"], ".3f"),
-            "-" if peak is None else f"{peak} (limit {scenario.per_host})",
-            _fmt(row["accepted"], ".0f"),
-            str(row["errors"]) + (f" +{row['failed_rounds']} failed" if row["failed_rounds"] else ""),
-            _fmt(row["ratio"], ".2f"),
-            _fmt(row["site_cpu_share"], ".0%"),
-            "; ".join(notes) if markdown else f"[{len(footnotes) + 1}]" if notes else "",
-        ])
-        if notes and not markdown:
-            footnotes.append(f"  [{len(footnotes) + 1}] {name}: " + "; ".join(notes))
+    columns: list[Column] = [
+        ("pages/s", lambda row: _fmt(row["pages_per_s"], ",.0f") + ("!" if row["errors"] else "")),
+        ("CPU ms/page", lambda row: _fmt(row["cpu_ms_per_page"], ".3f")),
+        ("peak RSS MB", lambda row: _fmt(row["peak_rss_mb"], ".0f")),
+        ("efficiency", lambda row: _fmt(row["efficiency"], ".3f")),
+        *_server_and_ratio_columns(scenario),
+    ]
     rounds = max((r["rounds"] for r in summary.values()), default=0)
     legend = (f"  medians of {rounds} round(s); server peaks are the worst round; 'x niofetcher' = client "
               "pages/s / niofetcher pages/s; site CPU = test-site process CPU / client wall time")
-    return _table_text(scenario, headers, rows, footnotes, legend, markdown,
+    return _table_text(scenario, summary, columns, legend, markdown,
                        _ceiling_lines(scenario, record) + _target_lines(scenario, summary))
 
 
-def _table_text(scenario: Scenario, headers: list[str], rows: list[list[str]], footnotes: list[str], legend: str,
-                markdown: bool, verdicts: list[tuple[str, bool | None]]) -> list[str]:
+def _server_and_ratio_columns(scenario: FetchScenario | CrawlScenario) -> list[Column]:
+    return [
+        ("server peak conns/host",
+         lambda row: "-" if row["peak_per_host"] is None else f"{row['peak_per_host']} (limit {scenario.per_host})"),
+        ("conns opened", lambda row: _fmt(row["accepted"], ".0f")),
+        ("errors",
+         lambda row: str(row["errors"]) + (f" +{row['failed_rounds']} failed" if row["failed_rounds"] else "")),
+        ("x niofetcher", lambda row: _fmt(row["ratio"], ".2f")),
+        ("site CPU", lambda row: _fmt(row["site_cpu_share"], ".0%")),
+    ]
+
+
+def _notes(scenario: FetchScenario | CrawlScenario, name: str, row: dict) -> list[str]:
+    """What a reader must know about one client's row; each summary kind has its own keys."""
+    notes = [row["note"]] if row["note"] else []
+    if row["failed_rounds"]:
+        notes.append(f"{row['failed_rounds']} round(s) FAILED: {row['failures'][0][:80]}")
+    if row["errors"]:
+        samples = row.get("error_samples")
+        notes.append("HAS ERRORS: not comparable" + (f" ({'; '.join(samples[:2])})" if samples else ""))
+    if row.get("repeated"):
+        notes.append(f"{row['repeated']} page(s) fetched twice" + (
+            " (the seed: Scrapy's start requests skip its duplicate filter)" if name.startswith("scrapy") else ""))
+    if row.get("incomplete"):
+        notes.append(f"stopped at the deadline in {len(row['incomplete'])} round(s) "
+                     f"({', '.join(row['incomplete'])} pages): rate of the part done")
+    if row["other_load"]:
+        notes.append(f"other load on the machine up to ~{row['other_load']:.1f} cores")
+    peak = row["peak_per_host"]
+    if peak is not None and peak > scenario.per_host:
+        if name.startswith("scrapy"):
+            notes.append(f"more than {scenario.per_host} connections to one host: Scrapy's per-slot limit "
+                         "counts requests, not sockets, and with the asyncio reactor its Twisted pool opened "
+                         "extra ones (with the epoll reactor it stayed at the limit, but was slower)")
+        else:
+            notes.append(f"per-host limit {scenario.per_host} EXCEEDED")
+    if row.get("listen_drops"):
+        notes.append(f"{row['listen_drops']} listen-queue overflows on the machine meanwhile "
+                     "(the site fell behind, or another program's did)")
+    if isinstance(scenario, FetchScenario) and not row.get("incomplete"):
+        extra = [n - scenario.gets for n in row["server_requests"] if n != scenario.gets]
+        if extra:
+            notes.append(f"server saw {max(extra):+d} requests")
+    return notes
+
+
+def _table_text(scenario: FetchScenario | CrawlScenario, summary: dict[str, dict], columns: list[Column],
+                legend: str, markdown: bool, verdicts: list[tuple[str, bool | None]]) -> list[str]:
     """The table as text (padded columns, notes as footnotes) or Markdown, then the ceiling and target lines."""
+    headers = ["client", *(title for title, _ in columns), "notes"]
+    rows = []
+    footnotes: list[str] = []
+    for name, row in summary.items():
+        notes = _notes(scenario, name, row)
+        note_cell = "; ".join(notes) if markdown else f"[{len(footnotes) + 1}]" if notes else ""
+        rows.append([name, *(cell(row) for _, cell in columns), note_cell])
+        if notes and not markdown:
+            footnotes.append(f"  [{len(footnotes) + 1}] {name}: " + "; ".join(notes))
     left = (0, len(headers) - 1)  # the client and the notes
     lines = [scenario.describe(), legend]
     if markdown:
@@ -979,7 +966,7 @@ def _ceiling_lines(scenario: FetchScenario, record: dict) -> list[tuple[str, boo
     return [(text, None)]
 
 
-def _target_lines(scenario: FetchScenario, summary: dict) -> list[tuple[str, bool | None]]:
+def _target_lines(scenario: FetchScenario | CrawlScenario, summary: dict) -> list[tuple[str, bool | None]]:
     if scenario.targets is None or BASELINE not in summary:
         return []
     return scenario.targets(summary)
