@@ -82,6 +82,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from .urls import check_url_characters
+
 __all__ = ["SCHEMA_VERSION", "STATES", "Frontier", "FrontierError", "FrontierURL", "normalize_url"]
 
 #: The version of the tables below, kept in ``meta``.  A file with another
@@ -224,11 +226,13 @@ def normalize_url(url: str) -> str:
 
     Raises:
         ValueError: for anything but an absolute http:// or https:// URL with
-            a host, or a malformed one (a bad port, a broken IPv6 literal).
+            a host, or a malformed one (a bad port, a broken IPv6 literal, a NUL
+            character or a lone surrogate).
         TypeError: when ``url`` is not a str.
     """
     if not isinstance(url, str):
         raise TypeError(f"URL must be a str, not {type(url).__name__}")
+    check_url_characters(url)
     # Most URLs a crawler meets (and every URL the frontier hands out) are in
     # normal form already; telling so by one regular expression is several
     # times faster than taking them apart.  _normalize_split() is the definition.

@@ -41,10 +41,27 @@ _PLAIN_URL = re.compile(
 _plain_match = _PLAIN_URL.fullmatch
 
 
+def check_url_characters(url: str) -> None:
+    """ValueError for characters no request line or UTF-8 store can carry: NUL, or a lone surrogate.
+
+    A lone surrogate is what Python makes of an undecodable byte in a command
+    line argument; stored, it would make the crawl database unreadable.
+    """
+    if "\x00" in url:
+        raise ValueError(f"URL contains a NUL character: {url!r}")
+    if not url.isascii():
+        try:
+            url.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"URL is not valid Unicode (it holds a lone surrogate): {url!r}") from None
+
+
 def parse_target(url: str) -> Target:
     """Split an absolute http(s) URL, or raise ValueError saying what is wrong with it."""
     match = _plain_match(url) if type(url) is str else None
     if match is not None:
+        if not url.isascii():  # the pattern already refuses NUL
+            check_url_characters(url)
         scheme, host, port_text, path, query = match.groups()
         host = host.lower().rstrip(".")
         port = int(port_text) if port_text is not None else None
@@ -59,6 +76,7 @@ def parse_target(url: str) -> Target:
 def _parse_target_general(url: str) -> Target:
     if not isinstance(url, str):
         raise ValueError(f"URL must be a str, not {type(url).__name__}")
+    check_url_characters(url)
     try:
         parts = urlsplit(url.strip())
         port = parts.port

@@ -163,6 +163,19 @@ def test_normalize_url_rejects(url: str) -> None:
 
 
 @pytest.mark.timeout(10)
+def test_unstorable_urls_are_refused_and_the_frontier_stays_readable(frontier: Frontier, db: Path) -> None:
+    """A NUL would cut the URL short in SQLite's JSON; a lone surrogate (an undecodable byte of a command
+    line) would be stored as invalid UTF-8 and make every later claim() fail."""
+    bad = ["http://a.test/x\x00y", "http://a.test/\udcff", "http://a.test/?q=\ud800"]
+    for url in bad:
+        with pytest.raises(ValueError):
+            normalize_url(url)
+    assert frontier.add([*bad, "http://a.test/x", "http://a.test/\u00e9"]) == 2
+    assert sorted(item.url for item in claim_all(frontier)) == ["http://a.test/x", "http://a.test/\u00e9"]
+    assert_consistent(frontier, db)
+
+
+@pytest.mark.timeout(10)
 def test_normalize_url_rejects_non_strings() -> None:
     with pytest.raises(TypeError):
         normalize_url(b"http://example.com/")  # type: ignore[arg-type]

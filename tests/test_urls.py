@@ -15,7 +15,8 @@ _HOSTS = ["example.com", "Example.COM.", "a_b-c.d", "127.0.0.1", "[::1]", "", ".
           "u:p@h", "h h", "xn--bcher-kva.example", "b\u00fccher.example"]
 _PORTS = ["", ":", ":0", ":80", ":080", ":443", ":65535", ":65536", ":99999", ":123456", ":8a", ":-1"]
 _PATHS = ["", "/", "/a/b", "/a b", "/caf\u00e9", "/a?b=c", "/a?", "?q", "/a#f", "#f", "/a?b#c d", "/%20",
-          "/a\tb", "/a\nb", "/a\rb", "\\x", "/a?b?c", "/[x]", "/a#b#c", "/\x7f", "//x"]
+          "/a\tb", "/a\nb", "/a\rb", "\\x", "/a?b?c", "/[x]", "/a#b#c", "/\x7f", "//x", "/a\x00b", "/\udcff",
+          "?\ud800", "#\udcff"]
 
 
 def _outcome(parse: object, url: str) -> Union[Target, str]:
@@ -46,7 +47,8 @@ def test_plain_urls(url: str, expected: Target) -> None:
     assert parse_target(url) == expected
 
 
-@pytest.mark.parametrize("url", ["http://h:65536/", "http://./", "ftp://h/", "http://", "http:///x", 42])
+@pytest.mark.parametrize("url", ["http://h:65536/", "http://./", "ftp://h/", "http://", "http:///x", 42,
+                                 "http://h/a\x00b", "http://h/\udcff", "http://h/?q=\ud800", "http://h/#\udcff"])
 def test_bad_urls_raise(url: object) -> None:
     with pytest.raises(ValueError):
         parse_target(url)  # type: ignore[arg-type]
