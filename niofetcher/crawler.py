@@ -262,7 +262,15 @@ class _Job(NamedTuple):
 
 
 # Reports to the coordinator: a robots.txt fetch, or a batch of pages.
-_Report = Union[_Robots, list[_Page]]
+@dataclass(slots=True)
+class _Broken:
+    """A crawl thread or a parse callback died: the coordinator must end the crawl, not wait for ever."""
+
+    where: str
+    error: str
+
+
+_Report = Union[_Robots, list[_Page], _Broken]
 
 # Pages per parse job, at most: enough to make a job's overhead small, few enough that a job of
 # large real pages (bs4: tens of ms each) does not hold its pages back for long.
@@ -325,10 +333,10 @@ class Crawler:
             window = min(5000, max(64, 2 * fetcher_config.max_connections))
             with self._parse_executor() as executor, NIOFetcher(fetcher_config) as fetcher:
                 self._fetcher = fetcher
-                threads = [threading.Thread(target=self._pump, args=(fetcher, executor), name="niofetcher-crawl-pump")]
+                threads = [self._thread("niofetcher-crawl-pump", self._pump, fetcher, executor)]
                 if self.on_page is not None:
                     threads += [
-                        threading.Thread(target=self._deliver, name=f"niofetcher-crawl-deliver-{i}")
+                        self._thread(f"niofetcher-crawl-deliver-{i}", self._deliver)
                         for i in range(config.parse_workers)
                     ]
                 for thread in threads:
@@ -336,17 +344,31 @@ class Crawler:
                 try:
                     self._coordinate(frontier, fetcher, window)
                 finally:
-                    self._wind_down(fetcher, executor, threads)
-                    self._drain_reports(frontier, fetcher)
-                    if self._in_progress:  # only after a failure: give them back, nothing fetched is lost
-                        frontier.release(list(self._in_progress))
-                        self._in_progress.clear()
+                    try:
+                        self._wind_down(fetcher, executor, threads)
+                        self._drain_reports(frontier, fetcher)
+                    finally:
+                        if self._in_progress:  # only after a failure: give them back, nothing fetched is lost
+                            frontier.release(list(self._in_progress))
+                            self._in_progress.clear()
             self._counts = frontier.counts()
             stopped = self._counts["waiting"] > 0
         return CrawlSummary(
             counts=dict(self._counts), errors=dict(self._errors), pages=self._finished, bytes=self._bytes,
             seconds=time.monotonic() - self._started, stopped=stopped,
         )
+
+    def _thread(self, name: str, work: Callable[..., None], *args: object) -> threading.Thread:
+        """A crawl thread that, should it die, tells the coordinator at once instead of leaving it waiting."""
+
+        def guarded() -> None:
+            try:
+                work(*args)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit from on_page too: nobody else would see it
+                log.exception("%s died", name)
+                self._reports.put(_Broken(name, f"{type(exc).__name__}: {exc}"))
+
+        return threading.Thread(target=guarded, name=name)
 
     def _parse_executor(self) -> concurrent.futures.Executor:
         """Processes for parsing, or threads in thread mode."""
@@ -375,10 +397,14 @@ class Crawler:
         fetcher.shutdown(wait=False)  # whatever was not fetched yet comes back cancelled
         self._fetcher_closed.set()
         pump, *deliverers = threads
-        pump.join()
-        executor.shutdown(wait=True)  # every job submitted is parsed, and its pages handed over
-        for _ in deliverers:
-            self._deliveries.put(None)
+        try:
+            pump.join()
+            executor.shutdown(wait=True)  # every job submitted is parsed, and its pages handed over
+        finally:
+            # Even when a second Ctrl-C breaks the wait above: a delivery thread left waiting
+            # for its sentinel would keep the interpreter from ever exiting.
+            for _ in deliverers:
+                self._deliveries.put(None)
         for thread in deliverers:
             thread.join()
 
@@ -442,13 +468,18 @@ class Crawler:
             except queue.Empty:
                 break
         pages: list[_Page] = []
+        broken: list[_Broken] = []
         for report in reports:
             if isinstance(report, _Robots):
                 self._robots_arrived(report, frontier, fetcher)
+            elif isinstance(report, _Broken):
+                broken.append(report)
             else:
                 pages.extend(report)
         if pages:
             self._record(pages, frontier)
+        if broken:  # what did arrive is recorded; run() gives what is still in progress back to the frontier
+            raise RuntimeError("crawl stopped: " + "; ".join(f"{b.where} died ({b.error})" for b in broken))
 
     # -- coordinator: starting URLs ---------------------------------------------
 
@@ -551,11 +582,15 @@ class Crawler:
         """Runs where the job ended: in the process pool's manager thread, or in the parse thread."""
         # exception(), not result() in a try: raising it again would tie the exception, through the
         # frames of its traceback, to the pool's pipes (a cycle only the garbage collector breaks).
-        exc = future.exception()
-        if exc is not None:  # BrokenProcessPool: a parse process died; parse_pages itself raises for nothing
-            self._parse_here(pages, job, exc)
-            return
-        self._parsed(pages, future.result())
+        try:
+            exc = future.exception()
+            if exc is not None:  # BrokenProcessPool: a parse process died; parse_pages itself raises for nothing
+                self._parse_here(pages, job, exc)
+                return
+            self._parsed(pages, future.result())
+        except BaseException as exc:  # noqa: BLE001 - concurrent.futures would log it and lose these pages
+            log.exception("handing over a parse job failed")
+            self._reports.put(_Broken("a parse job's hand-over", f"{type(exc).__name__}: {exc}"))
 
     def _parse_here(self, pages: list[_Page], job: _Job, exc: BaseException) -> None:
         """The parse pool is broken: parse in this thread (slower, but nothing is lost)."""

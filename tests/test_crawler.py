@@ -665,6 +665,39 @@ def test_a_parse_process_that_dies_loses_no_page(tmp_path: Path, process_no_leak
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("breakage", ["pump thread", "on_page raises SystemExit"])
+def test_a_crawl_thread_that_dies_ends_the_crawl_with_an_error_and_loses_nothing(
+    tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch, breakage: str
+) -> None:
+    """A bug in the pump thread, or an on_page that raises what is not an Exception, used to leave the
+    coordinator waiting for ever for pages that would never come (stop() could not end it). Now run()
+    raises at once, nothing is left 'processing', and a second crawl finishes the job."""
+    real_is_html = crawler_module._is_html
+    calls = itertools.count()
+
+    def is_html_breaking_once(result: Any) -> bool:
+        if next(calls) == 20:
+            raise ValueError("a bug in the pump")
+        return real_is_html(result)
+
+    def exit_once(page: CrawledPage) -> None:
+        if len(log.calls) == 20:
+            raise SystemExit("on_page exits")
+
+    log = PageLog(then=exit_once if breakage.startswith("on_page") else None)
+    if breakage == "pump thread":
+        monkeypatch.setattr(crawler_module, "_is_html", is_html_breaking_once)
+    with TestSite(hosts=1, pages=100, max_seconds=30) as site:
+        with pytest.raises(RuntimeError, match="died"):
+            crawl(tmp_path, [site.base_urls[0]], log)
+        db_path = str(tmp_path / "crawl.sqlite")
+        assert states(db_path)["processing"] == 0
+        monkeypatch.undo()
+        second = crawl(tmp_path, [site.base_urls[0]])
+    assert second.counts == {"waiting": 0, "processing": 0, "done": len(site.page_urls()), "error": 0}
+
+
+@pytest.mark.timeout(30)
 def test_a_page_that_cannot_be_parsed_fails_alone(
     tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
