@@ -121,6 +121,20 @@ def no_leaks() -> Iterator[LeakBaseline]:
 # -- helpers shared by the thread, exactly-once and frontier tests ----------
 
 
+def results_by_url(fetcher: NIOFetcher, urls: Iterable[str], timeout: float = 10.0) -> dict[str, FetchResult]:
+    """Register ``urls`` (all distinct) and return their results by URL, failing on a missing or doubled one."""
+    urls = list(urls)
+    for url in urls:
+        assert fetcher.register(url)
+    results: dict[str, FetchResult] = {}
+    while len(results) < len(urls):
+        result = fetcher.get(timeout=timeout)
+        assert result is not None, f"no result within {timeout} s for {sorted(set(urls) - set(results))}"
+        assert result.url not in results, f"two results for one registration of {result.url}"
+        results[result.url] = result
+    return results
+
+
 def collect(fetcher: NIOFetcher, count: int, within: float) -> list[FetchResult]:
     """Up to ``count`` results through get(), waiting at most ``within`` seconds in all."""
     got: list[FetchResult] = []

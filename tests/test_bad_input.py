@@ -22,12 +22,12 @@ import select
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional
 
 import psutil
 import pytest
 
-from conftest import MakeServer
+from conftest import MakeServer, results_by_url
 from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher
 from rawserver import (
     Handler,
@@ -55,22 +55,8 @@ GOOD_BODY = b"good page"
 MiB = 1 << 20
 
 
-def fetch_all(fetcher: NIOFetcher, urls: Iterable[str], timeout: float = 10.0) -> dict[str, FetchResult]:
-    """Register ``urls`` (all distinct) and return their results by URL, failing on a missing or doubled one."""
-    urls = list(urls)
-    for url in urls:
-        assert fetcher.register(url)
-    results: dict[str, FetchResult] = {}
-    while len(results) < len(urls):
-        result = fetcher.get(timeout=timeout)
-        assert result is not None, f"no result within {timeout} s for {sorted(set(urls) - set(results))}"
-        assert result.url not in results, f"two results for one registration of {result.url}"
-        results[result.url] = result
-    return results
-
-
 def fetch(fetcher: NIOFetcher, url: str) -> FetchResult:
-    return fetch_all(fetcher, [url])[url]
+    return results_by_url(fetcher, [url])[url]
 
 
 def assert_good(result: FetchResult) -> None:
@@ -305,7 +291,7 @@ def test_bad_endpoint_becomes_one_error_result_and_the_loop_goes_on(
         bad = case.make(Env(raw_server, good, stack))
         with NIOFetcher(FetcherConfig(**{**BASE_CONFIG, **bad.config})) as fetcher:
             during = [good.url("/during")] if case.good_after else []
-            results = fetch_all(fetcher, [bad.url, *during])
+            results = results_by_url(fetcher, [bad.url, *during])
             bad.release()
             result = results[bad.url]
             assert result.error == case.kind, f"{result.error}: {result.error_detail!r}"

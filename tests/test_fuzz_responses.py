@@ -34,6 +34,7 @@ from typing import Optional
 
 import h11
 import pytest
+from conftest import results_by_url
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -230,19 +231,6 @@ def play(script: Script) -> Handler:
 # -- the test ---------------------------------------------------------------------
 
 
-def results_for(fetcher: NIOFetcher, urls: list[str], timeout: float = 10.0) -> dict[str, FetchResult]:
-    """Register ``urls`` and return one result per URL, failing on a missing or doubled one."""
-    for url in urls:
-        assert fetcher.register(url)
-    results: dict[str, FetchResult] = {}
-    while len(results) < len(urls):
-        result = fetcher.get(timeout=timeout)
-        assert result is not None, f"no result for {sorted(set(urls) - set(results))}"
-        assert result.url not in results, f"two results for {result.url}"
-        results[result.url] = result
-    return results
-
-
 def check(result: FetchResult, script: Script) -> None:
     outcome = f"{result.url}: error={result.error} {result.error_detail!r} status={result.status} body={result.body!r}"
     if result.error is not None:
@@ -274,7 +262,7 @@ def test_random_response_streams_each_end_in_one_sound_result(no_leaks: object) 
             n = next(numbers)
             with RawServer(play(script), max_seconds=20) as srv:
                 urls = [srv.url(f"/{n}/first"), srv.url(f"/{n}/second"), good.url(f"/{n}")]
-                results = results_for(fetcher, urls)
+                results = results_by_url(fetcher, urls)
                 for url in urls[:2]:
                     check(results[url], script)
                 assert results[urls[2]].ok and results[urls[2]].body == GOOD_BODY
@@ -282,7 +270,7 @@ def test_random_response_streams_each_end_in_one_sound_result(no_leaks: object) 
 
         stream_is_survived()
 
-        final = results_for(fetcher, [good.url("/final")])[good.url("/final")]
+        final = results_by_url(fetcher, [good.url("/final")])[good.url("/final")]
         assert final.ok and final.body == GOOD_BODY
         assert fetcher.drain() == []
         stats = fetcher.stats()
