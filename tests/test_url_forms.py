@@ -24,7 +24,12 @@ from hypothesis import strategies as st
 from rawserver import Handler, RawServer, http_response, ok, serve_keepalive
 
 from niofetcher import FetcherConfig, FetchResult, NIOFetcher
-from niofetcher.urls import _normalize_split, normalize_url, parse_target, remove_dot_segments
+from niofetcher.urls import (
+    _normalize_split,
+    normalize_url,
+    parse_target,
+    remove_dot_segments,
+)
 
 QUICK = {"connect_timeout": 2.0, "read_timeout": 4.0}
 
