@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 from . import __version__
+from .urls import normal_host
 
 Address = Tuple[int, tuple]  # (family, sockaddr) as socket.connect() takes it
 Resolver = Callable[[str, int], Sequence[Address]]
@@ -87,11 +88,16 @@ class FetcherConfig:
             ):
                 raise ValueError(f"{mapping_name} must map str to str, not {mapping!r}")
             object.__setattr__(self, mapping_name, dict(mapping))
-        for address in self.resolve.values():
+        resolve: dict[str, str] = {}
+        for key, address in self.resolve.items():
             try:
                 ipaddress.ip_address(address)
             except ValueError:
                 raise ValueError(f"resolve maps to IP addresses only, not {address!r}") from None
+            name = _resolve_key(key)
+            if resolve.setdefault(name, address) != address:
+                raise ValueError(f"resolve maps {name!r} twice, to {resolve[name]!r} and {address!r}")
+        object.__setattr__(self, "resolve", resolve)
         if self.ca_file is not None and not os.path.isfile(self.ca_file):
             raise ValueError(f"ca_file must name a readable PEM file, not {self.ca_file!r}")
         if self.allowed_ports is not None:
@@ -116,6 +122,21 @@ class FetcherConfig:
                         f"deny_networks entries are {sorted(NETWORK_GROUPS)} or CIDR strings, not {entry!r}"
                     ) from None
         return tuple(networks)
+
+
+def _resolve_key(key: str) -> str:
+    """A ``resolve`` key ("host:port" or "host") as the resolver looks it up: the host as parse_target gives it.
+
+    So "bücher.test:80" and "xn--bcher-kva.test:80" are one key, and so are
+    "A.test" and "a.test".
+    """
+    host, colon, port = key.rpartition(":")
+    if not (colon and port.isdigit()):
+        host, colon, port = key, "", ""
+    try:
+        return f"{normal_host(host)}{colon}{port}"
+    except ValueError as exc:
+        raise ValueError(f"resolve key {key!r}: {exc}") from None
 
 
 def _positive_int(config: FetcherConfig, name: str, *, optional: bool = False, allow_zero: bool = False) -> None:

@@ -14,6 +14,7 @@ import h11
 
 from .content import BodyBuffer
 from .errors import ErrorKind, FetchFailure
+from .urls import decode_location
 
 try:
     # h11 normalises and validates a plain header list on every Request; a Headers
@@ -132,9 +133,13 @@ class ClientHTTP11:
         headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in event.headers.raw_items()]
         self.headers = headers
         encoding = None
-        for name, value in headers:
-            if len(name) == 16 and name.lower() == "content-encoding":
+        for index, (name, value) in enumerate(headers):
+            size = len(name)
+            if size == 16 and name.lower() == "content-encoding":
                 encoding = value
+            elif size == 8 and not value.isascii() and name.lower() == "location":
+                # Latin-1 gave back every byte as one character: undo it and read the URL as UTF-8.
+                headers[index] = (name, decode_location(value.encode("latin-1")))
         self._body = BodyBuffer(encoding, self._max_body, self._decode)
 
     def _translate(self, exc: h11.RemoteProtocolError, eof: bool) -> FetchFailure:

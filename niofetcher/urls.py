@@ -1,11 +1,35 @@
-"""URL validation and the (scheme, host, port) key of the connection table."""
+"""The URL rules, in one place: what is valid, what a request sends, what the frontier stores.
+
+A URL is an absolute http or https URL with a host (DESIGN.md, "URLs").  Each
+rule has one implementation here, shared by the two ways a URL is used:
+
+- :func:`parse_target` gives the fetcher its request target (the Origin key
+  of the connection table, the Host header and the path);
+- :func:`normalize_url` gives the form a URL is stored and de-duplicated in.
+
+The rules:
+
+- scheme and host are lower-cased (RFC 3986 6.2.2.1), trailing dots of the host
+  dropped, and a non-ASCII host name becomes IDNA A-labels (:func:`normal_host`);
+- path and query are percent-encoded as UTF-8 wherever they hold a character a
+  request line cannot carry (non-ASCII, space, control characters); existing
+  ``%XX`` escapes are kept as they are, so ``/%C3%BC`` and ``/ü`` are one URL;
+- dot segments are removed from the path (RFC 3986 5.2.4: ``/a/../b`` is ``/b``);
+- an empty path is "/", the fragment and the scheme's default port are dropped;
+- a redirect ``Location`` is decoded as UTF-8 first, Latin-1 only when that
+  fails (:func:`decode_location`), as wget and curl read nginx's raw bytes.
+
+Both functions have a fast path for URLs no rule changes (nearly all of them)
+and a general one built on urlsplit; tests/test_urls.py and
+tests/test_url_forms.py check with hypothesis that the two always agree.
+"""
 
 from __future__ import annotations
 
 import functools
 import re
 from typing import NamedTuple, Optional
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -30,6 +54,16 @@ class Target(NamedTuple):
     path: str
 
 
+class _Parts(NamedTuple):
+    """A URL taken apart by the general path, every rule applied."""
+
+    scheme: str
+    userinfo: str  # with its "@", or ""
+    host: str  # normal_host(): A-labels, no IPv6 brackets
+    port: int | None
+    target: str  # path and query, as a request line carries them
+
+
 # The shape nearly every crawled URL has: a plain host, maybe a port, no userinfo,
 # no IPv6 literal, no whitespace or control characters.  It is split here at a
 # fraction of urlsplit's cost (register() spent ~8 us of its ~11 us in urlsplit);
@@ -39,6 +73,31 @@ _PLAIN_URL = re.compile(
     r"(/[^?#\x00-\x20\x7f]*)?(?:\?([^#\x00-\x20\x7f]*))?(?:#[^\x00-\x20\x7f]*)?"
 )
 _plain_match = _PLAIN_URL.fullmatch
+
+# A URL normalize_url() gives back unchanged, as long as its port (if any) is
+# not the default one, its query is not empty and it has no dot segment:
+# lower-case scheme and host (no user info, no IPv6, no trailing dot),
+# a path, no fragment, only characters a request line carries.
+_NORMAL_FORM = re.compile(r"(https?)://[a-z0-9.\-]*[a-z0-9\-](?::([1-9][0-9]{0,4}))?/[\x21\x22\x24-\x7e]*")
+_normal_match = _NORMAL_FORM.fullmatch
+
+# A request target is visible ASCII (RFC 9112 3.2, h11's request_target): any
+# other character is sent as the %XX escapes of its UTF-8 bytes.  "%" itself is
+# safe, so escapes already there stay as they are.
+_REQUEST_LINE_SAFE = "".join(map(chr, range(0x21, 0x7F)))
+_needs_encoding = re.compile(r"[^\x21-\x7e]").search
+
+# A dot segment ("/./", "/../", or one at the end of the path).  Tried only where
+# "/." occurs, so that "/.well-known/" costs a search and not the long way round.
+_dot_segment = re.compile(r"/\.\.?(?:[/?#]|$)").search
+
+# What is stripped from both ends of a URL: C0 controls and space, as the WHATWG
+# URL standard says.  str.strip() would take Unicode spaces too ("/x\xa0" is a
+# path with an NBSP, as the fast path reads it).
+_C0_CONTROL_OR_SPACE = "".join(map(chr, range(0x21)))
+
+# Characters no host may hold once it is in A-labels (urlsplit lets them through).
+_bad_host_char = re.compile(r"[\x00-\x20\x7f/\\@\[\]]").search
 
 
 def check_url_characters(url: str) -> None:
@@ -56,48 +115,164 @@ def check_url_characters(url: str) -> None:
             raise ValueError(f"URL is not valid Unicode (it holds a lone surrogate): {url!r}") from None
 
 
+@functools.lru_cache(maxsize=4096)
+def normal_host(host: str) -> str:
+    """A host name as it goes on the wire, to the resolver and into the frontier.
+
+    Lower-cased, trailing dots dropped, a non-ASCII name as IDNA A-labels
+    (``bücher.example`` -> ``xn--bcher-kva.example``).  The encoding is Python's
+    own "idna" codec, IDNA 2003 (RFC 3490): the ``idna`` package (IDNA 2008)
+    is not a dependency of niofetcher.  The two differ on a few characters:
+    IDNA 2003 maps "ß" to "ss", so ``faß.de`` goes out as ``fass.de`` here and
+    as ``xn--fa-hia.de`` from a browser (UTS 46, non-transitional).
+
+    Raises:
+        ValueError: when the name cannot be encoded (an empty or over-long
+            label, a character IDNA prohibits).
+    """
+    host = host.lower()
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise ValueError(f"host {host!r} cannot be encoded as IDNA: {exc}") from None
+    return host.rstrip(".")
+
+
+def remove_dot_segments(path: str) -> str:
+    """An absolute path without "." and ".." segments (RFC 3986 5.2.4): ``/a/./b/../c`` -> ``/a/c``.
+
+    Only literal dots count; ``%2E`` is an escape, kept as it is like every other.
+    """
+    segments = path.split("/")  # segments[0] is the "" before the leading "/"
+    kept: list[str] = []
+    for segment in segments[1:]:
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment != ".":
+            kept.append(segment)
+    if segments[-1] in (".", ".."):
+        kept.append("")  # "/a/.." is the directory "/", not "/a" minus its name
+    return "/" + "/".join(kept)
+
+
+def _path_and_query(path: str, query: str) -> str:
+    """The request target of a path (at least "/") and a query ("" for none): both rules applied."""
+    if "/." in path and _dot_segment(path):
+        path = remove_dot_segments(path)
+    target = f"{path}?{query}" if query else path
+    if _needs_encoding(target):
+        target = quote(target, safe=_REQUEST_LINE_SAFE)
+    return target
+
+
+def decode_location(raw: bytes) -> str:
+    """A redirect's ``Location`` value as text: UTF-8 when it is valid UTF-8, else Latin-1.
+
+    nginx sends ``return 301 /dir/ünï.html;`` as raw UTF-8 bytes, and wget and
+    curl follow it to ``/dir/%C3%BCn%C3%AF.html``; Latin-1 never fails, so it
+    keeps whatever else a server sends.
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 def parse_target(url: str) -> Target:
-    """Split an absolute http(s) URL, or raise ValueError saying what is wrong with it."""
+    """Split an absolute http(s) URL into its request target, or raise ValueError saying what is wrong with it."""
     match = _plain_match(url) if type(url) is str else None
     if match is not None:
-        if not url.isascii():  # the pattern already refuses NUL
-            check_url_characters(url)
         scheme, host, port_text, path, query = match.groups()
-        host = host.lower().rstrip(".")
+        host = normal_host(host)
         port = int(port_text) if port_text is not None else None
         if host and (port is None or port <= 65535):
             origin, host_header = _origin(scheme.lower(), host, port)
             if not path:
                 path = "/"
-            return Target(origin, host_header, f"{path}?{query}" if query else path)
+            if url.isascii() and ("/." not in path or not _dot_segment(path)):  # no rule applies (and no NUL)
+                return Target(origin, host_header, f"{path}?{query}" if query else path)
+            check_url_characters(url)
+            return Target(origin, host_header, _path_and_query(path, query or ""))
     return _parse_target_general(url)
 
 
 def _parse_target_general(url: str) -> Target:
     if not isinstance(url, str):
         raise ValueError(f"URL must be a str, not {type(url).__name__}")
+    parts = _split(url)
+    origin, host_header = _origin(parts.scheme, parts.host, parts.port)
+    return Target(origin, host_header, parts.target)
+
+
+def normalize_url(url: str) -> str:
+    """The form a URL is stored and de-duplicated in.
+
+    Scheme and host are lower-cased (RFC 3986 6.2.2.1), trailing dots of the
+    host dropped and a non-ASCII host name written as IDNA A-labels; the
+    default port (80 for http, 443 for https) and the fragment are dropped, an
+    empty path becomes "/" (6.2.3) and dot segments are removed (5.2.4).  IPv6
+    hosts keep their brackets.  Path and query keep their case and their
+    escapes (servers may tell them apart); a character a request line cannot
+    carry (non-ASCII, a space) is percent-encoded as UTF-8, so
+    ``http://h/ü`` and ``http://h/%C3%BC`` are one URL.  The path of the normal
+    form is what :func:`parse_target` sends.  Normalising a normalised URL
+    gives it back unchanged.
+
+    Raises:
+        ValueError: for anything but an absolute http:// or https:// URL with
+            a host, or a malformed one (a bad port, a broken IPv6 literal, a
+            host IDNA cannot encode, a NUL character or a lone surrogate).
+        TypeError: when ``url`` is not a str.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"URL must be a str, not {type(url).__name__}")
+    # Most URLs a crawler meets (and every URL the frontier hands out) are in
+    # normal form already; telling so by one regular expression is several
+    # times faster than taking them apart.  _normalize_split() is the definition.
+    match = _normal_match(url)
+    if match is not None and not url.endswith("?") and ("/." not in url or not _dot_segment(url)):
+        port = match.group(2)
+        if port is None or (int(port) <= 65535 and int(port) != DEFAULT_PORTS[match.group(1)]):
+            return url
+    return _normalize_split(url)
+
+
+def _normalize_split(url: str) -> str:
+    """normalize_url() the long way round, for any URL."""
+    parts = _split(url)
+    host = f"[{parts.host}]" if ":" in parts.host else parts.host
+    if parts.port is not None and parts.port != DEFAULT_PORTS[parts.scheme]:
+        host = f"{host}:{parts.port}"
+    return f"{parts.scheme}://{parts.userinfo}{host}{parts.target}"
+
+
+def _split(url: str) -> _Parts:
+    """The general path of parse_target and normalize_url: validate ``url`` and apply every rule."""
     check_url_characters(url)
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(url.strip(_C0_CONTROL_OR_SPACE))
         port = parts.port
     except ValueError as exc:
         raise ValueError(f"malformed URL {url!r}: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS:
-        raise ValueError(f"only absolute http:// and https:// URLs can be fetched, not {url!r}")
-    host = (parts.hostname or "").rstrip(".")
+        raise ValueError(f"only absolute http:// and https:// URLs are supported, not {url!r}")
+    host = parts.hostname or ""  # lower-cased, without the IPv6 brackets
+    if ":" not in host:  # an IPv6 literal is no name
+        try:
+            host = normal_host(host)
+        except ValueError as exc:
+            raise ValueError(f"URL has an invalid host: {url!r}: {exc}") from None
     if not host:
         raise ValueError(f"URL has no host: {url!r}")
-    if any(c in host for c in " \t\r\n/\\@"):
+    if _bad_host_char(host) or not host.isascii():
         raise ValueError(f"URL has an invalid host: {url!r}")
-    origin, host_header = _origin(scheme, host, port)
-    path = parts.path or "/"
-    if parts.query:
-        path = f"{path}?{parts.query}"
-    if any(c in path for c in " \r\n"):
-        # A URL copied from a page may hold spaces; the wire must not.
-        path = path.replace(" ", "%20").replace("\r", "%0D").replace("\n", "%0A")
-    return Target(origin, host_header, path)
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if userinfo and _needs_encoding(userinfo):
+        userinfo = quote(userinfo, safe=_REQUEST_LINE_SAFE)
+    return _Parts(scheme, f"{userinfo}{at}", host, port, _path_and_query(parts.path or "/", parts.query))
 
 
 @functools.lru_cache(maxsize=4096)

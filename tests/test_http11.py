@@ -256,3 +256,18 @@ def test__unsendable_request_is_protocol_error() -> None:
     with pytest.raises(FetchFailure) as caught:
         client.start_request("GET", "/", [("Host", "a.test"), ("X-Bad", "line\r\nbreak")], b"")
     assert caught.value.kind is ErrorKind.PROTOCOL_ERROR
+
+
+@pytest.mark.parametrize(("raw", "text"), [
+    (b"/dir/\xc3\xbcn\xc3\xaf.html", "/dir/\u00fcn\u00ef.html"),  # raw UTF-8, as nginx sends it
+    (b"/dir/\xfcn.html", "/dir/\u00fcn.html"),  # not UTF-8: Latin-1
+    (b"/dir/%C3%BC.html", "/dir/%C3%BC.html"),  # ASCII stays as it is
+])
+def test__location_is_utf8_first_then_latin1(raw: bytes, text: str) -> None:
+    """DESIGN.md "URLs": a redirect Location is decoded as UTF-8 first; other header values stay Latin-1."""
+    pair = Pair()
+    pair.request()
+    wire = pair.respond(301, [("location", raw), ("X-Other", b"\xc3\xbc"), ("Content-Length", "0")])
+    assert pair.feed(wire, 4096) == [True]
+    assert ("location", text) in pair.client.headers
+    assert ("X-Other", "\xc3\xbc") in pair.client.headers

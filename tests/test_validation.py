@@ -41,7 +41,8 @@ def test_register_rejects_bad_method_and_type() -> None:
         ("read_timeout", float("nan")), ("request_timeout", 0), ("low_speed_limit", -5),
         ("host_delay", -0.1), ("host_delay_jitter", 1.5), ("max_body_size", 0), ("max_header_size", -1),
         ("max_redirects", -1), ("dns_cache_ttl", -1), ("resolver", "getaddrinfo"), ("user_agent", ""),
-        ("headers", {"X": 1}), ("resolve", {"a.test": "not-an-ip"}), ("allowed_ports", [0]),
+        ("headers", {"X": 1}), ("resolve", {"a.test": "not-an-ip"}), ("resolve", {"b\u00fccher..test": "127.0.0.1"}),
+        ("resolve", {"b\u00fccher.test:80": "127.0.0.1", "xn--bcher-kva.test:80": "127.0.0.2"}), ("allowed_ports", [0]),
         ("allowed_ports", []), ("deny_networks", ["galaxy"]), ("deny_networks", "private"),
         ("max_pending", 0), ("max_completed", -3),
     ],
@@ -57,6 +58,14 @@ def test_config_accepts_none_where_documented_and_expands_networks() -> None:
     nets = {str(n) for n in config.denied_networks()}
     assert "192.168.0.0/16" in nets and "10.1.0.0/16" in nets
     assert config.allowed_ports == frozenset({80, 443})
+
+
+def test_config_resolve_keys_become_a_labels() -> None:
+    """The resolver looks up the host parse_target gives (A-labels, lower case): keys in either form reach it."""
+    config = FetcherConfig(resolve={"B\u00fccher.test:80": "127.0.0.1", "xn--caf-dma.test": "::1", "A.Test:8080": "10.0.0.1",
+                                    "xn--bcher-kva.test:80": "127.0.0.1"})
+    assert config.resolve == {"xn--bcher-kva.test:80": "127.0.0.1", "xn--caf-dma.test": "::1", "a.test:8080": "10.0.0.1"}
+    assert FetcherConfig(resolve={"caf\u00e9.test": "::1"}).resolve == {"xn--caf-dma.test": "::1"}
 
 
 def test_start_twice_raises() -> None:
