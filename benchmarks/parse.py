@@ -4,18 +4,31 @@
     python benchmarks/parse.py --extractor lxml --repeat 10
     python benchmarks/parse.py --floor            # also: libxml2 parsing alone, the lower bound
     python benchmarks/parse.py --corpus DIR       # or NIOFETCHER_CORPUS=DIR
+    python benchmarks/parse.py --pools            # parse processes: ProcessPoolExecutor vs ParseProcessPool
 
 Each page is extracted --repeat times and its best time kept (the least
 disturbed by other processes). Printed per extractor: median and mean ms per
 page, wall clock and CPU; pages/s and MB/s over the whole corpus (the sum of
 the best times). The corpus is ../shared/corpus/pages/: 100 real pages, a
 few KB to 1.6 MB, median ~90 KB. No assertions: this measures, the tests judge.
+
+``--pools`` compares, in one run, the crawler's old parse processes
+(``ProcessPoolExecutor`` on a forkserver context) with ``ParseProcessPool``,
+both with --workers processes (default 2), on ``niofetcher.crawler.parse_pages``
+over the corpus cut into jobs of up to 32 pages, --rounds times over, all
+submitted at once: pages/s, and the parent's CPU per job (what the hand-over
+takes from the crawler's own threads). Then the hand-back alone: one job at a
+time whose function is ``pickle.loads`` of a real job's output, so that it
+carries a real reply each way and does no parsing: the round trip per job.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import multiprocessing
 import os
+import pickle
 import statistics
 import sys
 import time
@@ -26,7 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lxml import etree  # noqa: E402
 
+from niofetcher.crawler import LinkScope, ParseInput, parse_pages  # noqa: E402
 from niofetcher.parse import EXTRACTORS, extract  # noqa: E402
+from niofetcher.parse_workers import ParseProcessPool  # noqa: E402
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "pages"
 
@@ -66,6 +81,9 @@ def main() -> int:
     ap.add_argument("--extractor", choices=EXTRACTORS, action="append", help="default: all")
     ap.add_argument("--repeat", type=int, default=5, help="runs per page; the best counts (default 5)")
     ap.add_argument("--floor", action="store_true", help="also time libxml2 parsing alone (no extraction)")
+    ap.add_argument("--pools", action="store_true", help="compare the parse process pools instead")
+    ap.add_argument("--workers", type=int, default=2, help="--pools: processes per pool (default 2)")
+    ap.add_argument("--rounds", type=int, default=5, help="--pools: times over the corpus (default 5)")
     args = ap.parse_args()
 
     files = sorted(args.corpus.glob("*.html")) if args.corpus.is_dir() else []
@@ -73,6 +91,8 @@ def main() -> int:
         print(f"parse: no *.html pages in {args.corpus}", file=sys.stderr)
         return 2
     pages = [(f.stem, f.read_bytes()) for f in files]
+    if args.pools:
+        return compare_pools(pages, args.extractor or EXTRACTORS, args.workers, args.rounds)
     sizes = [len(body) for _, body in pages]
     total_bytes = sum(sizes)
     print(
@@ -95,6 +115,45 @@ def main() -> int:
             args.repeat,
         )
         report("libxml2 parse alone", walls, cpus, total_bytes)
+    return 0
+
+
+Pools = dict[str, Callable[[], concurrent.futures.Executor]]
+
+
+def compare_pools(pages: list[tuple[str, bytes]], extractors: list[str], workers: int, rounds: int) -> int:
+    inputs: list[ParseInput] = [(body, f"https://example.org/articles/{name}/", "text/html") for name, body in pages]
+    jobs = [inputs[i : i + 32] for i in range(0, len(inputs), 32)] * rounds
+    scope = LinkScope(domains=("example.org",), include=(), exclude=(), follow_nofollow=False)
+    reply = pickle.dumps(parse_pages(jobs[0], "lxml", scope, False), 5)
+    pools: Pools = {
+        "ProcessPoolExecutor": lambda: concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("forkserver")
+        ),
+        "ParseProcessPool": lambda: ParseProcessPool(workers, preload=("niofetcher.crawler",)),
+    }
+    count = sum(map(len, jobs))
+    print(f"{count} pages in {len(jobs)} jobs of up to 32, {workers} workers; reply of a job: {len(reply) / 1e3:.0f} KB")
+    print(f"{'':<22} {'extractor':>9} {'pages/s':>9} {'parent CPU per job: user':>25} {'system':>8} {'hand-back':>10}")
+    for extractor in extractors:
+        for label, make in pools.items():
+            with make() as pool:
+                for future in [pool.submit(parse_pages, jobs[0][:1], extractor, scope, False) for _ in range(workers)]:
+                    future.result()  # started and imported: what is measured is the steady state
+                before, w0 = os.times(), time.perf_counter()
+                for future in [pool.submit(parse_pages, job, extractor, scope, False) for job in jobs]:
+                    future.result()
+                wall, after = time.perf_counter() - w0, os.times()
+                user, system = after.user - before.user, after.system - before.system
+                trips = []
+                for _ in range(50):
+                    t0 = time.perf_counter()
+                    pool.submit(pickle.loads, reply).result()
+                    trips.append(time.perf_counter() - t0)
+            print(
+                f"{label:<22} {extractor:>9} {count / wall:9.0f} {user / len(jobs) * 1e3:22.2f} ms"
+                f" {system / len(jobs) * 1e3:5.2f} ms {statistics.median(trips) * 1e3:7.2f} ms"
+            )
     return 0
 
 

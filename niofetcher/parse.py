@@ -87,6 +87,16 @@ Other decisions:
   None when there is none or it is blank. (libxml2 knows no SVG namespace, so
   an inline SVG's ``<title>`` placed before the head's would win - on real
   pages the head comes first.)
+* Content-Type: only ``text/html`` and ``application/xhtml+xml`` are parsed
+  (media type compared case-insensitively, parameters ignored), and a page
+  with no Content-Type at all (None, or an empty media type) is read as HTML,
+  as browsers sniff it. Anything else - an image, a PDF, JSON, ``text/plain``,
+  ``text/xml`` - gives an empty ``PageLinks`` without being looked at: a
+  browser shows ``text/plain`` as text and never follows an ``<a>`` in it,
+  and libxml2 would find "links" in any binary that happens to hold
+  ``<a href=``. XHTML goes through the same HTML parser: libxml2's HTML
+  parser reads well-formed XHTML as the same tree, and a real XHTML page
+  that is not well-formed (most of them) would stop an XML parser.
 * Never raises for what a server sends: broken markup, binary garbage,
   undecodable bytes, an empty body give what can be found, at worst an empty
   ``PageLinks``. A body that is not ``bytes`` or ``str`` is a TypeError.
@@ -164,7 +174,9 @@ def extract(
         body: the page as fetched (bytes), or already decoded (str).
         base_url: the page's own URL (the final URL after redirects); relative
             URLs resolve against it unless the page has a ``<base href>``.
-        content_type: the Content-Type header, for its charset.
+        content_type: the Content-Type header: its charset, and whether the body is HTML at
+            all (``text/html``, ``application/xhtml+xml``, or None to read it as HTML); any
+            other type gives an empty PageLinks.
         extractor: ``"bs4"`` (Beautiful Soup with lxml, the default) or
             ``"lxml"`` (lxml directly, ~8x faster, same result).
         links_only: only what a crawler follows: ``links``, ``areas``,
@@ -200,23 +212,32 @@ def extract(
 # -- input -------------------------------------------------------------------
 
 _PARSER_ERRORS = (etree.LxmlError, ParserRejectedMarkup, LookupError, UnicodeError, ValueError)
+_HTML_TYPES = frozenset(("text/html", "application/xhtml+xml", ""))  # "": no media type, sniffed as HTML
+
+
+def _is_html_type(content_type: str | None) -> bool:
+    """Whether a page of this Content-Type is parsed; see "Content-Type" in the module docstring."""
+    return content_type is None or content_type.partition(";")[0].strip().lower() in _HTML_TYPES
 
 
 def _utf8(body: bytes | str, content_type: str | None) -> bytes | None:
-    """The page as UTF-8 bytes, the one input both extractors parse; None when it holds no tag.
+    """The page as UTF-8 bytes, the one input both extractors parse; None when it holds no tag
+    or is not HTML by its Content-Type.
 
     Markup without a single "<" holds no element at all: it is skipped, which
     also keeps Beautiful Soup from warning that it "looks like a URL".
     """
+    if not isinstance(body, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+    if not _is_html_type(content_type):
+        return None
     if isinstance(body, str):
         data = body.encode("utf-8", "replace")
-    elif isinstance(body, (bytes, bytearray, memoryview)):
+    else:
         data = bytes(body)
         encoding = charset_of(content_type) or sniff_charset(data) or "utf-8"
         if encoding != "utf-8":
             data = _transcode(data, encoding)
-    else:
-        raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
     return data if b"<" in data else None
 
 

@@ -603,6 +603,66 @@ def test_nonsense_charset(extractor: str) -> None:
         check_russian(extract(body, "https://host.example/", content_type, extractor))
 
 
+# -- Content-Type: only HTML is parsed -------------------------------------------
+
+# A body every type below is given: it would yield links, a form, a table and a title if parsed.
+LINKY = (
+    b"<title>t</title><a href='/a'>a</a><area href='/m'><iframe src='/f'></iframe><img src='/i.png'>"
+    b"<form action='/s'><input name=q></form><table><tr><td>c</td></tr></table>"
+)
+LINKY_LINKS = ["https://example.org/a"]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("links_only", [False, True], ids=["full", "links_only"])
+@pytest.mark.parametrize(
+    "content_type",
+    ["image/png", "application/pdf", "application/json", "text/plain; charset=utf-8", "text/xml",
+     "application/octet-stream", "IMAGE/SVG+XML"],
+)
+def test_non_html_content_type_gives_nothing(extractor: str, content_type: str, links_only: bool) -> None:
+    assert empty(extract(LINKY, PAGE, content_type, extractor, links_only=links_only))
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("links_only", [False, True], ids=["full", "links_only"])
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "", "; charset=utf-8", "text/html", "Text/HTML ; charset=UTF-8", "application/xhtml+xml",
+     "application/XHTML+XML; charset=utf-8"],
+)
+def test_html_and_xhtml_and_no_content_type_parse(extractor: str, content_type: str | None, links_only: bool) -> None:
+    page = extract(LINKY, PAGE, content_type, extractor, links_only=links_only)
+    assert page.links == LINKY_LINKS
+    assert page.areas == ["https://example.org/m"] and page.frames == ["https://example.org/f"]
+    if links_only:
+        assert page.images == [] and page.forms == [] and page.title is None
+    else:
+        assert page.images == ["https://example.org/i.png"] and page.title == "t"
+        assert page.forms == [Form("https://example.org/s", "GET", (("q", "text", ""),))]
+        assert page.tables == [[["c"]]]
+
+
+@pytest.mark.timeout(10)
+def test_real_xhtml_page_parses(extractor: str) -> None:
+    body = (
+        b'<?xml version="1.0" encoding="utf-8"?>\n'
+        b'<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Strict//EN" '
+        b'"http://www.w3.org/TR/xhtml1/DTD/xhtml1-strict.dtd">\n'
+        b'<html xmlns="http://www.w3.org/1999/xhtml"><head><title>x</title></head>'
+        b'<body><p><a href="/one">1</a><br/><a href="two.html">2</a></p></body></html>'
+    )
+    page = extract(body, PAGE, "application/xhtml+xml", extractor)
+    assert page.links == ["https://example.org/one", "https://example.org/articles/page/two.html"]
+    assert page.title == "x"
+
+
+@pytest.mark.timeout(10)
+def test_bad_body_is_a_type_error_whatever_the_content_type() -> None:
+    with pytest.raises(TypeError, match="bytes or str"):
+        extract(None, PAGE, "image/png")  # type: ignore[arg-type]
+
+
 # -- the API -------------------------------------------------------------------
 
 
