@@ -40,6 +40,7 @@ IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRAC
 _CROSS_ORIGIN_DROPPED = frozenset(("authorization", "cookie", "proxy-authorization"))
 _BODY_HEADERS = frozenset(("content-length", "content-type", "content-encoding", "transfer-encoding"))
 _INF = math.inf
+HOST_HEADERS_CACHE = 4096  # Host headers whose validated request headers are kept
 
 # Where a task is, so that a fault anywhere on its way settles it exactly once:
 # WAITING in the inbox or a host queue; RUNNING on a connection (counted in
@@ -132,7 +133,7 @@ class RequestDefaults:
         """Loop thread only."""
         wire = self._by_host.get(host_header)
         if wire is None:
-            if len(self._by_host) >= 4096:  # a crawl of many hosts: keep the cache small, not clever
+            if len(self._by_host) >= HOST_HEADERS_CACHE:  # a crawl of many hosts: keep it small, not clever
                 self._by_host.clear()
             wire = self._by_host[host_header] = validated_headers(_header_list(host_header, self.headers, b""))
         return wire

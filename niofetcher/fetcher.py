@@ -252,8 +252,15 @@ class NIOFetcher:
         )
 
     def host_stats(self) -> dict[Origin, HostStats]:
-        """Per (scheme, host, port) numbers.  A snapshot taken without stopping the loop."""
-        slots = list(self._engine.table.slots.values())
+        """Per (scheme, host, port) numbers.  A snapshot taken without stopping the loop.
+
+        Hosts with work queued, in flight or connections open are all here; of the
+        hosts done with (their state freed), the last 1,024 (``pool.RECENT_HOSTS``).
+        """
+        table = self._engine.table
+        # Live ones first: a slot freed between the two copies is then in both, not in neither.
+        live = list(table.slots.values())
+        slots = [*table.recent.values(), *live]
         return {
             slot.origin: HostStats(
                 pending=len(slot.queue),

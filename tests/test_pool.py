@@ -106,4 +106,4 @@ def test__host_delay_spaces_request_starts() -> None:
 def test__repr_summarises_counts() -> None:
     t, _, _ = table()
     t.enqueue(task("http://a.test/"), 0.0)
-    assert repr(t) == "<HostTable [hosts: 1 | pending: 1 | connections: 0 open, 0 idle]>"
+    assert repr(t) == "<HostTable [hosts: 1, 0 recent | pending: 1 | connections: 0 open, 0 idle]>"
