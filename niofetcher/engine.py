@@ -317,8 +317,7 @@ class Engine:
             except Exception as exc:  # noqa: BLE001 - a fault in starting one request costs that request only
                 if conn is not None:
                     conn.on_internal_error(exc)
-                else:
-                    self._task_crashed(task, slot, exc)
+                self._task_crashed(task, slot, exc)  # if no connection carried it yet
             table.refresh(slot, now)
 
     # -- connection events (ConnectionOwner) --------------------------------
@@ -461,6 +460,11 @@ class Engine:
         self, task: Task, status: int, reason: str, headers: list[tuple[str, str]], body: bytes,
         conn: Optional[Connection] = None, failure: Optional[FetchFailure] = None,
     ) -> None:
+        if task.state == DONE:
+            # Only after a loop failure, when the orderly cancel met a table or a
+            # connection that was wrong, can a task be reached twice; it has its result.
+            log.error("niofetcher: a second result for %s dropped", task.url)
+            return
         now = self.loop.now
         started = task.first_dispatch_at
         result = FetchResult(
