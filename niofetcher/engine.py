@@ -524,7 +524,7 @@ def _resolved_callback(conn: Connection) -> Callable[..., None]:
 
 
 def _describe(exc: BaseException) -> str:
-    """``TypeName: message`` for an error detail (the type alone says little when the message is empty)."""
+    """``TypeName: message`` for an error detail: a message alone (a KeyError's key) says little."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
