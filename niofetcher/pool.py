@@ -19,6 +19,18 @@ the oldest idle connection anywhere is closed to make room (as libcurl's
 connection cache does); when none is idle the top slot simply waits until a
 connection closes or goes idle.  ``next_assignment`` returns what to do; the
 engine does the I/O.
+
+Per-host state is freed (DESIGN.md guarantee 8).  A slot with nothing
+queued, nothing in flight, no connection (resolving, connecting, busy or
+idle) and its politeness delay passed leaves the table for ``recent``, the
+last RECENT_HOSTS such slots, oldest dropped first; a host that comes back
+while its slot is there gets that slot again (its figures and its TLS session
+with it), otherwise a new one.  A slot whose delay is still running is
+looked at again when it ends.  The delays set through ``set_delay`` (a
+crawler's Crawl-delay) live in their own map, SET_DELAYS hosts at most, least
+recently used forgotten first, so a host keeps its delay long after its slot
+is gone: the map is all that stays, a few hundred bytes a host, where a slot
+kept alive for its delay would hold its lists, its figures and a TLS session.
 """
 
 from __future__ import annotations
@@ -39,6 +51,9 @@ if TYPE_CHECKING:
 
 ScheduleAt = Callable[[float, Callable[[Any], None], Any], Any]
 Clock = Callable[[], float]
+
+RECENT_HOSTS = 1024  # freed slots kept for host_stats() and for a quick return
+SET_DELAYS = 65536  # hosts whose set_delay() is remembered without a slot
 
 
 @dataclass(slots=True, eq=False)
@@ -90,6 +105,8 @@ class HostTable:
         self.default_delay = delay
         self.jitter = jitter
         self.slots: dict[Origin, HostSlot] = {}
+        self.recent: OrderedDict[Origin, HostSlot] = OrderedDict()  # freed slots, oldest first
+        self._set_delays: OrderedDict[Origin, float] = OrderedDict()  # least recently used first
         self.total_open = 0
         self.pending = 0
         self._ready: list[tuple[int, int, int, HostSlot]] = []
@@ -101,12 +118,20 @@ class HostTable:
     def slot(self, origin: Origin) -> HostSlot:
         slot = self.slots.get(origin)
         if slot is None:
-            slot = self.slots[origin] = HostSlot(origin, self.per_host, self.default_delay, self.jitter)
+            slot = self.recent.pop(origin, None)
+            if slot is None:
+                delay = self._set_delays.get(origin)
+                if delay is None:
+                    delay = self.default_delay
+                else:
+                    self._set_delays.move_to_end(origin)
+                slot = HostSlot(origin, self.per_host, delay, self.jitter)
+            self.slots[origin] = slot
         return slot
 
     def __repr__(self) -> str:
         return (
-            f"<HostTable [hosts: {len(self.slots)} | pending: {self.pending} | "
+            f"<HostTable [hosts: {len(self.slots)}, {len(self.recent)} recent | pending: {self.pending} | "
             f"connections: {self.total_open} open, {len(self._idle_lru)} idle]>"
         )
 
@@ -119,9 +144,19 @@ class HostTable:
         self.refresh(slot, now)
 
     def set_delay(self, origin: Origin, delay: float, now: float) -> None:
-        slot = self.slot(origin)
-        slot.delay = delay
-        self.refresh(slot, now)
+        delays = self._set_delays
+        if delay == self.default_delay:
+            delays.pop(origin, None)
+        else:
+            delays[origin] = delay
+            delays.move_to_end(origin)
+            if len(delays) > SET_DELAYS:
+                delays.popitem(last=False)
+        # No slot is made for it: one made here, with nothing to do, would never be freed.
+        slot = self.slots.get(origin) or self.recent.get(origin)
+        if slot is not None:
+            slot.delay = delay
+            self.refresh(slot, now)
 
     def connection_opened(self, slot: HostSlot) -> None:
         slot.open += 1
@@ -143,11 +178,31 @@ class HostTable:
         slot.open -= 1
         self.total_open -= 1
         self.refresh(slot, now)
+        if not slot.open:
+            self._free_if_unused(slot, now)
 
-    def exchange_ended(self, slot: HostSlot, served: bool) -> None:
+    def exchange_ended(self, slot: HostSlot, served: bool, now: float) -> None:
         slot.in_flight -= 1
         if served:
             slot.served += 1
+        if not slot.open:
+            self._free_if_unused(slot, now)
+
+    def _free_if_unused(self, slot: HostSlot, now: float) -> None:
+        """Move ``slot`` to ``recent`` if nothing of it is left but figures (see the module docstring)."""
+        if slot.queue or slot.in_flight or slot.open or self.slots.get(slot.origin) is not slot:
+            return
+        if slot.next_start_at > now:
+            if not slot.delay_timer_armed:
+                slot.delay_timer_armed = True
+                self._schedule_at(slot.next_start_at, self._delay_passed, slot)
+            return
+        origin = slot.origin
+        del self.slots[origin]
+        recent = self.recent
+        recent[origin] = slot
+        if len(recent) > RECENT_HOSTS:
+            recent.popitem(last=False)
 
     # -- decisions ----------------------------------------------------------
 
@@ -216,7 +271,9 @@ class HostTable:
 
     def _delay_passed(self, slot: HostSlot) -> None:
         slot.delay_timer_armed = False
-        self.refresh(slot, self._clock())
+        now = self._clock()
+        self.refresh(slot, now)
+        self._free_if_unused(slot, now)
 
     # -- draining -----------------------------------------------------------
 

@@ -9,6 +9,15 @@ Answers are cached for ``dns_cache_ttl`` seconds (getaddrinfo does not tell
 the record's real TTL).  Failures are cached too, briefly, so that a crawl
 of a thousand URLs on a dead host does not ask a thousand times.
 
+The cache holds DNS_CACHE_SIZE names at most, so that a crawl of a million
+hosts does not keep a million answers.  It is kept in the order answers
+arrived, which (one TTL for answers, a shorter one for failures) is nearly
+the order they expire in: each lookup purges expired answers from the old
+end, and a full cache drops its oldest answer, the one that expires first
+-- which beats least-recently-used for a TTL cache, where a hit does not
+extend an answer's life.  A failure cached behind a younger answer outlives
+its NEGATIVE_TTL until that answer expires: at most ``dns_cache_ttl``.
+
 Address order: getaddrinfo already sorts by RFC 6724; we interleave the
 families (RFC 8305 section 4) so that a broken IPv6 route costs one attempt
 before an IPv4 address is tried, not all of them.
@@ -21,6 +30,7 @@ import queue
 import socket
 import threading
 import time
+from collections import OrderedDict
 from typing import Callable, Optional, Sequence
 
 from .config import Address, FetcherConfig, Resolver
@@ -30,6 +40,7 @@ Answer = Callable[[Optional[Sequence[Address]], Optional[FetchFailure]], None]
 Post = Callable[..., None]
 
 NEGATIVE_TTL = 5.0
+DNS_CACHE_SIZE = 10_000
 
 
 def system_resolver(host: str, port: int) -> list[Address]:
@@ -71,7 +82,8 @@ class ResolverPool:
         self._resolve: Resolver = config.resolver or system_resolver
         self._post = post
         self._max_workers = workers
-        self._cache: dict[tuple[str, int], tuple[float, Optional[list[Address]], Optional[FetchFailure]]] = {}
+        self._cache: OrderedDict[tuple[str, int], tuple[float, Optional[list[Address]], Optional[FetchFailure]]]
+        self._cache = OrderedDict()  # oldest answer first
         self._waiting: dict[tuple[str, int], list[Answer]] = {}
         self._jobs: queue.SimpleQueue[Optional[tuple[str, int]]] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -87,8 +99,14 @@ class ResolverPool:
             answer(addresses, None)
             return
         key = (host, port)
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] > now:
+        cache = self._cache
+        while cache:
+            oldest = next(iter(cache.values()))
+            if oldest[0] > now:
+                break
+            cache.popitem(last=False)
+        cached = cache.get(key)
+        if cached is not None and cached[0] > now:  # a failure behind a younger answer may have expired
             answer(cached[1], cached[2])
             return
         waiters = self._waiting.get(key)
@@ -135,7 +153,11 @@ class ResolverPool:
     def _answered(self, key: tuple[str, int], found: Optional[list[Address]], failure: Optional[FetchFailure]) -> None:
         ttl = self._ttl if failure is None else min(self._ttl, NEGATIVE_TTL)
         if ttl > 0:
-            self._cache[key] = (time.monotonic() + ttl, found, failure)
+            cache = self._cache
+            cache[key] = (time.monotonic() + ttl, found, failure)
+            cache.move_to_end(key)  # a refreshed answer expires last
+            if len(cache) > DNS_CACHE_SIZE:
+                cache.popitem(last=False)
         for answer in self._waiting.pop(key, ()):
             answer(found, failure)
 

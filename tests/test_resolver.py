@@ -21,6 +21,7 @@ import pytest
 from conftest import MakeServer
 from rawserver import ok
 
+import niofetcher.resolver as resolver_module
 from niofetcher import FetcherConfig, NIOFetcher
 from niofetcher.config import Address
 from niofetcher.errors import ErrorKind, FetchFailure
@@ -343,3 +344,34 @@ def test_stub_resolver_is_asked_once_for_concurrent_connections(no_leaks: Any, r
     assert srv.accepted == 3
     assert stub.calls == [("stub.test", srv.port)]
     assert all(f"\r\nHost: stub.test:{srv.port}\r\n".encode() in head for head in srv.requests)
+
+
+# -- bounded (DESIGN.md guarantee 8) ------------------------------------------
+
+
+@pytest.mark.timeout(20)
+def test__the_cache_keeps_at_most_DNS_CACHE_SIZE_names_dropping_the_oldest(
+    harness_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(resolver_module, "DNS_CACHE_SIZE", 50)
+    stub = StubResolver()
+    harness = harness_factory(stub)
+    for i in range(200):
+        harness.resolve(f"h{i}.test")
+    assert len(harness.pool._cache) == 50
+    assert harness.lookup("h199.test").got, "the newest answers stay cached"
+    harness.resolve("h0.test")  # the oldest went: asked again
+    assert stub.count("h0.test") == 2
+
+
+@pytest.mark.timeout(20)
+def test__expired_answers_are_purged_not_only_replaced(harness_factory: Any) -> None:
+    ttl = 10.0
+    stub = StubResolver()
+    harness = harness_factory(stub, dns_cache_ttl=ttl)
+    for i in range(100):
+        harness.resolve(f"h{i}.test")
+    assert len(harness.pool._cache) == 100
+    # One lookup of another name after they expired clears every one of them.
+    harness.resolve("later.test", now=time.monotonic() + ttl + 1)
+    assert list(harness.pool._cache) == [("later.test", 80)]
