@@ -34,11 +34,18 @@ in progress (claimed and not yet recorded: in the fetcher, in a parse job or
 with ``on_page``); a URL waiting for a retry delay keeps it alive.
 
 Politeness: robots.txt is fetched per (scheme, host, port) through the
-fetcher itself before the first page of that origin; URLs of an origin wait
-(in memory, still ``processing`` in the frontier) until it has arrived.  Its
-Crawl-delay becomes that origin's host delay.  A robots.txt that cannot be
-fetched (network error, 5xx) allows everything, as Scrapy does; a 4xx means
-"no rules" (RFC 9309 2.3.1.3).
+fetcher itself before the first page of that origin, and read as RFC 9309
+says (see ``robots.py``): its redirects are followed, up to five, even to
+another host; a 4xx means "no rules"; a 5xx or a network error means
+"complete disallow" for now.  URLs of an origin wait (in memory, still
+``processing`` in the frontier) until its robots.txt has been settled.  An
+unreachable robots.txt is fetched again with the crawl's own retry policy
+(``retry_delay``, doubling, never sooner than a Retry-After), up to
+``max_attempts`` fetches; then every URL of that origin ends ``error``
+("robots.txt unavailable: HTTP 503").  Its Crawl-delay becomes that origin's
+host delay, capped at ``max_crawl_delay`` (as Heritrix's
+``respectCrawlDelayUpToSeconds``): a ``Crawl-delay: 3600`` must not stall a
+crawl for an hour a page.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ import concurrent.futures
 import dataclasses
 import email.utils
 import functools
+import heapq
 import logging
 import multiprocessing
 import os
@@ -61,20 +69,22 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
-from protego import Protego
-
 from .config import FetcherConfig
 from .errors import ErrorKind
 from .fetcher import NIOFetcher
 from .frontier import Frontier, FrontierURL
 from .models import FetchResult, URLBean
 from .parse import PageLinks, absolute_url, extract
+from .robots import Redirect, RobotsRules, RobotsTable, interpret
 from .urls import Origin, parse_target
 
 log = logging.getLogger("niofetcher")
 
 PARSE_MODES = ("process", "thread")
 _ROBOTS_PRIORITY = 1 << 30  # robots.txt jumps every queue: pages of its host wait for it
+# Origins whose robots.txt rules are kept (and that have nothing in progress): a few thousand
+# Protego parsers are a few MB; a crawl of more hosts than that fetches an aged-out one again.
+_ROBOTS_ORIGINS = 4096
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,7 @@ class CrawlConfig:
     retry_statuses: Sequence[int] = (429, 500, 502, 503, 504)
     retry_delay: float = 1.0
     obey_robots: bool = True
+    max_crawl_delay: float = 30.0  # seconds; a longer robots.txt Crawl-delay is capped to it
     follow_nofollow: bool = False
     parse_workers: int = 2
     parse_mode: str = "process"
@@ -117,6 +128,11 @@ class CrawlConfig:
             raise ValueError(f"extractor must be 'bs4' or 'lxml', not {self.extractor!r}")
         if not self.retry_delay > 0:
             raise ValueError(f"retry_delay must be positive, not {self.retry_delay!r}")
+        max_crawl_delay = self.max_crawl_delay
+        if isinstance(max_crawl_delay, bool) or not isinstance(max_crawl_delay, (int, float)) or not (
+            0 <= max_crawl_delay < float("inf")
+        ):
+            raise ValueError(f"max_crawl_delay must be a non-negative number of seconds, not {max_crawl_delay!r}")
         for pattern in (*self.include, *self.exclude):
             try:
                 re.compile(pattern)
@@ -248,8 +264,9 @@ class _Page:
 
 @dataclass(slots=True)
 class _Robots:
-    origin: Origin
+    origin: Origin  # whose robots.txt this is
     result: FetchResult
+    hops: int  # redirects followed to get here
 
 
 class _Job(NamedTuple):
@@ -294,8 +311,11 @@ class Crawler:
             domains=tuple(d.lower().lstrip(".") for d in domains), include=tuple(config.include),
             exclude=tuple(config.exclude), follow_nofollow=config.follow_nofollow,
         )
-        self._robots: dict[Origin, Optional[Protego]] = {}
+        self._active: Counter[Origin] = Counter()  # URLs of each origin in the fetcher or after it
+        self._robots = RobotsTable(_ROBOTS_ORIGINS, busy=self._active.__contains__)
         self._held: dict[Origin, list[FrontierURL]] = {}  # URLs waiting for their origin's robots.txt
+        self._robots_fetches: dict[Origin, int] = {}  # fetches of an unreachable robots.txt so far
+        self._robots_retries: list[tuple[float, Origin]] = []  # heap: when to fetch robots.txt again
         self._in_progress: dict[str, FrontierURL] = {}
         self._started = 0.0
         self._finished = 0
@@ -431,6 +451,7 @@ class Crawler:
                         budget -= len(claimed)
                     for item in claimed:
                         self._start(item, frontier, fetcher)
+            robots_due = self._retry_robots(frontier, fetcher)
             if time.monotonic() - counted_at > 0.5:  # counts() commits pending outcomes: not per report
                 self._counts = frontier.counts()
                 counted_at = time.monotonic()
@@ -442,7 +463,7 @@ class Crawler:
                     return  # nothing waiting, nothing in progress: the crawl is complete
                 wait = min(1.0, max(0.0, due - time.time()))
             else:
-                wait = 0.2
+                wait = 0.2 if robots_due is None else min(0.2, max(0.0, robots_due - time.monotonic()))
             try:
                 report = self._reports.get(timeout=wait)
             except queue.Empty:
@@ -486,37 +507,102 @@ class Crawler:
     def _start(self, item: FrontierURL, frontier: Frontier, fetcher: NIOFetcher) -> None:
         origin = parse_target(item.url).origin
         if self.config.obey_robots:
-            if origin not in self._robots:
-                self._in_progress[item.url] = item
-                held = self._held.get(origin)
-                if held is not None:
-                    held.append(item)
-                    return
-                self._held[origin] = [item]
-                robots_url = f"{origin.scheme}://{_host_port(origin)}/robots.txt"
-                if not fetcher.register(URLBean(robots_url, priority=_ROBOTS_PRIORITY, meta={"robots": origin})):
-                    self._release_held(origin, frontier, fetcher)
+            rules = self._robots.get(origin)
+            if rules is None:
+                self._hold(item, origin, frontier, fetcher)
                 return
-            rules = self._robots[origin]
-            if rules is not None and not rules.can_fetch(item.url, self.config.fetcher.user_agent):
+            refusal = rules.refuses(item.url, self.config.fetcher.user_agent)
+            if refusal:
                 self._in_progress.pop(item.url, None)
-                frontier.fail(item.url, "disallowed by robots.txt", retry=False)
-                self._errors["robots_disallowed"] += 1
+                frontier.fail(item.url, refusal, retry=False)
+                self._errors["robots_unavailable" if rules.refusal else "robots_disallowed"] += 1
                 return
         if self._stop.is_set() or not fetcher.register(
-            URLBean(item.url, priority=item.priority, meta={"frontier": item})
+            URLBean(item.url, priority=item.priority, meta={"frontier": item, "origin": origin})
         ):
             self._in_progress.pop(item.url, None)
             frontier.release([item.url])  # stopping: the URL waits for a resume
             return
         self._in_progress[item.url] = item
+        self._active[origin] += 1
+
+    def _hold(self, item: FrontierURL, origin: Origin, frontier: Frontier, fetcher: NIOFetcher) -> None:
+        """``item`` waits for its origin's robots.txt, which is fetched unless it is on its way already."""
+        self._in_progress[item.url] = item
+        held = self._held.get(origin)
+        if held is not None:
+            held.append(item)
+            return
+        self._held[origin] = [item]
+        self._fetch_robots(origin, f"{origin.scheme}://{_host_port(origin)}/robots.txt", 0, frontier, fetcher)
+
+    def _fetch_robots(self, origin: Origin, url: str, hops: int, frontier: Frontier, fetcher: NIOFetcher) -> None:
+        bean = URLBean(url, priority=_ROBOTS_PRIORITY, meta={"robots": origin, "hops": hops})
+        if self._stop.is_set() or not fetcher.register(bean):
+            self._give_back_held(origin, frontier)
+
+    def _give_back_held(self, origin: Origin, frontier: Frontier) -> None:
+        """The URLs waiting for ``origin``'s robots.txt go back to 'waiting' (stopping): nothing is settled."""
+        held = self._held.pop(origin, [])
+        self._robots_fetches.pop(origin, None)
+        for item in held:
+            del self._in_progress[item.url]
+        frontier.release([item.url for item in held])
 
     def _release_held(self, origin: Origin, frontier: Frontier, fetcher: NIOFetcher) -> None:
-        """robots.txt of ``origin`` is known (or given up on): start what waited for it."""
-        self._robots.setdefault(origin, None)
+        """robots.txt of ``origin`` is settled: start what waited for it."""
         for item in self._held.pop(origin, ()):
             del self._in_progress[item.url]
             self._start(item, frontier, fetcher)
+
+    def _robots_arrived(self, report: _Robots, frontier: Frontier, fetcher: NIOFetcher) -> None:
+        origin, result = report.origin, report.result
+        if result.error is ErrorKind.CANCELLED:  # stopping: no answer, no attempt counted
+            self._give_back_held(origin, frontier)
+            return
+        answer = interpret(result, report.hops, self.config.fetcher.user_agent)
+        if isinstance(answer, Redirect):
+            self._fetch_robots(origin, answer.url, answer.hops, frontier, fetcher)
+            return
+        if answer is None:  # unreachable: complete disallow, and fetch it again later
+            fetches = self._robots_fetches[origin] = self._robots_fetches.get(origin, 0) + 1
+            if self._stop.is_set():
+                self._give_back_held(origin, frontier)
+                return
+            if fetches < self.config.max_attempts:
+                # The same policy as a page's: retry_delay, doubling, never sooner than a Retry-After.
+                delay = frontier._retry_delay(fetches, _retry_after(result))
+                heapq.heappush(self._robots_retries, (time.monotonic() + delay, origin))
+                return
+            answer = RobotsRules(refusal=f"robots.txt unavailable: {_error_text(result)}")
+        self._robots_fetches.pop(origin, None)
+        self._apply_crawl_delay(origin, answer, fetcher)
+        self._robots.put(origin, answer)
+        self._release_held(origin, frontier, fetcher)
+
+    def _apply_crawl_delay(self, origin: Origin, rules: RobotsRules, fetcher: NIOFetcher) -> None:
+        delay = rules.crawl_delay
+        if not delay or delay <= 0:  # none, 0, or NaN
+            return
+        cap = self.config.max_crawl_delay
+        if delay > cap:
+            log.warning("%s://%s asks for Crawl-delay %g s; using max_crawl_delay, %g s",
+                        origin.scheme, _host_port(origin), delay, cap)
+            delay = cap
+        if delay:
+            fetcher.set_host_delay(f"{origin.scheme}://{_host_port(origin)}/", delay)
+
+    def _retry_robots(self, frontier: Frontier, fetcher: NIOFetcher) -> Optional[float]:
+        """Fetch again each unreachable robots.txt whose retry is due; when the next one is due."""
+        retries = self._robots_retries
+        now = time.monotonic()
+        while retries and (retries[0][0] <= now or self._stop.is_set()):
+            _, origin = heapq.heappop(retries)
+            if self._stop.is_set():
+                self._give_back_held(origin, frontier)
+            else:
+                self._fetch_robots(origin, f"{origin.scheme}://{_host_port(origin)}/robots.txt", 0, frontier, fetcher)
+        return retries[0][0] if retries else None
 
     # -- pump: from the fetcher to the parse executor -------------------------------
 
@@ -537,7 +623,7 @@ class Crawler:
         for result in results:
             meta = result.bean.meta
             if "robots" in meta:
-                self._reports.put(_Robots(meta["robots"], result))
+                self._reports.put(_Robots(meta["robots"], result, meta["hops"]))
                 continue
             item: FrontierURL = meta["frontier"]
             page = _Page(item, result, final=self._is_final(result, item))
@@ -637,8 +723,13 @@ class Crawler:
         if links:
             frontier.add_many(links)
         completed: list[tuple[str, Optional[int]]] = []
+        active = self._active
         for page in pages:
             del self._in_progress[page.item.url]
+            origin = page.result.bean.meta["origin"]
+            active[origin] -= 1
+            if not active[origin]:
+                del active[origin]
             if page.final:
                 self._finished += 1
                 self._bytes += len(page.result.body)
@@ -672,17 +763,6 @@ class Crawler:
         else:
             self._errors[result.error.value if result.error is not None else f"http_{result.status}"] += 1
             frontier.fail(url, _error_text(result), status=result.status, retry=False)
-
-    def _robots_arrived(self, report: _Robots, frontier: Frontier, fetcher: NIOFetcher) -> None:
-        result = report.result
-        rules = None
-        if result.ok:
-            rules = Protego.parse(result.text)
-            delay = rules.crawl_delay(self.config.fetcher.user_agent)
-            if delay:
-                fetcher.set_host_delay(f"{report.origin.scheme}://{_host_port(report.origin)}/", float(delay))
-        self._robots[report.origin] = rules
-        self._release_held(report.origin, frontier, fetcher)
 
 
 def _jobs(pages: list[_Page], workers: int) -> list[list[_Page]]:
