@@ -437,6 +437,11 @@ class Crawler:
         counted_at = time.monotonic()
         cancelled = False
         while True:
+            failure = fetcher.failure
+            if failure is not None:
+                # The loop thread died: every URL it held comes back cancelled, nothing more will
+                # be fetched, and run() gives back what is in progress.
+                raise RuntimeError(f"niofetcher loop failed: {type(failure).__name__}: {failure}")
             if self._stop.is_set() and not cancelled:
                 fetcher.cancel_pending()  # again: what _start registered while stop() was being called
                 cancelled = True
