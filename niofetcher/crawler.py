@@ -19,8 +19,9 @@ The threads are:
   bodies, final URLs and Content-Types of its pages; it brings back the
   followed URLs, and the whole PageLinks only when an ``on_page`` will see it;
 - ``parse_workers`` delivery threads call ``on_page`` for every page of a
-  batch and pass the batch on (without an ``on_page`` there are none, and
-  batches go to the coordinator directly);
+  batch, then ``output.prepare`` (a CrawlOutput builds its records in
+  memory), and pass the batch on (without an ``on_page`` or an ``output``
+  there are none, and batches go to the coordinator directly);
 - the coordinator -- the thread that called ``run()`` -- owns the frontier
   (SQLite) and robots.txt state, claims URLs, registers them and records the
   batches that came back: the new links of all of them in one frontier call,
@@ -29,7 +30,21 @@ The threads are:
 A URL becomes ``done`` only after ``on_page`` returned for it, so a crash never
 loses a fetched page that the embedding program did not see; a page's links
 are in the frontier before it is ``done``, so a crash never loses them
-either.  The crawl ends when the frontier has nothing waiting and nothing is
+either.  Outputs are exactly once: the coordinator has the output write and
+fsync a batch's records (``commit``) before it records the batch's outcomes,
+and stores the files' lengths with those outcomes, in the same transaction
+(``complete_many(checkpoint=...)``); a run starts by cutting each file back
+to the stored lengths (``restore``).  Whatever stops a crawl, a URL is
+``done`` exactly when its record is within the committed length: a record
+written for a URL not yet ``done`` is cut away, and written again when the
+URL is.
+
+Errors: an I/O error of the frontier (``FrontierError``: "database or disk
+is full: ...") or of the output (``OSError``) ends the crawl with what is in
+progress given back (where the database still works), and ``run()`` raises
+that very exception, logged nowhere: it is a condition to report in one
+line, not a bug.  Anything else that breaks a crawl thread is logged with its
+traceback and raised as a RuntimeError.  The crawl ends when the frontier has nothing waiting and nothing is
 in progress (claimed and not yet recorded: in the fetcher, in a parse job or
 with ``on_page``); a URL waiting for a retry delay keeps it alive.
 
@@ -51,6 +66,7 @@ crawl for an hour a page.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import email.utils
 import functools
@@ -61,18 +77,28 @@ import os
 import queue
 import re
 import signal
+import sqlite3
 import threading
 import time
 from collections import Counter
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Optional, Sequence, Union
+from typing import (
+    Callable,
+    Iterator,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Sequence,
+    Union,
+)
 from urllib.parse import urlsplit
 
 from .config import FetcherConfig
 from .errors import ErrorKind
 from .fetcher import NIOFetcher
-from .frontier import Frontier, FrontierURL
+from .frontier import Frontier, FrontierError, FrontierURL
 from .models import FetchResult, URLBean
 from .parse import PageLinks, absolute_url, extract
 from .robots import Redirect, RobotsRules, RobotsTable, interpret
@@ -85,6 +111,8 @@ _ROBOTS_PRIORITY = 1 << 30  # robots.txt jumps every queue: pages of its host wa
 # Origins whose robots.txt rules are kept (and that have nothing in progress): a few thousand
 # Protego parsers are a few MB; a crawl of more hosts than that fetches an aged-out one again.
 _ROBOTS_ORIGINS = 4096
+# The failures of storage that end a crawl as they are (one line for the user), without a traceback.
+_IO_ERRORS = (FrontierError, sqlite3.Error, OSError)
 
 
 @dataclass(frozen=True)
@@ -154,6 +182,21 @@ class CrawledPage:
     @property
     def url(self) -> str:
         return self.result.url
+
+
+class CrawlOutput(Protocol):
+    """Files that must hold exactly one record per recorded URL, whatever stops the crawl."""
+
+    def prepare(self, page: CrawledPage) -> None:
+        """A delivery thread: build this page's record and keep it in memory (no I/O)."""
+
+    def commit(self, urls: Sequence[str]) -> dict[str, int]:
+        """The coordinator: write the prepared records of these URLs (one batch), flush and fsync;
+        return each file's end offset (the checkpoint stored with the batch's outcomes)."""
+
+    def restore(self, offsets: Mapping[str, int]) -> None:
+        """Once, in run() before anything is fetched: cut each file back to its committed offset
+        (a file missing from ``offsets`` has no committed record: back to empty)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +327,7 @@ class _Broken:
     """A crawl thread or a parse callback died: the coordinator must end the crawl, not wait for ever."""
 
     where: str
-    error: str
+    error: BaseException
 
 
 _Report = Union[_Robots, list[_Page], _Broken]
@@ -297,9 +340,13 @@ _MAX_JOB_PAGES = 32
 class Crawler:
     """Crawls from ``config.seeds`` until nothing is left (or ``max_pages``, or ``stop()``)."""
 
-    def __init__(self, config: CrawlConfig, on_page: Optional[Callable[[CrawledPage], None]] = None) -> None:
+    def __init__(
+        self, config: CrawlConfig, on_page: Optional[Callable[[CrawledPage], None]] = None,
+        output: Optional[CrawlOutput] = None,
+    ) -> None:
         self.config = config
         self.on_page = on_page
+        self.output = output
         self._stop = threading.Event()
         self._fetcher_closed = threading.Event()  # set once every result has been delivered
         self._reports: queue.SimpleQueue[_Report] = queue.SimpleQueue()
@@ -347,6 +394,8 @@ class Crawler:
         config = self.config
         self._started = time.monotonic()
         with Frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay) as frontier:
+            if self.output is not None:
+                self.output.restore(frontier.checkpoint())
             frontier.add(config.seeds, depth=0)
             # Redirects are links the crawler follows itself, through scope and robots.txt like any other.
             fetcher_config = dataclasses.replace(config.fetcher, follow_redirects=False)
@@ -354,22 +403,28 @@ class Crawler:
             with self._parse_executor() as executor, NIOFetcher(fetcher_config) as fetcher:
                 self._fetcher = fetcher
                 threads = [self._thread("niofetcher-crawl-pump", self._pump, fetcher, executor)]
-                if self.on_page is not None:
+                if self._delivering:
                     threads += [
                         self._thread(f"niofetcher-crawl-deliver-{i}", self._deliver)
                         for i in range(config.parse_workers)
                     ]
                 for thread in threads:
                     thread.start()
+                error: Optional[BaseException] = None
                 try:
                     self._coordinate(frontier, fetcher, window)
+                except BaseException as exc:
+                    error = exc
+                    raise
                 finally:
                     try:
-                        self._wind_down(fetcher, executor, threads)
-                        self._drain_reports(frontier, fetcher)
+                        with _cleaning_up_after(error):
+                            self._wind_down(fetcher, executor, threads)
+                            self._drain_reports(frontier, fetcher)
                     finally:
                         if self._in_progress:  # only after a failure: give them back, nothing fetched is lost
-                            frontier.release(list(self._in_progress))
+                            with _cleaning_up_after(error):
+                                frontier.release(list(self._in_progress))
                             self._in_progress.clear()
             self._counts = frontier.counts()
             stopped = self._counts["waiting"] > 0
@@ -385,8 +440,9 @@ class Crawler:
             try:
                 work(*args)
             except BaseException as exc:  # noqa: BLE001 - SystemExit from on_page too: nobody else would see it
-                log.exception("%s died", name)
-                self._reports.put(_Broken(name, f"{type(exc).__name__}: {exc}"))
+                if not isinstance(exc, _IO_ERRORS):  # an I/O error is raised by run() as it is
+                    log.exception("%s died", name)
+                self._reports.put(_Broken(name, exc))
 
         return threading.Thread(target=guarded, name=name)
 
@@ -505,7 +561,12 @@ class Crawler:
         if pages:
             self._record(pages, frontier)
         if broken:  # what did arrive is recorded; run() gives what is still in progress back to the frontier
-            raise RuntimeError("crawl stopped: " + "; ".join(f"{b.where} died ({b.error})" for b in broken))
+            for report in broken:
+                if isinstance(report.error, _IO_ERRORS):
+                    raise report.error
+            raise RuntimeError(
+                "crawl stopped: " + "; ".join(f"{b.where} died ({type(b.error).__name__}: {b.error})" for b in broken)
+            )
 
     # -- coordinator: starting URLs ---------------------------------------------
 
@@ -661,7 +722,7 @@ class Crawler:
     def _submit(self, pages: list[_Page], executor: concurrent.futures.Executor) -> None:
         """Send one parse job; its pages are handed over when it is done."""
         inputs = [(page.result.body, page.result.final_url, page.result.header("content-type")) for page in pages]
-        job = _Job(inputs, self.config.extractor, self._scope, self.on_page is not None)
+        job = _Job(inputs, self.config.extractor, self._scope, self._delivering)
         try:
             future = executor.submit(parse_pages, *job)
         except (BrokenProcessPool, RuntimeError) as exc:  # a parse process died, or the pool was shut
@@ -681,7 +742,7 @@ class Crawler:
             self._parsed(pages, future.result())
         except BaseException as exc:  # noqa: BLE001 - concurrent.futures would log it and lose these pages
             log.exception("handing over a parse job failed")
-            self._reports.put(_Broken("a parse job's hand-over", f"{type(exc).__name__}: {exc}"))
+            self._reports.put(_Broken("a parse job's hand-over", exc))
 
     def _parse_here(self, pages: list[_Page], job: _Job, exc: BaseException) -> None:
         """The parse pool is broken: parse in this thread (slower, but nothing is lost)."""
@@ -697,25 +758,39 @@ class Crawler:
         self._hand_over(pages)
 
     def _hand_over(self, pages: list[_Page]) -> None:
-        """Final pages go to on_page (a delivery thread), then to the coordinator."""
-        if self.on_page is not None:
+        """Final pages go to on_page and the output (a delivery thread), then to the coordinator."""
+        if self._delivering:
             self._deliveries.put(pages)
         else:
             self._reports.put(pages)
 
+    @property
+    def _delivering(self) -> bool:
+        """Whether pages go through delivery threads (someone will see them)."""
+        return self.on_page is not None or self.output is not None
+
     def _deliver(self) -> None:
-        """Delivery thread: hand every page of a batch to on_page, then report the batch."""
-        on_page = self.on_page
-        assert on_page is not None
+        """Delivery thread: hand every page of a batch to on_page, then to the output, then report the batch.
+
+        An exception from on_page fails that page (the embedding program's bug or choice); one from
+        the output ends the crawl (its records could not be kept): the batch is not reported, and
+        run() gives its URLs back.
+        """
+        on_page, output = self.on_page, self.output
         while (pages := self._deliveries.get()) is not None:
             for page in pages:
                 if page.failure:
                     continue
-                try:
-                    on_page(CrawledPage(page.result, page.item.depth, page.item.parent, page.links))
-                except Exception as exc:  # noqa: BLE001 - the coordinator must hear of every URL, whatever breaks
-                    log.exception("on_page failed for %s", page.item.url)
-                    page.failure = f"{type(exc).__name__}: {exc}"
+                crawled = CrawledPage(page.result, page.item.depth, page.item.parent, page.links)
+                if on_page is not None:
+                    try:
+                        on_page(crawled)
+                    except Exception as exc:  # noqa: BLE001 - the coordinator must hear of every URL, whatever breaks
+                        log.exception("on_page failed for %s", page.item.url)
+                        page.failure = f"{type(exc).__name__}: {exc}"
+                        continue
+                if output is not None:
+                    output.prepare(crawled)
             self._reports.put(pages)
 
     # -- coordinator: recording outcomes ------------------------------------------
@@ -727,10 +802,16 @@ class Crawler:
         links = [entry for page in pages for entry in self._link_entries(page)]
         if links:
             frontier.add_many(links)
+        # The records first, durable, then the outcomes with the files' lengths: a crash in between
+        # leaves records past the stored lengths, which the next run cuts away.
+        offsets = None
+        if self.output is not None:
+            delivered = [page.item.url for page in pages if page.final and not page.failure]
+            if delivered:
+                offsets = self.output.commit(delivered)
         completed: list[tuple[str, Optional[int]]] = []
         active = self._active
         for page in pages:
-            del self._in_progress[page.item.url]
             origin = page.result.bean.meta["origin"]
             active[origin] -= 1
             if not active[origin]:
@@ -742,7 +823,11 @@ class Crawler:
                 completed.append((page.item.url, page.result.status))
             else:
                 self._record_failure(page, frontier)
-        frontier.complete_many(completed)
+                del self._in_progress[page.item.url]
+        frontier.complete_many(completed, checkpoint=offsets)
+        # Only now: should recording them fail, they are still in progress, and run() gives them back.
+        for url, _ in completed:
+            del self._in_progress[url]
 
     def _link_entries(self, page: _Page) -> list[tuple[str, int, Optional[str], int]]:
         """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority)."""
@@ -768,6 +853,17 @@ class Crawler:
         else:
             self._errors[result.error.value if result.error is not None else f"http_{result.status}"] += 1
             frontier.fail(url, _error_text(result), status=result.status, retry=False)
+
+
+@contextlib.contextmanager
+def _cleaning_up_after(error: Optional[BaseException]) -> Iterator[None]:
+    """Clean-up after ``error`` ended the crawl: an I/O error of its own (the disk is still full)
+    must not hide the one that ended it, which run() raises."""
+    try:
+        yield
+    except _IO_ERRORS:
+        if error is None:
+            raise
 
 
 def _jobs(pages: list[_Page], workers: int) -> list[list[_Page]]:
