@@ -532,11 +532,11 @@ class Crawler:
             self._drain_reports(frontier, fetcher, [report])
 
     def _layer(self, frontier: Frontier) -> Optional[int]:
-        """With max_depth, the deepest depth that may be claimed now: the crawl goes breadth-first in
-        layers, so that no page of depth d+1 starts before every page of depth d has reported its links,
-        and each URL is first found on a shortest path (its depth is its distance from the seeds)."""
-        if self.config.max_depth is None:
-            return None
+        """The deepest depth that may be claimed now: the crawl goes breadth-first in layers, so that
+        no page of depth d+1 starts before every page of depth d has reported its links, and each
+        URL is first found on a shortest path (its depth is its distance from the seeds).  Always,
+        not only with max_depth: a recorded depth is a promise of its own (and a URL found again on
+        a shorter path later -- a parent that was retried -- gets the shorter depth from add_many)."""
         if self._in_progress:
             return min(item.depth for item in self._in_progress.values())
         return frontier.min_due_depth()

@@ -226,3 +226,47 @@ def test_max_crawl_delay_must_be_a_non_negative_number_of_seconds(value: Any) ->
     with pytest.raises(ValueError, match="max_crawl_delay"):
         CrawlConfig(seeds=["http://127.0.0.1/"], max_crawl_delay=value)
     assert CrawlConfig(seeds=["http://127.0.0.1/"]).max_crawl_delay == 30.0
+
+
+# -- a bounded table (case 12) -------------------------------------------------------------------
+
+
+def test_the_robots_table_ages_out_the_least_recently_used_origins_that_are_not_busy() -> None:
+    from niofetcher.robots import ALLOW_ALL, RobotsTable
+    from niofetcher.urls import Origin
+
+    a, b, c, d = (Origin("http", f"{name}.test", 80) for name in "abcd")
+    busy = {a}
+    table = RobotsTable(2, busy=busy.__contains__)
+    table.put(a, ALLOW_ALL)
+    table.put(b, ALLOW_ALL)
+    table.put(c, ALLOW_ALL)  # over capacity: a is oldest but busy, so b goes
+    assert (a in table, b in table, c in table, len(table)) == (True, False, True, 2)
+    busy.clear()
+    assert table.get(a) is ALLOW_ALL  # a is now the most recently used
+    table.put(d, ALLOW_ALL)
+    assert (a in table, c in table, d in table) == (True, False, True)
+    assert table.get(c) is None  # aged out: the crawler fetches its robots.txt again
+
+
+@pytest.mark.timeout(30)
+def test_a_crawl_with_a_tiny_robots_table_still_obeys_every_host(
+    tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room for one origin's rules, a crawl of four hosts (pages linking round the ring) still
+    fetches every page once and obeys every host's rules: a busy host is never aged out, and one
+    that was is asked for its robots.txt again."""
+    import niofetcher.crawler as crawler_module
+
+    monkeypatch.setattr(crawler_module, "_ROBOTS_ORIGINS", 1)
+    with TestSite(hosts=4, pages=40, robots_disallow=["/page/1"], max_seconds=30) as site:
+        config = CrawlConfig(seeds=[site.base_urls[0]], db_path=str(tmp_path / "crawl.sqlite"),
+                             parse_mode="thread", fetcher=FetcherConfig(max_connections_per_host=1))
+        crawler = Crawler(config)
+        summary = crawler.run()
+        seen = requested(site)
+    assert all(seen[base + "robots.txt"] >= 1 for base in site.base_urls)
+    pages = {url: n for url, n in seen.items() if "/robots" not in url}
+    assert set(pages.values()) == {1} and not any("/page/1" in url for url in pages)
+    assert len(crawler._robots) <= 4
+    assert summary.counts["waiting"] == summary.counts["processing"] == 0
