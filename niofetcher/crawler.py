@@ -72,11 +72,8 @@ import email.utils
 import functools
 import heapq
 import logging
-import multiprocessing
-import os
 import queue
 import re
-import signal
 import sqlite3
 import threading
 import time
@@ -101,6 +98,7 @@ from .fetcher import NIOFetcher
 from .frontier import Frontier, FrontierError, FrontierURL
 from .models import FetchResult, URLBean
 from .parse import PageLinks, absolute_url, extract
+from .parse_workers import ParseProcessPool
 from .robots import Redirect, RobotsRules, RobotsTable, interpret
 from .urls import Origin, parse_target
 
@@ -451,19 +449,10 @@ class Crawler:
         workers = self.config.parse_workers
         if self.config.parse_mode == "thread":
             return concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="niofetcher-crawl-parse")
-        # forkserver, not fork: forking a process whose other threads hold locks can hang the child.
-        context = multiprocessing.get_context("forkserver")
-        # The parse processes share the terminal's process group: Ctrl-C reaches them too, and is the
-        # parent's to handle (a graceful stop), not a KeyboardInterrupt that kills a parse process.
-        pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=context, initializer=_start_parse_process
-        )
-        for _ in range(workers):
-            # Start every process now (a pool starts one per job it cannot give to an idle one), to
-            # import the parsers while robots.txt and the seeds are fetched.  Forked by the forkserver,
-            # a single-threaded process, they are safe from the locks of this one's threads.
-            pool.submit(_warm_up)
-        return pool
+        # Processes on niofetcher's own entry point: they never import the user's __main__, so a
+        # crawl script needs no __main__ guard.  They start now and import this module (and so
+        # bs4 and lxml) while robots.txt and the seeds are fetched.
+        return ParseProcessPool(workers, preload=(__name__,))
 
     def _wind_down(
         self, fetcher: NIOFetcher, executor: concurrent.futures.Executor, threads: list[threading.Thread]
@@ -731,7 +720,7 @@ class Crawler:
         future.add_done_callback(lambda done: self._parse_done(pages, job, done))
 
     def _parse_done(self, pages: list[_Page], job: _Job, future: concurrent.futures.Future[list[ParseOutput]]) -> None:
-        """Runs where the job ended: in the process pool's manager thread, or in the parse thread."""
+        """Runs where the job ended: in the process pool's reader thread, or in the parse thread."""
         # exception(), not result() in a try: raising it again would tie the exception, through the
         # frames of its traceback, to the pool's pipes (a cycle only the garbage collector breaks).
         try:
@@ -872,25 +861,6 @@ def _jobs(pages: list[_Page], workers: int) -> list[list[_Page]]:
         return []
     size = min(_MAX_JOB_PAGES, -(-len(pages) // workers))
     return [pages[i:i + size] for i in range(0, len(pages), size)]
-
-
-def _start_parse_process() -> None:
-    """Runs first in each parse process."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A crawler killed outright (SIGKILL, a crash) never shuts its pool down, and a parse process
-    # waiting for its next job would wait for ever -- and keep the forkserver alive with it.
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
-
-
-def _exit_with(parent: multiprocessing.process.BaseProcess) -> None:
-    parent.join()  # returns when the crawler's process has ended
-    os._exit(0)
-
-
-def _warm_up() -> None:
-    """The first job of each parse process: unpickling it imports this module, and so bs4 and lxml."""
 
 
 def _is_redirect(result: FetchResult) -> bool:

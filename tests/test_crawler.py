@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import multiprocessing.forkserver
-import os
 import re
 import signal
 import socket
@@ -40,14 +38,14 @@ import textwrap
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from conftest import LeakBaseline, MakeServer, check_leaks, take_baseline
+from conftest import LeakBaseline, MakeServer
 from rawserver import ConnInfo, http_response, read_request
 
 import niofetcher.crawler as crawler_module
@@ -230,23 +228,6 @@ class MiniSite:
     def log(self) -> list[Hit]:
         with self._lock:
             return list(self.hits)
-
-
-# -- fixtures -------------------------------------------------------------------------
-
-
-@pytest.fixture
-def process_no_leaks() -> Iterator[LeakBaseline]:
-    """``no_leaks`` for crawls that parse in processes.
-
-    The forkserver (and its resource tracker) that multiprocessing starts on
-    first use lives as long as this process, by design; starting it before
-    the baseline keeps its pipes out of the leak count.
-    """
-    multiprocessing.forkserver.ensure_running()
-    baseline = take_baseline()
-    yield baseline
-    check_leaks(baseline)
 
 
 # -- the whole site, exactly once ------------------------------------------------------------
@@ -606,7 +587,7 @@ def test_stop_is_graceful_and_a_second_crawler_finishes_without_refetching(
 
 @pytest.mark.timeout(60)
 def test_stop_with_pages_in_parse_jobs_and_waiting_for_on_page_loses_none_of_them(
-    tmp_path: Path, process_no_leaks: LeakBaseline
+    tmp_path: Path, no_leaks: LeakBaseline
 ) -> None:
     """stop() from on_page while batches are in the parse processes and queued for on_page (a slow
     on_page keeps them queued): every page the server sent is still parsed, handed to on_page once
@@ -638,7 +619,7 @@ def test_stop_with_pages_in_parse_jobs_and_waiting_for_on_page_loses_none_of_the
 
 
 @pytest.mark.timeout(60)
-def test_a_parse_process_that_dies_loses_no_page(tmp_path: Path, process_no_leaks: LeakBaseline) -> None:
+def test_a_parse_process_that_dies_loses_no_page(tmp_path: Path, no_leaks: LeakBaseline) -> None:
     """SIGKILL one parse process mid-crawl: the jobs it held and every later one are parsed in the
     crawler's own process instead, and the crawl ends complete, every page fetched and handed over once."""
     killed: list[int] = []
@@ -647,11 +628,11 @@ def test_a_parse_process_that_dies_loses_no_page(tmp_path: Path, process_no_leak
     def kill_a_parse_process(page: CrawledPage) -> None:
         with once:
             if len(log.calls) >= 30 and not killed:
-                forkserver_children = [
-                    child for child in psutil.Process().children(recursive=True) if child.ppid() != os.getpid()
+                parse_processes = [
+                    child for child in psutil.Process().children() if "niofetcher.parse_workers" in " ".join(child.cmdline())
                 ]
-                killed.append(forkserver_children[0].pid)
-                forkserver_children[0].kill()
+                killed.append(parse_processes[0].pid)
+                parse_processes[0].kill()
 
     log = PageLog(then=kill_a_parse_process)
     with TestSite(hosts=2, pages=200, max_seconds=60) as site:
@@ -778,7 +759,7 @@ def test_a_crawl_killed_with_sigkill_resumes_without_losing_or_refetching_done_p
 
 @pytest.mark.timeout(60)
 def test_process_and_thread_parsing_and_both_extractors_crawl_the_same_urls(
-    tmp_path: Path, process_no_leaks: LeakBaseline
+    tmp_path: Path, no_leaks: LeakBaseline
 ) -> None:
     variants = {
         "process-bs4": {"parse_mode": "process", "extractor": "bs4"},  # the default

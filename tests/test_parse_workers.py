@@ -436,7 +436,6 @@ print(summary.counts["done"], summary.counts["error"])
 """
 
 
-@pytest.mark.xfail(reason="needs Crawler wired to ParseProcessPool (issue 9, case 4)", strict=True)
 def test_a_crawl_script_without_main_guard_crawls_once(tmp_path: Path) -> None:
     with TestSite(hosts=1, pages=60, max_seconds=60) as site:
         done = run_script(tmp_path, UNGUARDED_CRAWL_SCRIPT.format(repo=REPO), SEED=site.base_urls[0])
