@@ -10,7 +10,8 @@ Phases, each timed on its own:
 1. add: --urls URLs in add() calls of --add-batch (50, about one page's
    links), spread over 100 hosts, each URL new;
 2. add known: the same URLs again (every one a duplicate, the common case
-   late in a crawl);
+   late in a crawl); then add nearer: the same URLs at a smaller depth, so
+   that every one gets the smaller depth (rare in a crawl: the slow path);
 3. claim + complete: claim(--claim-batch) until nothing waits, complete()
    of each claimed URL one by one, as the crawler does with its results;
    claim and complete are also timed apart;
@@ -77,8 +78,8 @@ def main(argv: list[str] | None = None) -> None:
 
         frontier = Frontier(path, commit_every=args.commit_every)
 
-        def add_all() -> int:
-            return sum(frontier.add(batch, depth=1, parent=parent) for batch in batches)
+        def add_all(depth: int = 2) -> int:
+            return sum(frontier.add(batch, depth=depth, parent=parent) for batch in batches)
 
         added, seconds = timed(add_all)
         assert added == args.urls, added
@@ -87,6 +88,10 @@ def main(argv: list[str] | None = None) -> None:
         again, seconds = timed(add_all)
         assert again == 0, again
         print(f"add (known)          {rate(args.urls, seconds)}")
+
+        again, seconds = timed(lambda: add_all(depth=1))
+        assert again == 0, again
+        print(f"add (known, nearer)  {rate(args.urls, seconds)}")
 
         claim_time = complete_time = 0.0
         done = 0
