@@ -24,7 +24,7 @@ from .urls import Origin  # noqa: E402
 # pay for importing beautifulsoup4, lxml, protego and sqlite3.
 _LAZY = {
     "CrawlConfig": "crawler", "CrawlSummary": "crawler", "CrawledPage": "crawler", "Crawler": "crawler",
-    "Frontier": "frontier", "FrontierError": "frontier",
+    "Frontier": "frontier", "FrontierError": "frontier", "FrontierLocked": "frontier",
     "Form": "parse", "PageLinks": "parse", "extract": "parse",
 }
 
@@ -54,6 +54,7 @@ __all__ = [
     "Form",
     "Frontier",
     "FrontierError",
+    "FrontierLocked",
     "HostStats",
     "NIOFetcher",
     "Origin",

@@ -114,7 +114,6 @@ import io
 import json
 import math
 import os
-import re
 import socket
 import sqlite3
 import stat
@@ -124,9 +123,8 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
-from urllib.parse import urlsplit
 
-from .urls import check_url_characters
+from .urls import normalize_url
 
 __all__ = ["SCHEMA_VERSION", "STATES", "Frontier", "FrontierError", "FrontierLocked", "FrontierURL", "normalize_url"]
 
@@ -250,13 +248,6 @@ UPDATE urls SET state = 'waiting', attempts = MAX(attempts - 1, 0)
 WHERE url IN (SELECT value FROM json_each(?)) AND state = 'processing'
 """
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-# A URL normalize_url() gives back unchanged, as long as its port (if any) is
-# not the default one and its query is not empty: lower-case scheme and host
-# (no user info, no IPv6), a path, no fragment, and nothing urlsplit() strips.
-_NORMAL_FORM = re.compile(r"(https?)://[a-z0-9.\-]+(?::([1-9][0-9]{0,4}))?/[^#\s]*")
-
 # claim() without a depth limit: deeper than any depth.
 _DEEPEST = 1 << 62
 
@@ -353,61 +344,6 @@ class _OwnerLock:
 
 
 os.register_at_fork(after_in_child=_OwnerLock._forget_in_child)
-
-
-def normalize_url(url: str) -> str:
-    """The form a URL is stored and de-duplicated in.
-
-    Scheme and host are lower-cased (RFC 3986 6.2.2.1), the default port (80
-    for http, 443 for https) and the fragment are dropped, an empty path
-    becomes "/" (6.2.3).  IPv6 hosts keep their brackets.  User info, path
-    and query are kept as they are: servers may tell their case and encoding
-    apart.  Normalising a normalised URL gives it back unchanged.
-
-    Raises:
-        ValueError: for anything but an absolute http:// or https:// URL with
-            a host, or a malformed one (a bad port, a broken IPv6 literal, a NUL
-            character or a lone surrogate).
-        TypeError: when ``url`` is not a str.
-    """
-    if not isinstance(url, str):
-        raise TypeError(f"URL must be a str, not {type(url).__name__}")
-    check_url_characters(url)
-    # Most URLs a crawler meets (and every URL the frontier hands out) are in
-    # normal form already; telling so by one regular expression is several
-    # times faster than taking them apart.  _normalize_split() is the definition.
-    match = _NORMAL_FORM.fullmatch(url)
-    if match is not None and not url.endswith("?"):
-        port = match.group(2)
-        if port is None or (int(port) <= 65535 and int(port) != _DEFAULT_PORTS[match.group(1)]):
-            return url
-    return _normalize_split(url)
-
-
-def _normalize_split(url: str) -> str:
-    """normalize_url() the long way round, for any URL."""
-    try:
-        # The fragment goes first, so that whitespace before it is stripped too.
-        parts = urlsplit(url.partition("#")[0].strip())
-        port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"malformed URL {url!r}: {exc}") from None
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS:
-        raise ValueError(f"only http:// and https:// URLs can be crawled, not {url!r}")
-    host = parts.hostname  # lower-cased, without the IPv6 brackets
-    if not host:
-        raise ValueError(f"URL has no host: {url!r}")
-    if any(c in host for c in " \t\r\n/\\@[]"):
-        raise ValueError(f"URL has an invalid host: {url!r}")
-    userinfo, at, _ = parts.netloc.rpartition("@")
-    netloc = f"{userinfo}{at}[{host}]" if ":" in host else f"{userinfo}{at}{host}"
-    if port is not None and port != _DEFAULT_PORTS[scheme]:
-        netloc = f"{netloc}:{port}"
-    if parts.query:
-        return f"{scheme}://{netloc}{parts.path or '/'}?{parts.query}"
-    # An empty query is no query; whitespace it hid ("/x ?") would go on the next round.
-    return f"{scheme}://{netloc}{parts.path.rstrip() or '/'}"
 
 
 def _statements(script: str) -> Iterator[str]:

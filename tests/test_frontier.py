@@ -28,8 +28,6 @@ from pathlib import Path
 
 import pytest
 from conftest import run_threads
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from niofetcher.frontier import (
     _PICK,
@@ -38,7 +36,6 @@ from niofetcher.frontier import (
     Frontier,
     FrontierError,
     FrontierURL,
-    _normalize_split,
     normalize_url,
 )
 
@@ -119,51 +116,7 @@ def frontier(db: Path, clock: FakeClock) -> Iterable[Frontier]:
         yield f
 
 
-# -- normalisation ------------------------------------------------------------
-
-
-@pytest.mark.timeout(10)
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("HTTP://Example.COM/Path?Q=A", "http://example.com/Path?Q=A"),  # scheme and host only
-        ("https://EXAMPLE.com", "https://example.com/"),  # empty path
-        ("http://example.com", "http://example.com/"),
-        ("http://example.com:80/x", "http://example.com/x"),  # default ports dropped
-        ("https://example.com:443/x", "https://example.com/x"),
-        ("http://example.com:443/x", "http://example.com:443/x"),  # ... only the scheme's own
-        ("https://example.com:80/x", "https://example.com:80/x"),
-        ("http://example.com:8080", "http://example.com:8080/"),
-        ("http://example.com:/x", "http://example.com/x"),  # an empty port is no port
-        ("http://example.com:0080/x", "http://example.com/x"),
-        ("http://example.com/x#frag", "http://example.com/x"),  # fragment dropped
-        ("http://example.com/x?a=1#frag", "http://example.com/x?a=1"),
-        ("http://example.com#top", "http://example.com/"),
-        ("http://example.com?b=2&a=1", "http://example.com/?b=2&a=1"),  # query kept as is
-        ("http://example.com/a%2Fb?x=%41&x=B", "http://example.com/a%2Fb?x=%41&x=B"),
-        ("http://[::1]/x", "http://[::1]/x"),  # IPv6 keeps its brackets
-        ("http://[::1]:80/x", "http://[::1]/x"),
-        ("https://[2001:DB8::1]:8443", "https://[2001:db8::1]:8443/"),
-        ("http://user:Pass@Example.com:80/", "http://user:Pass@example.com/"),
-        ("  http://example.com/x  ", "http://example.com/x"),
-        ("http://127.0.0.1:8080/a/b/", "http://127.0.0.1:8080/a/b/"),
-    ],
-)
-def test_normalize_url(url: str, expected: str) -> None:
-    assert normalize_url(url) == expected
-    assert normalize_url(expected) == expected  # a normal form stays as it is
-    assert _normalize_split(url) == expected
-
-
-@pytest.mark.timeout(10)
-@pytest.mark.parametrize(
-    "url",
-    ["ftp://example.com/", "mailto:a@example.com", "javascript:void(0)", "/relative/path", "example.com/x",
-     "http://", "http:///path", "https://:443/", "http://[::1/", "http://example.com:99999/", "http://exa mple.com/"],
-)
-def test_normalize_url_rejects(url: str) -> None:
-    with pytest.raises(ValueError):
-        normalize_url(url)
+# -- URLs the frontier refuses (the normal form itself: tests/test_url_forms.py) ----
 
 
 @pytest.mark.timeout(10)
@@ -175,38 +128,8 @@ def test_unstorable_urls_are_refused_and_the_frontier_stays_readable(frontier: F
         with pytest.raises(ValueError):
             normalize_url(url)
     assert frontier.add([*bad, "http://a.test/x", "http://a.test/\u00e9"]) == 2
-    assert sorted(item.url for item in claim_all(frontier)) == ["http://a.test/x", "http://a.test/\u00e9"]
+    assert sorted(item.url for item in claim_all(frontier)) == ["http://a.test/%C3%A9", "http://a.test/x"]
     assert_consistent(frontier, db)
-
-
-@pytest.mark.timeout(10)
-def test_normalize_url_rejects_non_strings() -> None:
-    with pytest.raises(TypeError):
-        normalize_url(b"http://example.com/")  # type: ignore[arg-type]
-
-
-_url_parts = st.tuples(
-    st.sampled_from(["http", "https", "HTTP", "Https", "ftp"]),
-    st.sampled_from(["a.test", "A.Test", "127.0.0.1", "[::1]", "[FE80::1]", "user@a.test", "", "x_y.test"]),
-    st.sampled_from(["", ":", ":80", ":443", ":8080", ":0", ":65535", ":65536", ":080", ":x"]),
-    st.text(alphabet="/abcAB%?#&=.:@ \t\x1f\xa0é[]\\", max_size=12),
-)
-
-
-@pytest.mark.timeout(60)
-@settings(max_examples=1000, deadline=None)
-@given(_url_parts)
-def test__normal_form_shortcut_agrees_with_the_long_way(parts: tuple[str, str, str, str]) -> None:
-    scheme, host, port, rest = parts
-    url = f"{scheme}://{host}{port}{rest}"
-    try:
-        expected = _normalize_split(url)
-    except ValueError:
-        with pytest.raises(ValueError):
-            normalize_url(url)
-        return
-    assert normalize_url(url) == expected
-    assert normalize_url(expected) == expected
 
 
 # -- states and transitions ---------------------------------------------------
