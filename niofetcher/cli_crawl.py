@@ -9,7 +9,8 @@ import signal
 import sys
 import threading
 import time
-from types import TracebackType
+from collections.abc import Callable
+from types import FrameType, TracebackType
 from typing import Optional, TextIO
 
 from tqdm import tqdm
@@ -109,14 +110,15 @@ def page_record(page: CrawledPage) -> dict[str, object]:
 
 
 def run_crawl(config: CrawlConfig, on_page: Optional[PageWriter], progress: str = "auto") -> CrawlSummary:
-    """Run a crawl in a thread while this one shows progress; Ctrl-C stops it gracefully.
+    """Run a crawl in a thread while this one shows progress; Ctrl-C or SIGTERM stops it gracefully.
 
-    Ctrl-C is taken by a SIGINT handler, not as a KeyboardInterrupt out of
-    ``Thread.join()``: on CPython before 3.13 a join interrupted that way can
-    mark the still-running thread as stopped (threading.py, bpo-45274), and
-    the crawl is then cut off at interpreter exit.  A second Ctrl-C abandons
-    the fetches in flight by leaving at once: the frontier is made for that
-    (their rows are 'processing' and go back to 'waiting' on the next open).
+    The signals are taken by a handler (StopSignals), not as a KeyboardInterrupt
+    out of ``Thread.join()``: on CPython before 3.13 a join interrupted that
+    way can mark the still-running thread as stopped (threading.py,
+    bpo-45274), and the crawl is then cut off at interpreter exit.  A later
+    signal abandons the fetches in flight by leaving at once: the frontier is
+    made for that (their rows are 'processing' and go back to 'waiting' on
+    the next open).
     """
     # Without an on_page the parse processes send back only the links the crawl follows.
     crawler = Crawler(config, on_page if on_page is not None and on_page.writes else None)
@@ -132,32 +134,68 @@ def run_crawl(config: CrawlConfig, on_page: Optional[PageWriter], progress: str 
             finished.set()
 
     display = _Display(progress)
-    interrupts = 0
 
-    def on_sigint(signum: int, frame: object) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts > 1:
-            print("niofetcher: abandoned; rerun with the same --db to resume", file=sys.stderr, flush=True)
-            os._exit(130)
+    def stop() -> None:
         crawler.stop()
         display.note("stopping: letting fetches in flight finish (Ctrl-C again to abandon them)")
 
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
     thread = threading.Thread(target=crawl, name="niofetcher-crawl")
-    try:
+    with StopSignals(stop, "niofetcher: abandoned; rerun with the same --db to resume"):
         thread.start()
         while not finished.wait(0.25):
             display.update(crawler)
         thread.join()
-    finally:
-        if in_main:
-            signal.signal(signal.SIGINT, previous)
     display.close(crawler)
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
     return outcome["summary"]  # type: ignore[return-value]
+
+
+_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None  # as signal.signal() has it
+
+
+class StopSignals:
+    """SIGINT and SIGTERM while a command runs: the first stops it, a later one abandons it.
+
+    SIGTERM is what systemd, Docker and Kubernetes send to stop a service, so
+    it means what Ctrl-C means.  A signal within REPEAT_WINDOW seconds of the
+    first is the same stop, not a second one: ``timeout``, ``make`` and other
+    wrappers forward a terminal's Ctrl-C to their whole process group, so one
+    keypress can arrive twice.  A signal after that prints ``abandon`` and
+    leaves at once, with status 130 as a KeyboardInterrupt would.  ``stop``
+    runs in the main thread, between two bytecodes of whatever it was doing;
+    it may raise (KeyboardInterrupt, for a command that unwinds on it).
+    Outside the main thread (where Python cannot take signals) it does nothing.
+    """
+
+    REPEAT_WINDOW = 1.0
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, stop: Callable[[], None], abandon: str) -> None:
+        self._stop = stop
+        self._abandon = abandon
+        self._first: float | None = None  # time.monotonic() of the first signal
+        self._previous: dict[int, _Handler] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in self.SIGNALS}
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self._first is None:
+            self._first = now
+            self._stop()
+        elif now - self._first >= self.REPEAT_WINDOW:
+            print(self._abandon, file=sys.stderr, flush=True)
+            os._exit(130)
 
 
 class _Display:
