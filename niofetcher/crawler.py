@@ -19,8 +19,9 @@ The threads are:
   bodies, final URLs and Content-Types of its pages; it brings back the
   followed URLs, and the whole PageLinks only when an ``on_page`` will see it;
 - ``parse_workers`` delivery threads call ``on_page`` for every page of a
-  batch and pass the batch on (without an ``on_page`` there are none, and
-  batches go to the coordinator directly);
+  batch, then ``output.prepare`` (a CrawlOutput builds its records in
+  memory), and pass the batch on (without an ``on_page`` or an ``output``
+  there are none, and batches go to the coordinator directly);
 - the coordinator -- the thread that called ``run()`` -- owns the frontier
   (SQLite) and robots.txt state, claims URLs, registers them and records the
   batches that came back: the new links of all of them in one frontier call,
@@ -29,52 +30,89 @@ The threads are:
 A URL becomes ``done`` only after ``on_page`` returned for it, so a crash never
 loses a fetched page that the embedding program did not see; a page's links
 are in the frontier before it is ``done``, so a crash never loses them
-either.  The crawl ends when the frontier has nothing waiting and nothing is
+either.  Outputs are exactly once: the coordinator has the output write and
+fsync a batch's records (``commit``) before it records the batch's outcomes,
+and stores the files' lengths with those outcomes, in the same transaction
+(``complete_many(checkpoint=...)``); a run starts by cutting each file back
+to the stored lengths (``restore``).  Whatever stops a crawl, a URL is
+``done`` exactly when its record is within the committed length: a record
+written for a URL not yet ``done`` is cut away, and written again when the
+URL is.
+
+Errors: an I/O error of the frontier (``FrontierError``: "database or disk
+is full: ...") or of the output (``OSError``) ends the crawl with what is in
+progress given back (where the database still works), and ``run()`` raises
+that very exception, logged nowhere: it is a condition to report in one
+line, not a bug.  Anything else that breaks a crawl thread is logged with its
+traceback and raised as a RuntimeError.  The crawl ends when the frontier has nothing waiting and nothing is
 in progress (claimed and not yet recorded: in the fetcher, in a parse job or
 with ``on_page``); a URL waiting for a retry delay keeps it alive.
 
 Politeness: robots.txt is fetched per (scheme, host, port) through the
-fetcher itself before the first page of that origin; URLs of an origin wait
-(in memory, still ``processing`` in the frontier) until it has arrived.  Its
-Crawl-delay becomes that origin's host delay.  A robots.txt that cannot be
-fetched (network error, 5xx) allows everything, as Scrapy does; a 4xx means
-"no rules" (RFC 9309 2.3.1.3).
+fetcher itself before the first page of that origin, and read as RFC 9309
+says (see ``robots.py``): its redirects are followed, up to five, even to
+another host; a 4xx means "no rules"; a 5xx or a network error means
+"complete disallow" for now.  URLs of an origin wait (in memory, still
+``processing`` in the frontier) until its robots.txt has been settled.  An
+unreachable robots.txt is fetched again with the crawl's own retry policy
+(``retry_delay``, doubling, never sooner than a Retry-After), up to
+``max_attempts`` fetches; then every URL of that origin ends ``error``
+("robots.txt unavailable: HTTP 503").  Its Crawl-delay becomes that origin's
+host delay, capped at ``max_crawl_delay`` (as Heritrix's
+``respectCrawlDelayUpToSeconds``): a ``Crawl-delay: 3600`` must not stall a
+crawl for an hour a page.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import email.utils
 import functools
+import heapq
 import logging
 import multiprocessing
 import os
 import queue
 import re
 import signal
+import sqlite3
 import threading
 import time
 from collections import Counter
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Optional, Sequence, Union
+from typing import (
+    Callable,
+    Iterator,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Sequence,
+    Union,
+)
 from urllib.parse import urlsplit
-
-from protego import Protego
 
 from .config import FetcherConfig
 from .errors import ErrorKind
 from .fetcher import NIOFetcher
-from .frontier import Frontier, FrontierURL
+from .frontier import Frontier, FrontierError, FrontierURL
 from .models import FetchResult, URLBean
 from .parse import PageLinks, absolute_url, extract
+from .robots import Redirect, RobotsRules, RobotsTable, interpret
 from .urls import Origin, parse_target
 
 log = logging.getLogger("niofetcher")
 
 PARSE_MODES = ("process", "thread")
 _ROBOTS_PRIORITY = 1 << 30  # robots.txt jumps every queue: pages of its host wait for it
+# Origins whose robots.txt rules are kept (and that have nothing in progress): a few thousand
+# Protego parsers are a few MB; a crawl of more hosts than that fetches an aged-out one again.
+_ROBOTS_ORIGINS = 4096
+# The failures of storage that end a crawl as they are (one line for the user), without a traceback.
+_IO_ERRORS = (FrontierError, sqlite3.Error, OSError)
 
 
 @dataclass(frozen=True)
@@ -92,6 +130,7 @@ class CrawlConfig:
     retry_statuses: Sequence[int] = (429, 500, 502, 503, 504)
     retry_delay: float = 1.0
     obey_robots: bool = True
+    max_crawl_delay: float = 30.0  # seconds; a longer robots.txt Crawl-delay is capped to it
     follow_nofollow: bool = False
     parse_workers: int = 2
     parse_mode: str = "process"
@@ -117,6 +156,11 @@ class CrawlConfig:
             raise ValueError(f"extractor must be 'bs4' or 'lxml', not {self.extractor!r}")
         if not self.retry_delay > 0:
             raise ValueError(f"retry_delay must be positive, not {self.retry_delay!r}")
+        max_crawl_delay = self.max_crawl_delay
+        if isinstance(max_crawl_delay, bool) or not isinstance(max_crawl_delay, (int, float)) or not (
+            0 <= max_crawl_delay < float("inf")
+        ):
+            raise ValueError(f"max_crawl_delay must be a non-negative number of seconds, not {max_crawl_delay!r}")
         for pattern in (*self.include, *self.exclude):
             try:
                 re.compile(pattern)
@@ -138,6 +182,21 @@ class CrawledPage:
     @property
     def url(self) -> str:
         return self.result.url
+
+
+class CrawlOutput(Protocol):
+    """Files that must hold exactly one record per recorded URL, whatever stops the crawl."""
+
+    def prepare(self, page: CrawledPage) -> None:
+        """A delivery thread: build this page's record and keep it in memory (no I/O)."""
+
+    def commit(self, urls: Sequence[str]) -> dict[str, int]:
+        """The coordinator: write the prepared records of these URLs (one batch), flush and fsync;
+        return each file's end offset (the checkpoint stored with the batch's outcomes)."""
+
+    def restore(self, offsets: Mapping[str, int]) -> None:
+        """Once, in run() before anything is fetched: cut each file back to its committed offset
+        (a file missing from ``offsets`` has no committed record: back to empty)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,8 +307,9 @@ class _Page:
 
 @dataclass(slots=True)
 class _Robots:
-    origin: Origin
+    origin: Origin  # whose robots.txt this is
     result: FetchResult
+    hops: int  # redirects followed to get here
 
 
 class _Job(NamedTuple):
@@ -267,7 +327,7 @@ class _Broken:
     """A crawl thread or a parse callback died: the coordinator must end the crawl, not wait for ever."""
 
     where: str
-    error: str
+    error: BaseException
 
 
 _Report = Union[_Robots, list[_Page], _Broken]
@@ -280,9 +340,13 @@ _MAX_JOB_PAGES = 32
 class Crawler:
     """Crawls from ``config.seeds`` until nothing is left (or ``max_pages``, or ``stop()``)."""
 
-    def __init__(self, config: CrawlConfig, on_page: Optional[Callable[[CrawledPage], None]] = None) -> None:
+    def __init__(
+        self, config: CrawlConfig, on_page: Optional[Callable[[CrawledPage], None]] = None,
+        output: Optional[CrawlOutput] = None,
+    ) -> None:
         self.config = config
         self.on_page = on_page
+        self.output = output
         self._stop = threading.Event()
         self._fetcher_closed = threading.Event()  # set once every result has been delivered
         self._reports: queue.SimpleQueue[_Report] = queue.SimpleQueue()
@@ -294,8 +358,11 @@ class Crawler:
             domains=tuple(d.lower().lstrip(".") for d in domains), include=tuple(config.include),
             exclude=tuple(config.exclude), follow_nofollow=config.follow_nofollow,
         )
-        self._robots: dict[Origin, Optional[Protego]] = {}
+        self._active: Counter[Origin] = Counter()  # URLs of each origin in the fetcher or after it
+        self._robots = RobotsTable(_ROBOTS_ORIGINS, busy=self._active.__contains__)
         self._held: dict[Origin, list[FrontierURL]] = {}  # URLs waiting for their origin's robots.txt
+        self._robots_fetches: dict[Origin, int] = {}  # fetches of an unreachable robots.txt so far
+        self._robots_retries: list[tuple[float, Origin]] = []  # heap: when to fetch robots.txt again
         self._in_progress: dict[str, FrontierURL] = {}
         self._started = 0.0
         self._finished = 0
@@ -327,6 +394,8 @@ class Crawler:
         config = self.config
         self._started = time.monotonic()
         with Frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay) as frontier:
+            if self.output is not None:
+                self.output.restore(frontier.checkpoint())
             frontier.add(config.seeds, depth=0)
             # Redirects are links the crawler follows itself, through scope and robots.txt like any other.
             fetcher_config = dataclasses.replace(config.fetcher, follow_redirects=False)
@@ -334,22 +403,28 @@ class Crawler:
             with self._parse_executor() as executor, NIOFetcher(fetcher_config) as fetcher:
                 self._fetcher = fetcher
                 threads = [self._thread("niofetcher-crawl-pump", self._pump, fetcher, executor)]
-                if self.on_page is not None:
+                if self._delivering:
                     threads += [
                         self._thread(f"niofetcher-crawl-deliver-{i}", self._deliver)
                         for i in range(config.parse_workers)
                     ]
                 for thread in threads:
                     thread.start()
+                error: Optional[BaseException] = None
                 try:
                     self._coordinate(frontier, fetcher, window)
+                except BaseException as exc:
+                    error = exc
+                    raise
                 finally:
                     try:
-                        self._wind_down(fetcher, executor, threads)
-                        self._drain_reports(frontier, fetcher)
+                        with _cleaning_up_after(error):
+                            self._wind_down(fetcher, executor, threads)
+                            self._drain_reports(frontier, fetcher)
                     finally:
                         if self._in_progress:  # only after a failure: give them back, nothing fetched is lost
-                            frontier.release(list(self._in_progress))
+                            with _cleaning_up_after(error):
+                                frontier.release(list(self._in_progress))
                             self._in_progress.clear()
             self._counts = frontier.counts()
             stopped = self._counts["waiting"] > 0
@@ -365,8 +440,9 @@ class Crawler:
             try:
                 work(*args)
             except BaseException as exc:  # noqa: BLE001 - SystemExit from on_page too: nobody else would see it
-                log.exception("%s died", name)
-                self._reports.put(_Broken(name, f"{type(exc).__name__}: {exc}"))
+                if not isinstance(exc, _IO_ERRORS):  # an I/O error is raised by run() as it is
+                    log.exception("%s died", name)
+                self._reports.put(_Broken(name, exc))
 
         return threading.Thread(target=guarded, name=name)
 
@@ -417,6 +493,11 @@ class Crawler:
         counted_at = time.monotonic()
         cancelled = False
         while True:
+            failure = fetcher.failure
+            if failure is not None:
+                # The loop thread died: every URL it held comes back cancelled, nothing more will
+                # be fetched, and run() gives back what is in progress.
+                raise RuntimeError(f"niofetcher loop failed: {type(failure).__name__}: {failure}")
             if self._stop.is_set() and not cancelled:
                 fetcher.cancel_pending()  # again: what _start registered while stop() was being called
                 cancelled = True
@@ -431,6 +512,7 @@ class Crawler:
                         budget -= len(claimed)
                     for item in claimed:
                         self._start(item, frontier, fetcher)
+            robots_due = self._retry_robots(frontier, fetcher)
             if time.monotonic() - counted_at > 0.5:  # counts() commits pending outcomes: not per report
                 self._counts = frontier.counts()
                 counted_at = time.monotonic()
@@ -442,7 +524,7 @@ class Crawler:
                     return  # nothing waiting, nothing in progress: the crawl is complete
                 wait = min(1.0, max(0.0, due - time.time()))
             else:
-                wait = 0.2
+                wait = 0.2 if robots_due is None else min(0.2, max(0.0, robots_due - time.monotonic()))
             try:
                 report = self._reports.get(timeout=wait)
             except queue.Empty:
@@ -450,11 +532,11 @@ class Crawler:
             self._drain_reports(frontier, fetcher, [report])
 
     def _layer(self, frontier: Frontier) -> Optional[int]:
-        """With max_depth, the deepest depth that may be claimed now: the crawl goes breadth-first in
-        layers, so that no page of depth d+1 starts before every page of depth d has reported its links,
-        and each URL is first found on a shortest path (its depth is its distance from the seeds)."""
-        if self.config.max_depth is None:
-            return None
+        """The deepest depth that may be claimed now: the crawl goes breadth-first in layers, so that
+        no page of depth d+1 starts before every page of depth d has reported its links, and each
+        URL is first found on a shortest path (its depth is its distance from the seeds).  Always,
+        not only with max_depth: a recorded depth is a promise of its own (and a URL found again on
+        a shorter path later -- a parent that was retried -- gets the shorter depth from add_many)."""
         if self._in_progress:
             return min(item.depth for item in self._in_progress.values())
         return frontier.min_due_depth()
@@ -479,44 +561,114 @@ class Crawler:
         if pages:
             self._record(pages, frontier)
         if broken:  # what did arrive is recorded; run() gives what is still in progress back to the frontier
-            raise RuntimeError("crawl stopped: " + "; ".join(f"{b.where} died ({b.error})" for b in broken))
+            for report in broken:
+                if isinstance(report.error, _IO_ERRORS):
+                    raise report.error
+            raise RuntimeError(
+                "crawl stopped: " + "; ".join(f"{b.where} died ({type(b.error).__name__}: {b.error})" for b in broken)
+            )
 
     # -- coordinator: starting URLs ---------------------------------------------
 
     def _start(self, item: FrontierURL, frontier: Frontier, fetcher: NIOFetcher) -> None:
         origin = parse_target(item.url).origin
         if self.config.obey_robots:
-            if origin not in self._robots:
-                self._in_progress[item.url] = item
-                held = self._held.get(origin)
-                if held is not None:
-                    held.append(item)
-                    return
-                self._held[origin] = [item]
-                robots_url = f"{origin.scheme}://{_host_port(origin)}/robots.txt"
-                if not fetcher.register(URLBean(robots_url, priority=_ROBOTS_PRIORITY, meta={"robots": origin})):
-                    self._release_held(origin, frontier, fetcher)
+            rules = self._robots.get(origin)
+            if rules is None:
+                self._hold(item, origin, frontier, fetcher)
                 return
-            rules = self._robots[origin]
-            if rules is not None and not rules.can_fetch(item.url, self.config.fetcher.user_agent):
+            refusal = rules.refuses(item.url, self.config.fetcher.user_agent)
+            if refusal:
                 self._in_progress.pop(item.url, None)
-                frontier.fail(item.url, "disallowed by robots.txt", retry=False)
-                self._errors["robots_disallowed"] += 1
+                frontier.fail(item.url, refusal, retry=False)
+                self._errors["robots_unavailable" if rules.refusal else "robots_disallowed"] += 1
                 return
         if self._stop.is_set() or not fetcher.register(
-            URLBean(item.url, priority=item.priority, meta={"frontier": item})
+            URLBean(item.url, priority=item.priority, meta={"frontier": item, "origin": origin})
         ):
             self._in_progress.pop(item.url, None)
             frontier.release([item.url])  # stopping: the URL waits for a resume
             return
         self._in_progress[item.url] = item
+        self._active[origin] += 1
+
+    def _hold(self, item: FrontierURL, origin: Origin, frontier: Frontier, fetcher: NIOFetcher) -> None:
+        """``item`` waits for its origin's robots.txt, which is fetched unless it is on its way already."""
+        self._in_progress[item.url] = item
+        held = self._held.get(origin)
+        if held is not None:
+            held.append(item)
+            return
+        self._held[origin] = [item]
+        self._fetch_robots(origin, f"{origin.scheme}://{_host_port(origin)}/robots.txt", 0, frontier, fetcher)
+
+    def _fetch_robots(self, origin: Origin, url: str, hops: int, frontier: Frontier, fetcher: NIOFetcher) -> None:
+        bean = URLBean(url, priority=_ROBOTS_PRIORITY, meta={"robots": origin, "hops": hops})
+        if self._stop.is_set() or not fetcher.register(bean):
+            self._give_back_held(origin, frontier)
+
+    def _give_back_held(self, origin: Origin, frontier: Frontier) -> None:
+        """The URLs waiting for ``origin``'s robots.txt go back to 'waiting' (stopping): nothing is settled."""
+        held = self._held.pop(origin, [])
+        self._robots_fetches.pop(origin, None)
+        for item in held:
+            del self._in_progress[item.url]
+        frontier.release([item.url for item in held])
 
     def _release_held(self, origin: Origin, frontier: Frontier, fetcher: NIOFetcher) -> None:
-        """robots.txt of ``origin`` is known (or given up on): start what waited for it."""
-        self._robots.setdefault(origin, None)
+        """robots.txt of ``origin`` is settled: start what waited for it."""
         for item in self._held.pop(origin, ()):
             del self._in_progress[item.url]
             self._start(item, frontier, fetcher)
+
+    def _robots_arrived(self, report: _Robots, frontier: Frontier, fetcher: NIOFetcher) -> None:
+        origin, result = report.origin, report.result
+        if result.error is ErrorKind.CANCELLED:  # stopping: no answer, no attempt counted
+            self._give_back_held(origin, frontier)
+            return
+        answer = interpret(result, report.hops, self.config.fetcher.user_agent)
+        if isinstance(answer, Redirect):
+            self._fetch_robots(origin, answer.url, answer.hops, frontier, fetcher)
+            return
+        if answer is None:  # unreachable: complete disallow, and fetch it again later
+            fetches = self._robots_fetches[origin] = self._robots_fetches.get(origin, 0) + 1
+            if self._stop.is_set():
+                self._give_back_held(origin, frontier)
+                return
+            if fetches < self.config.max_attempts:
+                # The same policy as a page's: retry_delay, doubling, never sooner than a Retry-After.
+                delay = frontier._retry_delay(fetches, _retry_after(result))
+                heapq.heappush(self._robots_retries, (time.monotonic() + delay, origin))
+                return
+            answer = RobotsRules(refusal=f"robots.txt unavailable: {_error_text(result)}")
+        self._robots_fetches.pop(origin, None)
+        self._apply_crawl_delay(origin, answer, fetcher)
+        self._robots.put(origin, answer)
+        self._release_held(origin, frontier, fetcher)
+
+    def _apply_crawl_delay(self, origin: Origin, rules: RobotsRules, fetcher: NIOFetcher) -> None:
+        delay = rules.crawl_delay
+        if not delay or delay <= 0:  # none, 0, or NaN
+            return
+        cap = self.config.max_crawl_delay
+        if delay > cap:
+            log.warning("%s://%s asks for Crawl-delay %g s; using max_crawl_delay, %g s",
+                        origin.scheme, _host_port(origin), delay, cap)
+            delay = cap
+        if delay:
+            fetcher.set_host_delay(f"{origin.scheme}://{_host_port(origin)}/", delay)
+
+    def _retry_robots(self, frontier: Frontier, fetcher: NIOFetcher) -> Optional[float]:
+        """Fetch again each unreachable robots.txt whose retry is due; when the next one is due."""
+        retries = self._robots_retries
+        now = time.monotonic()
+        while retries and (retries[0][0] <= now or self._stop.is_set()):
+            _, origin = heapq.heappop(retries)
+            if self._stop.is_set():
+                self._give_back_held(origin, frontier)
+            else:
+                self._fetch_robots(origin, f"{origin.scheme}://{_host_port(origin)}/robots.txt", 0, frontier, fetcher)
+        return retries[0][0] if retries else None
 
     # -- pump: from the fetcher to the parse executor -------------------------------
 
@@ -537,7 +689,7 @@ class Crawler:
         for result in results:
             meta = result.bean.meta
             if "robots" in meta:
-                self._reports.put(_Robots(meta["robots"], result))
+                self._reports.put(_Robots(meta["robots"], result, meta["hops"]))
                 continue
             item: FrontierURL = meta["frontier"]
             page = _Page(item, result, final=self._is_final(result, item))
@@ -570,7 +722,7 @@ class Crawler:
     def _submit(self, pages: list[_Page], executor: concurrent.futures.Executor) -> None:
         """Send one parse job; its pages are handed over when it is done."""
         inputs = [(page.result.body, page.result.final_url, page.result.header("content-type")) for page in pages]
-        job = _Job(inputs, self.config.extractor, self._scope, self.on_page is not None)
+        job = _Job(inputs, self.config.extractor, self._scope, self._delivering)
         try:
             future = executor.submit(parse_pages, *job)
         except (BrokenProcessPool, RuntimeError) as exc:  # a parse process died, or the pool was shut
@@ -590,7 +742,7 @@ class Crawler:
             self._parsed(pages, future.result())
         except BaseException as exc:  # noqa: BLE001 - concurrent.futures would log it and lose these pages
             log.exception("handing over a parse job failed")
-            self._reports.put(_Broken("a parse job's hand-over", f"{type(exc).__name__}: {exc}"))
+            self._reports.put(_Broken("a parse job's hand-over", exc))
 
     def _parse_here(self, pages: list[_Page], job: _Job, exc: BaseException) -> None:
         """The parse pool is broken: parse in this thread (slower, but nothing is lost)."""
@@ -606,25 +758,39 @@ class Crawler:
         self._hand_over(pages)
 
     def _hand_over(self, pages: list[_Page]) -> None:
-        """Final pages go to on_page (a delivery thread), then to the coordinator."""
-        if self.on_page is not None:
+        """Final pages go to on_page and the output (a delivery thread), then to the coordinator."""
+        if self._delivering:
             self._deliveries.put(pages)
         else:
             self._reports.put(pages)
 
+    @property
+    def _delivering(self) -> bool:
+        """Whether pages go through delivery threads (someone will see them)."""
+        return self.on_page is not None or self.output is not None
+
     def _deliver(self) -> None:
-        """Delivery thread: hand every page of a batch to on_page, then report the batch."""
-        on_page = self.on_page
-        assert on_page is not None
+        """Delivery thread: hand every page of a batch to on_page, then to the output, then report the batch.
+
+        An exception from on_page fails that page (the embedding program's bug or choice); one from
+        the output ends the crawl (its records could not be kept): the batch is not reported, and
+        run() gives its URLs back.
+        """
+        on_page, output = self.on_page, self.output
         while (pages := self._deliveries.get()) is not None:
             for page in pages:
                 if page.failure:
                     continue
-                try:
-                    on_page(CrawledPage(page.result, page.item.depth, page.item.parent, page.links))
-                except Exception as exc:  # noqa: BLE001 - the coordinator must hear of every URL, whatever breaks
-                    log.exception("on_page failed for %s", page.item.url)
-                    page.failure = f"{type(exc).__name__}: {exc}"
+                crawled = CrawledPage(page.result, page.item.depth, page.item.parent, page.links)
+                if on_page is not None:
+                    try:
+                        on_page(crawled)
+                    except Exception as exc:  # noqa: BLE001 - the coordinator must hear of every URL, whatever breaks
+                        log.exception("on_page failed for %s", page.item.url)
+                        page.failure = f"{type(exc).__name__}: {exc}"
+                        continue
+                if output is not None:
+                    output.prepare(crawled)
             self._reports.put(pages)
 
     # -- coordinator: recording outcomes ------------------------------------------
@@ -636,9 +802,20 @@ class Crawler:
         links = [entry for page in pages for entry in self._link_entries(page)]
         if links:
             frontier.add_many(links)
+        # The records first, durable, then the outcomes with the files' lengths: a crash in between
+        # leaves records past the stored lengths, which the next run cuts away.
+        offsets = None
+        if self.output is not None:
+            delivered = [page.item.url for page in pages if page.final and not page.failure]
+            if delivered:
+                offsets = self.output.commit(delivered)
         completed: list[tuple[str, Optional[int]]] = []
+        active = self._active
         for page in pages:
-            del self._in_progress[page.item.url]
+            origin = page.result.bean.meta["origin"]
+            active[origin] -= 1
+            if not active[origin]:
+                del active[origin]
             if page.final:
                 self._finished += 1
                 self._bytes += len(page.result.body)
@@ -646,7 +823,11 @@ class Crawler:
                 completed.append((page.item.url, page.result.status))
             else:
                 self._record_failure(page, frontier)
-        frontier.complete_many(completed)
+                del self._in_progress[page.item.url]
+        frontier.complete_many(completed, checkpoint=offsets)
+        # Only now: should recording them fail, they are still in progress, and run() gives them back.
+        for url, _ in completed:
+            del self._in_progress[url]
 
     def _link_entries(self, page: _Page) -> list[tuple[str, int, Optional[str], int]]:
         """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority)."""
@@ -673,16 +854,16 @@ class Crawler:
             self._errors[result.error.value if result.error is not None else f"http_{result.status}"] += 1
             frontier.fail(url, _error_text(result), status=result.status, retry=False)
 
-    def _robots_arrived(self, report: _Robots, frontier: Frontier, fetcher: NIOFetcher) -> None:
-        result = report.result
-        rules = None
-        if result.ok:
-            rules = Protego.parse(result.text)
-            delay = rules.crawl_delay(self.config.fetcher.user_agent)
-            if delay:
-                fetcher.set_host_delay(f"{report.origin.scheme}://{_host_port(report.origin)}/", float(delay))
-        self._robots[report.origin] = rules
-        self._release_held(report.origin, frontier, fetcher)
+
+@contextlib.contextmanager
+def _cleaning_up_after(error: Optional[BaseException]) -> Iterator[None]:
+    """Clean-up after ``error`` ended the crawl: an I/O error of its own (the disk is still full)
+    must not hide the one that ended it, which run() raises."""
+    try:
+        yield
+    except _IO_ERRORS:
+        if error is None:
+            raise
 
 
 def _jobs(pages: list[_Page], workers: int) -> list[list[_Page]]:

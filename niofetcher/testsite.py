@@ -140,10 +140,12 @@ class PortCounters:
     """Of those, handshakes that resumed an earlier session (a ticket) instead of a full one."""
     tls_failed: int = 0
     """Accepted connections whose TLS handshake failed (e.g. plain HTTP sent to an HTTPS port)."""
+    log: list[tuple[float, str]] = field(default_factory=list)
+    """``(time.monotonic() of arrival, path)`` of every request, in order; only with ``log_requests``."""
 
     def copy(self) -> PortCounters:
         """A snapshot that the server thread will not change under the caller."""
-        return dataclasses.replace(self, paths=collections.Counter(self.paths))
+        return dataclasses.replace(self, paths=collections.Counter(self.paths), log=list(self.log))
 
 
 # --------------------------------------------------------------------------- content
@@ -159,9 +161,9 @@ class _Resource:
 
     __slots__ = ("keep_alive", "close", "keep_alive_head_only", "close_head_only")
 
-    def __init__(self, status: str, content_type: str, body: Sequence[_Chunk]) -> None:
+    def __init__(self, status: str, content_type: str, body: Sequence[_Chunk], headers: str = "") -> None:
         length = sum(len(chunk) for chunk in body)
-        head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {length}\r\n"
+        head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {length}\r\n{headers}"
         keep_alive_head = (head + "Connection: keep-alive\r\n\r\n").encode("ascii")
         close_head = (head + "Connection: close\r\n\r\n").encode("ascii")
         self.keep_alive: tuple[_Chunk, ...] = (keep_alive_head, *body)
@@ -173,6 +175,25 @@ class _Resource:
         if head_only:
             return self.keep_alive_head_only if keep_alive else self.close_head_only
         return self.keep_alive if keep_alive else self.close
+
+
+class _InTurn(_Resource):
+    """A resource whose answer changes: its n-th request gets ``answers[n]`` (the last one from then on).
+
+    A subclass, so the prebuilt resources of every other path keep their one method call.  Only the
+    loop thread calls ``chunks``, under the counters' lock.
+    """
+
+    __slots__ = ("answers", "served")
+
+    def __init__(self, answers: Sequence[_Resource]) -> None:
+        self.answers = list(answers)
+        self.served = 0
+
+    def chunks(self, keep_alive: bool, head_only: bool) -> tuple[_Chunk, ...]:
+        answer = self.answers[min(self.served, len(self.answers) - 1)]
+        self.served += 1
+        return answer.chunks(keep_alive, head_only)
 
 
 _HTML = "text/html; charset=utf-8"
@@ -228,10 +249,16 @@ def _split_at_body_end(body: bytes) -> tuple[memoryview, memoryview]:
     return view[:cut], view[cut:]
 
 
-def _robots_txt(disallow: Sequence[str]) -> bytes:
+def _robots_txt(disallow: Sequence[str], crawl_delay: float | None = None) -> bytes:
     lines = ["User-agent: *"]
     lines += [f"Disallow: {path}" for path in disallow] or ["Disallow:"]
+    if crawl_delay is not None:
+        lines.append(f"Crawl-delay: {crawl_delay:g}")
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+_REDIRECT_REASONS = {301: "Moved Permanently", 302: "Found", 303: "See Other", 307: "Temporary Redirect",
+                     308: "Permanent Redirect"}
 
 
 # --------------------------------------------------------------------------- server
@@ -320,8 +347,10 @@ class _Server:
         lock: threading.Lock,
         delay: float,
         max_seconds: float | None,
+        log_requests: bool = False,
     ) -> None:
         self.listeners = listeners
+        self.log_requests = log_requests
         self.resources = resources
         self.counters = counters
         self.lock = lock
@@ -586,6 +615,8 @@ class _Server:
                 method, path, keep_alive, conn.body_left = request
                 counters.requests += 1
                 counters.paths[path] += 1
+                if self.log_requests:
+                    counters.log.append((now, path))
                 age = now - conn.accepted_at
                 if age > counters.max_conn_age_at_request:
                     counters.max_conn_age_at_request = age
@@ -922,6 +953,18 @@ class TestSite:
             site can never be reached from off the machine.
         port: 0 for ephemeral ports, or P for P, P+1, ... P+hosts-1.
         robots_disallow: paths for ``Disallow:`` lines in ``/robots.txt``.
+        robots_crawl_delay: a ``Crawl-delay:`` line for ``/robots.txt``; None = none.
+        robots_redirects: ``/robots.txt`` of host j answers with a redirect to
+            ``/robots/j/1``, which redirects to ``/robots/j/2`` ... up to
+            ``/robots/j/{robots_redirects}``, which holds host j's rules.
+        robots_redirect_status: the status of those redirects (301, 302, 303, 307, 308).
+        robots_redirect_cross_host: hop k of host j's chain is on host j+k (of the
+            ring) instead of host j, so every hop changes host.
+        robots_unavailable: the first N requests of each host's ``/robots.txt``
+            get ``503 Service Unavailable``; the rules (or the redirect) after that.
+        log_requests: record ``(arrival time, path)`` of every request in
+            ``PortCounters.log`` (off by default: a benchmark's millions of
+            requests would pile up).
         bodies: real pages to serve instead of generated ones (page i gets
             ``bodies[i % len(bodies)]`` with the site's links inserted).
         max_seconds: the loop stops by itself after this long, so a forgotten
@@ -946,6 +989,12 @@ class TestSite:
         bodies: Sequence[bytes] | None = None,
         max_seconds: float | None = 600.0,
         tls: ssl.SSLContext | None = None,
+        robots_crawl_delay: float | None = None,
+        robots_redirects: int = 0,
+        robots_redirect_status: int = 301,
+        robots_redirect_cross_host: bool = False,
+        robots_unavailable: int = 0,
+        log_requests: bool = False,
     ) -> None:
         if hosts < 1 or pages < 1 or links_per_page < 1:
             raise ValueError(
@@ -961,6 +1010,15 @@ class TestSite:
             raise ValueError("bodies must not be empty")
         if tls is not None and not isinstance(tls, ssl.SSLContext):
             raise ValueError(f"tls must be an ssl.SSLContext or None, not {tls!r}")
+        if robots_crawl_delay is not None and not robots_crawl_delay >= 0:
+            raise ValueError(f"robots_crawl_delay must be >= 0 or None, not {robots_crawl_delay!r}")
+        if robots_redirects < 0 or robots_unavailable < 0:
+            raise ValueError(
+                f"robots_redirects and robots_unavailable must be >= 0, not {robots_redirects!r}, {robots_unavailable!r}"
+            )
+        if robots_redirect_status not in _REDIRECT_REASONS:
+            raise ValueError(f"robots_redirect_status must be one of {sorted(_REDIRECT_REASONS)}, "
+                             f"not {robots_redirect_status!r}")
         try:
             address = ipaddress.ip_address(host)
         except ValueError:
@@ -976,6 +1034,12 @@ class TestSite:
         self.host = host
         self.port = port
         self.robots_disallow = tuple(robots_disallow)
+        self.robots_crawl_delay = robots_crawl_delay
+        self.robots_redirects = robots_redirects
+        self.robots_redirect_status = robots_redirect_status
+        self.robots_redirect_cross_host = robots_redirect_cross_host
+        self.robots_unavailable = robots_unavailable
+        self.log_requests = log_requests
         self.bodies = None if bodies is None else list(bodies)
         self._body_parts = [_split_at_body_end(body) for body in self.bodies or ()]
         self.max_seconds = max_seconds
@@ -1069,7 +1133,8 @@ class TestSite:
     # -- counters
 
     def counters(self, port: int | None = None) -> PortCounters:
-        """A copy of one port's counters; ``None`` sums all ports (peaks are true global peaks)."""
+        """A copy of one port's counters; ``None`` sums all ports (peaks are true global peaks, and
+        the logs are merged in time order)."""
         with self._lock:
             if port is not None:
                 return self._counters[self.ports.index(port)].copy()
@@ -1085,6 +1150,8 @@ class TestSite:
                     total.max_conn_age_at_request, counters.max_conn_age_at_request
                 )
                 total.paths.update(counters.paths)
+                total.log.extend(counters.log)
+            total.log.sort()
             total.max_open = self._server.max_open_total if self._server else 0
             return total
 
@@ -1096,6 +1163,7 @@ class TestSite:
                 counters.tls_handshakes = counters.tls_resumed = counters.tls_failed = 0
                 counters.max_conn_age_at_request = 0.0
                 counters.paths.clear()
+                counters.log.clear()
                 counters.max_open = counters.open_now
             if self._server is not None:
                 self._server.max_open_total = self._server.open_total
@@ -1118,7 +1186,7 @@ class TestSite:
             raise
         self._ports = [sock.getsockname()[1] for sock in listeners]
         resources = [self._build_host(i) for i in range(self.hosts)]
-        args = (listeners, resources, self._counters, self._lock, self.delay, self.max_seconds)
+        args = (listeners, resources, self._counters, self._lock, self.delay, self.max_seconds, self.log_requests)
         self._server = _Server(*args) if self.tls is None else _TLSServer(*args, context=self.tls)
         return self._server
 
@@ -1134,7 +1202,7 @@ class TestSite:
             "/": _Resource("200 OK", _HTML, [
                 _generated_page(f"Test site host {index}", _links_html(index_links), self.page_size)
             ]),
-            "/robots.txt": _Resource("200 OK", _TEXT, [_robots_txt(self.robots_disallow)]),
+            **self._robots_resources(index),
         }
         for i in range(pages):
             hrefs = [(f"/page/{j}", f"page {j}") for j in _link_targets(i, pages, count)]
@@ -1148,4 +1216,26 @@ class TestSite:
                 before, after = self._body_parts[i % len(self._body_parts)]
                 body = [before, links.encode("utf-8"), after]
             table[f"/page/{i}"] = _Resource("200 OK", _HTML, body)
+        return table
+
+    def _robots_resources(self, index: int) -> dict[str, _Resource]:
+        """``/robots.txt`` of host ``index`` and the hops of every host's redirect chain (each host
+        serves them all: which host a hop is asked of is the chain's business)."""
+        rules = _Resource("200 OK", _TEXT, [_robots_txt(self.robots_disallow, self.robots_crawl_delay)])
+        status = self.robots_redirect_status
+        hops = self.robots_redirects
+
+        def hop(j: int, k: int) -> _Resource:
+            """Hop ``k`` of host ``j``'s chain: the rules at its end, a redirect to hop k+1 before."""
+            if k == hops:
+                return rules
+            host = (j + k + 1) % self.hosts if self.robots_redirect_cross_host else j
+            location = f"{self.base_urls[host]}robots/{j}/{k + 1}"
+            return _Resource(f"{status} {_REDIRECT_REASONS[status]}", _TEXT, [b"moved\n"], f"Location: {location}\r\n")
+
+        table = {f"/robots/{j}/{k}": hop(j, k) for j in range(self.hosts) for k in range(1, hops + 1)}
+        table["/robots.txt"] = hop(index, 0)
+        if self.robots_unavailable:
+            busy = _Resource("503 Service Unavailable", _TEXT, [b"503 busy\n"])
+            table["/robots.txt"] = _InTurn([busy] * self.robots_unavailable + [table["/robots.txt"]])
         return table

@@ -799,3 +799,48 @@ def test_process_and_thread_parsing_and_both_extractors_crawl_the_same_urls(
             links[name] = log.links()
     assert done["process-bs4"] == done["thread-bs4"] == done["thread-lxml"] == set(site.page_urls())
     assert links["process-bs4"] == links["thread-bs4"] == links["thread-lxml"]
+
+
+@pytest.mark.timeout(30)
+def test_a_fetcher_loop_that_dies_ends_the_crawl_with_an_error_and_a_rerun_completes_it(
+    tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault on the fetcher's loop thread (here: its 30th dispatch raises) used to leave the crawl
+    waiting for ever for results that could not come.  Now run() ends with a one-line error, every
+    URL it held goes back to 'waiting', and a rerun finishes the crawl."""
+    from niofetcher.engine import Engine
+
+    real_dispatch = Engine._dispatch
+    calls = itertools.count()
+
+    def dispatch_failing_once(self: Engine) -> None:
+        if next(calls) == 30:
+            raise RuntimeError("a bug on the loop thread")
+        real_dispatch(self)
+
+    monkeypatch.setattr(Engine, "_dispatch", dispatch_failing_once)
+    with TestSite(hosts=1, pages=200, delay=0.002, max_seconds=30) as site:
+        with pytest.raises(RuntimeError, match=r"^niofetcher loop failed: RuntimeError: a bug on the loop thread$"):
+            crawl(tmp_path, [site.base_urls[0]])
+        db_path = str(tmp_path / "crawl.sqlite")
+        assert states(db_path)["processing"] == 0 and states(db_path)["waiting"] > 0
+        monkeypatch.undo()
+        second = crawl(tmp_path, [site.base_urls[0]])
+    assert second.counts == {"waiting": 0, "processing": 0, "done": len(site.page_urls()), "error": 0}
+
+
+@pytest.mark.timeout(30)
+def test_every_recorded_depth_is_the_shortest_distance_from_the_seed_without_max_depth(
+    tmp_path: Path, raw_server: MakeServer, no_leaks: LeakBaseline
+) -> None:
+    """A race: ``/x`` is 2 hops away through the slow ``/b`` and 3 through the fast ``/a`` -> ``/c``;
+    ``/y`` hangs below ``/x``.  Whichever parse finishes first, the recorded depths must be the
+    breadth-first distances of the site's link graph (they used to be, only with max_depth)."""
+    graph = {"/": ["/a", "/b"], "/a": ["/c"], "/b": ["/x"], "/c": ["/x", "/d"], "/d": ["/y"], "/x": ["/y"], "/y": []}
+    site = MiniSite(raw_server, {ROBOTS: NOT_FOUND, **{path: html(*links) for path, links in graph.items()}},
+                    delays={"/b": 1.0})
+    crawl(tmp_path, [site.url("/")], fetcher=FetcherConfig(max_connections_per_host=4))
+    distance = reachable("/", graph, lambda url, hops: True)
+    rows = frontier_rows(str(tmp_path / "crawl.sqlite"))
+    assert {url: row["depth"] for url, row in rows.items()} == {site.url(path): d for path, d in distance.items()}
+    assert all(row["state"] == "done" for row in rows.values())

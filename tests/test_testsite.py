@@ -223,6 +223,73 @@ def test_robots_txt_without_rules_has_an_empty_disallow(client: RawClient) -> No
     assert client.read_response()[2] == b"User-agent: *\nDisallow:\n"
 
 
+def test_robots_txt_can_carry_a_crawl_delay() -> None:
+    with TestSite(robots_crawl_delay=2.5) as site:
+        client = RawClient(site.ports[0])
+        try:
+            client.send(get("/robots.txt"))
+            body = client.read_response()[2]
+        finally:
+            client.close()
+    assert body == b"User-agent: *\nDisallow:\nCrawl-delay: 2.5\n"
+
+
+def fetch_following_redirects(url: str) -> list[tuple[str, int]]:
+    """``(url, status)`` of every hop from ``url`` to a final answer, one connection per hop."""
+    hops = []
+    while True:
+        parts = urlsplit(url)
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        try:
+            connection.request("GET", parts.path)
+            response = connection.getresponse()
+            response.read()
+        finally:
+            connection.close()
+        hops.append((url, response.status))
+        location = response.getheader("Location")
+        if location is None:
+            return hops
+        url = urljoin(url, location)
+
+
+@pytest.mark.parametrize("cross_host", [False, True], ids=["same-host", "cross-host"])
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_robots_txt_can_redirect_in_a_chain_to_the_same_or_the_next_hosts(cross_host: bool, status: int) -> None:
+    with TestSite(hosts=3, robots_redirects=3, robots_redirect_status=status, robots_redirect_cross_host=cross_host,
+                  robots_disallow=["/private/"], log_requests=True) as site:
+        hops = fetch_following_redirects(site.base_urls[1] + "robots.txt")
+        logs = [site.counters(port).log for port in site.ports]
+    bases = site.base_urls
+    on = [bases[(1 + k) % 3] if cross_host else bases[1] for k in range(4)]
+    assert hops == [(bases[1] + "robots.txt", status), (on[1] + "robots/1/1", status),
+                    (on[2] + "robots/1/2", status), (on[3] + "robots/1/3", 200)]
+    assert [path for log in logs for _, path in log] == [
+        path for base in bases for url, _ in hops if url.startswith(base) for path in [url[len(base) - 1:]]]
+
+
+def test_robots_txt_can_be_unavailable_for_its_first_requests() -> None:
+    with TestSite(hosts=2, robots_unavailable=2, robots_disallow=["/private/"]) as site:
+        answers = [fetch_following_redirects(base + "robots.txt")[0][1] for base in site.base_urls * 3]
+    assert answers == [503, 503, 503, 503, 200, 200]  # counted per host
+
+
+def test_requests_are_logged_with_their_arrival_time_only_when_asked() -> None:
+    with TestSite(log_requests=True) as site:
+        before = time.monotonic()
+        fetch_following_redirects(site.base_urls[0] + "page/1")
+        fetch_following_redirects(site.base_urls[0] + "page/2")
+        after = time.monotonic()
+        log = site.counters().log
+        site.reset_counters()
+        assert site.counters().log == []
+    assert [path for _, path in log] == ["/page/1", "/page/2"]
+    assert before <= log[0][0] <= log[1][0] <= after
+    with TestSite() as site:
+        fetch_following_redirects(site.base_urls[0] + "page/1")
+        assert site.counters().log == [] and site.counters().requests == 1
+
+
 def test_unknown_paths_are_404_and_the_connection_stays_usable(client: RawClient) -> None:
     client.send(get("/nothing/here") + get("/page/20") + get("/page/1?query=dropped"))
     assert client.read_response()[0] == 404

@@ -1,0 +1,147 @@
+"""robots.txt as RFC 9309 says: what one fetch of it means, and the rules of each origin.
+
+Nothing here fetches.  The crawler fetches ``/robots.txt`` through its own
+fetcher (with the fetcher's redirects turned off, like every crawler fetch)
+and asks :func:`interpret` what the answer means:
+
+- 2xx: the rules it holds (RFC 9309 2.3.1.1), parsed by Protego;
+- a redirect (301, 302, 303, 307, 308 with a Location): fetch the target,
+  even on another host, and use what it says for the *first* origin
+  (2.3.1.2: "crawlers SHOULD follow at least five consecutive redirects,
+  even across authorities");
+- more than :data:`MAX_REDIRECTS` redirects, a redirect without a usable
+  Location, and every other 4xx: "unavailable", which allows everything
+  (2.3.1.3).  The RFC lets a crawler treat a sixth redirect as unavailable,
+  and so does Google ("if the robots.txt isn't found within 5 hops, Google
+  treats it as a 404"); we do the same rather than treat it as an outage
+  that blocks the host;
+- 5xx, 429 and network errors (a connect error, a timeout, a reset):
+  "unreachable", which is a complete disallow (2.3.1.4) until a later fetch
+  gets through.  429 counts as a server error, as Google counts it: it is
+  the server asking us to come back later, not saying there are no rules.
+
+:class:`RobotsTable` keeps the outcome per origin, bounded: an origin whose
+robots.txt was not asked for in a while and that has nothing in progress
+ages out, and its robots.txt is fetched again if the crawl comes back to it
+(RFC 9309 2.4 allows caching for up to 24 hours, and a crawl of many hosts
+must not grow without bound).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from protego import Protego
+
+from .models import FetchResult
+from .parse import absolute_url
+from .urls import Origin, parse_target
+
+__all__ = ["ALLOW_ALL", "DISALLOWED", "MAX_REDIRECTS", "Redirect", "RobotsRules", "RobotsTable", "interpret"]
+
+#: Redirects followed from ``/robots.txt`` to the file (RFC 9309 2.3.1.2: at least five).
+MAX_REDIRECTS = 5
+#: Why a URL that the rules disallow is not fetched.
+DISALLOWED = "disallowed by robots.txt"
+_REDIRECTS = frozenset((301, 302, 303, 307, 308))
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsRules:
+    """What one origin's robots.txt allows."""
+
+    parser: Protego | None = None  # None: everything is allowed
+    refusal: str = ""  # not "": nothing is allowed, for this reason (robots.txt stayed unreachable)
+    crawl_delay: float | None = None  # seconds, as the file says (the crawler caps it)
+
+    def refuses(self, url: str, user_agent: str) -> str:
+        """Why ``url`` must not be fetched; "" when it may be."""
+        if self.refusal:
+            return self.refusal
+        if self.parser is not None and not self.parser.can_fetch(url, user_agent):
+            return DISALLOWED
+        return ""
+
+
+#: The rules of a host without a robots.txt (4xx): everything is allowed.
+ALLOW_ALL = RobotsRules()
+
+
+class Redirect(NamedTuple):
+    """robots.txt is elsewhere: fetch ``url`` (hop ``hops``) and apply what it says to the first origin."""
+
+    url: str
+    hops: int
+
+
+def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | Redirect | None:
+    """What a fetch of robots.txt, ``hops`` redirects away from ``/robots.txt``, means.
+
+    Returns the rules, the next hop, or None when robots.txt is unreachable (a complete disallow
+    for now: fetch it again later).  A cancelled fetch is not the server's answer: the caller
+    handles it before asking.
+    """
+    status = result.status
+    if result.error is not None or status is None or status >= 500 or status == 429:
+        return None
+    if 200 <= status < 300:
+        parser = Protego.parse(result.text)
+        delay = parser.crawl_delay(user_agent)
+        return RobotsRules(parser, crawl_delay=float(delay) if delay else None)
+    if status in _REDIRECTS and hops < MAX_REDIRECTS:
+        target = absolute_url(result.header("location") or "", result.url)
+        if target is not None:
+            try:
+                parse_target(target)
+            except ValueError:  # the Location is no URL the fetcher can take
+                return ALLOW_ALL
+            return Redirect(target, hops + 1)
+    return ALLOW_ALL  # 4xx, too many redirects, a redirect to nowhere (and 1xx/3xx oddities): unavailable
+
+
+class RobotsTable:
+    """The rules of each origin, least recently used first, at most ``capacity`` of them that are not busy.
+
+    ``busy(origin)`` says whether an origin has URLs in progress: such an origin is never aged out
+    (its rules are about to be asked for again), so the table can hold more than ``capacity``
+    while that many origins are busy at once.
+    """
+
+    def __init__(self, capacity: int, busy: Callable[[Origin], bool]) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, not {capacity!r}")
+        self.capacity = capacity
+        self._busy = busy
+        self._rules: OrderedDict[Origin, RobotsRules] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def __contains__(self, origin: object) -> bool:
+        return origin in self._rules
+
+    def get(self, origin: Origin) -> RobotsRules | None:
+        """The rules of ``origin`` (now the most recently used), None when not known."""
+        rules = self._rules.get(origin)
+        if rules is not None:
+            self._rules.move_to_end(origin)
+        return rules
+
+    def put(self, origin: Origin, rules: RobotsRules) -> None:
+        """Keep ``rules`` for ``origin``; age out the least recently used origins that are not busy."""
+        self._rules[origin] = rules
+        self._rules.move_to_end(origin)
+        excess = len(self._rules) - self.capacity
+        if excess <= 0:
+            return
+        # Look at the oldest few only: busy ones stay where they are, and the next put looks again.
+        for old in list(itertools.islice(self._rules, excess + 8)):
+            if excess == 0:
+                break
+            if old != origin and not self._busy(old):
+                del self._rules[old]
+                excess -= 1

@@ -1,0 +1,272 @@
+"""robots.txt as RFC 9309 says (DESIGN.md, "The crawler"), against the real test site.
+
+- Redirects of robots.txt (301, 302, 303, 307, 308), to the same host or to
+  another, are followed up to 5; the rules found apply to the first host.
+  A sixth redirect makes robots.txt "unavailable": allow all (RFC 9309
+  2.3.1.2 allows that; Google does the same).
+- A 5xx or an unreachable robots.txt is a complete disallow for that host:
+  its URLs wait while robots.txt is fetched again with the crawl's retry
+  policy; a Disallow that comes after a 503 is obeyed; when the attempts
+  are used up, the host's URLs end 'error' with the reason.
+- Crawl-delay is honoured up to ``max_crawl_delay`` and capped beyond it
+  (logged once per host); the first page follows robots.txt without a delay.
+
+The server's request log (``TestSite(log_requests=True)``) is the proof of
+what was requested and when.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import sqlite3
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import LeakBaseline, MakeServer
+from rawserver import ConnInfo, http_response, read_request
+
+from niofetcher import FetcherConfig
+from niofetcher.crawler import CrawlConfig, Crawler, CrawlSummary
+from niofetcher.testsite import TestSite
+
+ROBOTS = "/robots.txt"
+
+
+def crawl(tmp_path: Path, site: TestSite, **options: Any) -> CrawlSummary:
+    options.setdefault("parse_mode", "thread")
+    options.setdefault("retry_delay", 0.05)
+    config = CrawlConfig(seeds=[site.base_urls[0]], db_path=str(tmp_path / "crawl.sqlite"), **options)
+    return Crawler(config).run()
+
+
+def rows(tmp_path: Path) -> dict[str, tuple[str, str | None]]:
+    """URL -> (state, error), read with plain sqlite3."""
+    with contextlib.closing(sqlite3.connect(tmp_path / "crawl.sqlite")) as conn:
+        return {url: (state, error) for url, state, error in conn.execute("SELECT url, state, error FROM urls")}
+
+
+def requested(site: TestSite) -> Counter[str]:
+    """URL -> requests the site served for it, robots.txt and its redirect hops included."""
+    return Counter(
+        base + path[1:] for base, port in zip(site.base_urls, site.ports, strict=True)
+        for path, n in site.counters(port).paths.items() for _ in range(n)
+    )
+
+
+def pages_of(seen: Counter[str]) -> set[str]:
+    return {url for url in seen if "/robots" not in url}
+
+
+# -- redirects (case 9) -------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("cross_host", [False, True], ids=["same-host", "other-host"])
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirected_robots_txt_is_followed_and_its_rules_obeyed(
+    tmp_path: Path, no_leaks: LeakBaseline, status: int, cross_host: bool
+) -> None:
+    with TestSite(hosts=2, pages=30, robots_disallow=["/page/1"], robots_redirects=2,
+                  robots_redirect_status=status, robots_redirect_cross_host=cross_host, max_seconds=30) as site:
+        summary = crawl(tmp_path, site)
+        seen = requested(site)
+    for j, base in enumerate(site.base_urls):  # every host's chain, each hop once
+        hop_hosts = [site.base_urls[(j + k) % 2] if cross_host else base for k in (1, 2)]
+        assert seen[base + "robots.txt"] == 1
+        assert seen[f"{hop_hosts[0]}robots/{j}/1"] == seen[f"{hop_hosts[1]}robots/{j}/2"] == 1
+    fetched = pages_of(seen)
+    disallowed = {url for url in site.page_urls() if "/page/1" in url}  # 1, 10-19 on both hosts
+    assert len(fetched) > 30 and not fetched & disallowed and set(seen.values()) == {1}
+    found = rows(tmp_path)
+    assert {url for url, (state, _) in found.items() if state == "done"} == fetched
+    refused = {url for url, (state, _) in found.items() if state == "error"}
+    assert refused and refused <= disallowed
+    assert all(found[url][1] == "disallowed by robots.txt" for url in refused)
+    assert summary.errors == {"robots_disallowed": len(refused)}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("hops, obeyed", [(5, True), (6, False)])
+def test_robots_txt_redirects_are_followed_up_to_five_and_more_means_no_rules(
+    tmp_path: Path, no_leaks: LeakBaseline, hops: int, obeyed: bool
+) -> None:
+    """Five redirects reach the rules; a sixth is not followed and robots.txt counts as unavailable
+    (RFC 9309 2.3.1.2 lets a crawler assume so; 2.3.1.3: unavailable allows everything)."""
+    with TestSite(hosts=2, pages=20, robots_disallow=["/page/1"], robots_redirects=hops,
+                  robots_redirect_cross_host=True, max_seconds=30) as site:
+        crawl(tmp_path, site)
+        seen = requested(site)
+    chain = [url for url in seen if "/robots/0/" in url]
+    assert len(chain) == min(hops, 5) and set(seen.values()) == {1}
+    page_1 = site.base_urls[0] + "page/1"
+    assert (page_1 not in seen) is obeyed
+    assert rows(tmp_path)[page_1][0] == ("error" if obeyed else "done")
+
+
+# -- 5xx and unreachable (case 10) ----------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_a_503_robots_txt_holds_the_host_back_and_the_disallow_that_follows_is_obeyed(
+    tmp_path: Path, no_leaks: LeakBaseline
+) -> None:
+    with TestSite(hosts=1, pages=30, robots_disallow=["/page/1"], robots_unavailable=2, log_requests=True,
+                  max_seconds=30) as site:
+        summary = crawl(tmp_path, site, max_attempts=3)
+        log = site.counters().log
+    paths = [path for _, path in log]
+    assert paths[:3] == [ROBOTS] * 3  # 503, 503, then the rules: nothing of the host before them
+    assert paths.count(ROBOTS) == 3
+    assert not [path for path in paths if path.startswith("/page/1")]
+    assert summary.counts["done"] == len(set(paths)) - 1 and summary.counts["waiting"] == 0
+    assert summary.errors == {"robots_disallowed": summary.counts["error"]}
+
+
+@pytest.mark.timeout(30)
+def test_robots_txt_unavailable_on_every_attempt_ends_the_hosts_urls_as_errors(
+    tmp_path: Path, no_leaks: LeakBaseline
+) -> None:
+    with TestSite(hosts=1, pages=30, robots_unavailable=100, max_seconds=30) as site:
+        summary = crawl(tmp_path, site, max_attempts=2)
+        seen = site.counters().paths
+    assert seen == Counter({ROBOTS: 2})  # fetched max_attempts times; not one page
+    assert rows(tmp_path) == {site.base_urls[0]: ("error", "robots.txt unavailable: HTTP 503 Service Unavailable")}
+    assert summary.counts == {"waiting": 0, "processing": 0, "done": 0, "error": 1}
+    assert summary.errors == {"robots_unavailable": 1}
+
+
+@pytest.mark.timeout(30)
+def test_a_robots_txt_that_cannot_be_reached_is_a_complete_disallow_until_it_can(
+    tmp_path: Path, raw_server: MakeServer, no_leaks: LeakBaseline
+) -> None:
+    """A connection closed without a response (a network error) on the first fetch of robots.txt,
+    its rules on the second: the page they disallow is never requested."""
+    paths: list[str] = []
+    lock = threading.Lock()
+    replies = {
+        "/": http_response(200, b'<a href="/private">p</a><a href="/public">q</a>',
+                           [("Content-Type", "text/html")], close=True),
+        "/public": http_response(200, b"ok", [("Content-Type", "text/html")], close=True),
+        "/private": http_response(200, b"secret", [("Content-Type", "text/html")], close=True),
+    }
+    rules = http_response(200, b"User-agent: *\nDisallow: /private\n", [("Content-Type", "text/plain")], close=True)
+
+    def handle(sock: Any, info: ConnInfo) -> None:
+        head = read_request(sock, info)
+        if head is None:
+            return
+        path = head.decode("latin-1").split(" ")[1]
+        with lock:
+            paths.append(path)
+            robots_before = paths.count(ROBOTS) - 1
+        if path == ROBOTS:
+            if robots_before:
+                sock.sendall(rules)
+            return  # the first time: close without a byte
+        sock.sendall(replies.get(path, http_response(404, b"", close=True)))
+
+    server = raw_server(handle, max_seconds=30)
+    config = CrawlConfig(seeds=[f"http://127.0.0.1:{server.port}/"], db_path=str(tmp_path / "crawl.sqlite"),
+                         parse_mode="thread", retry_delay=0.05)
+    summary = Crawler(config).run()
+    assert paths[:2] == [ROBOTS, ROBOTS] and sorted(paths[2:]) == ["/", "/public"]
+    assert summary.counts["done"] == 2 and summary.errors == {"robots_disallowed": 1}
+
+
+# -- Crawl-delay (case 11) ---------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_a_crawl_delay_beyond_max_crawl_delay_is_capped_and_logged_once(
+    tmp_path: Path, no_leaks: LeakBaseline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Crawl-delay: 3600`` would make this crawl of four pages last three hours; capped to
+    0.5 s, the pages are 0.5 s apart, and the first follows robots.txt at once."""
+    cap = 0.5
+    with TestSite(hosts=1, pages=3, links_per_page=3, robots_crawl_delay=3600, log_requests=True,
+                  max_seconds=30) as site:
+        with caplog.at_level(logging.WARNING, logger="niofetcher"):
+            summary = crawl(tmp_path, site, max_crawl_delay=cap,
+                            fetcher=FetcherConfig(max_connections_per_host=4))
+        log = site.counters().log
+    assert summary.counts["done"] == 4
+    assert log[0][1] == ROBOTS and len(log) == 5
+    starts = [at for at, _ in log]
+    # The margin is the timer's: a host delay is never early, but the clock readings on both sides
+    # are taken at slightly different points.
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts[1:])]
+    assert min(gaps) >= cap - 0.05, gaps
+    assert starts[1] - starts[0] < cap - 0.1, "the first page waited for a delay after robots.txt"
+    warnings = [record for record in caplog.records if "Crawl-delay" in record.getMessage()]
+    assert len(warnings) == 1 and "3600" in warnings[0].getMessage()
+
+
+@pytest.mark.timeout(30)
+def test_a_crawl_delay_within_max_crawl_delay_is_honoured_as_it_is(
+    tmp_path: Path, no_leaks: LeakBaseline, caplog: pytest.LogCaptureFixture
+) -> None:
+    with TestSite(hosts=1, pages=2, links_per_page=2, robots_crawl_delay=0.4, log_requests=True,
+                  max_seconds=30) as site:
+        with caplog.at_level(logging.WARNING, logger="niofetcher"):
+            crawl(tmp_path, site, fetcher=FetcherConfig(max_connections_per_host=4))
+        starts = [at for at, _ in site.counters().log]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts[1:])]
+    assert len(gaps) == 2 and min(gaps) >= 0.35, gaps
+    assert starts[1] - starts[0] < 0.3, "the first page waited for a delay after robots.txt"
+    assert not [record for record in caplog.records if "Crawl-delay" in record.getMessage()]
+
+
+@pytest.mark.parametrize("value", [-1.0, float("inf"), float("nan"), True, "30"])
+def test_max_crawl_delay_must_be_a_non_negative_number_of_seconds(value: Any) -> None:
+    with pytest.raises(ValueError, match="max_crawl_delay"):
+        CrawlConfig(seeds=["http://127.0.0.1/"], max_crawl_delay=value)
+    assert CrawlConfig(seeds=["http://127.0.0.1/"]).max_crawl_delay == 30.0
+
+
+# -- a bounded table (case 12) -------------------------------------------------------------------
+
+
+def test_the_robots_table_ages_out_the_least_recently_used_origins_that_are_not_busy() -> None:
+    from niofetcher.robots import ALLOW_ALL, RobotsTable
+    from niofetcher.urls import Origin
+
+    a, b, c, d = (Origin("http", f"{name}.test", 80) for name in "abcd")
+    busy = {a}
+    table = RobotsTable(2, busy=busy.__contains__)
+    table.put(a, ALLOW_ALL)
+    table.put(b, ALLOW_ALL)
+    table.put(c, ALLOW_ALL)  # over capacity: a is oldest but busy, so b goes
+    assert (a in table, b in table, c in table, len(table)) == (True, False, True, 2)
+    busy.clear()
+    assert table.get(a) is ALLOW_ALL  # a is now the most recently used
+    table.put(d, ALLOW_ALL)
+    assert (a in table, c in table, d in table) == (True, False, True)
+    assert table.get(c) is None  # aged out: the crawler fetches its robots.txt again
+
+
+@pytest.mark.timeout(30)
+def test_a_crawl_with_a_tiny_robots_table_still_obeys_every_host(
+    tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room for one origin's rules, a crawl of four hosts (pages linking round the ring) still
+    fetches every page once and obeys every host's rules: a busy host is never aged out, and one
+    that was is asked for its robots.txt again."""
+    import niofetcher.crawler as crawler_module
+
+    monkeypatch.setattr(crawler_module, "_ROBOTS_ORIGINS", 1)
+    with TestSite(hosts=4, pages=40, robots_disallow=["/page/1"], max_seconds=30) as site:
+        config = CrawlConfig(seeds=[site.base_urls[0]], db_path=str(tmp_path / "crawl.sqlite"),
+                             parse_mode="thread", fetcher=FetcherConfig(max_connections_per_host=1))
+        crawler = Crawler(config)
+        summary = crawler.run()
+        seen = requested(site)
+    assert all(seen[base + "robots.txt"] >= 1 for base in site.base_urls)
+    pages = {url: n for url, n in seen.items() if "/robots" not in url}
+    assert set(pages.values()) == {1} and not any("/page/1" in url for url in pages)
+    assert len(crawler._robots) <= 4
+    assert summary.counts["waiting"] == summary.counts["processing"] == 0
