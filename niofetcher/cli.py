@@ -13,7 +13,7 @@ import tempfile
 from typing import Optional, Sequence, TextIO
 
 from . import __version__
-from .cli_crawl import PageWriter, StopSignals, print_summary, run_crawl
+from .cli_crawl import PageWriter, ResumeError, StopSignals, print_summary, run_crawl
 from .config import FetcherConfig
 from .crawler import CrawlConfig
 from .fetcher import NIOFetcher
@@ -71,8 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     crawl.add_argument("--db", default="crawl.sqlite", help="the frontier database (default crawl.sqlite)")
     crawl.add_argument("--max-pages", type=_positive_int, default=None, metavar="N")
     crawl.add_argument("--max-depth", type=_non_negative_int, default=None, metavar="D")
-    crawl.add_argument("--out", metavar="FILE", help="write one JSON record per page to FILE (appends)")
-    crawl.add_argument("--warc", metavar="FILE", help="write request and response records to a WARC file (.gz: gzip)")
+    crawl.add_argument("--out", metavar="FILE",
+                       help="write one JSON record per page to FILE: a new crawl appends to it, a resumed one "
+                            "first cuts it back to the end of the last page --db recorded")
+    crawl.add_argument("--warc", metavar="FILE",
+                       help="write request and response records to a WARC file (.gz: gzip), appended to and "
+                            "cut back on a resume as --out is")
     crawl.add_argument("--allowed-domain", action="append", default=None, metavar="DOMAIN",
                        help="follow links only within DOMAIN and its subdomains "
                             "(repeatable; default: the seeds' hosts)")
@@ -278,6 +282,8 @@ def _run_crawl(args: argparse.Namespace) -> int:
     try:
         with writer:
             summary = run_crawl(config, writer, args.progress)
+    except ResumeError as exc:
+        raise UsageError(str(exc)) from None
     except sqlite3.Error as exc:  # the frontier is the crawl's only database
         raise CommandFailed(f"{exc}: {args.db}") from None
     except RuntimeError as exc:  # the crawl could not go on: its fetcher loop or one of its threads died
