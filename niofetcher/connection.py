@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import logging
 import os
 import socket
 import ssl
@@ -38,8 +37,6 @@ if TYPE_CHECKING:
     from .engine import Task
     from .pool import HostSlot
 
-log = logging.getLogger("niofetcher")
-
 RESOLVING, CONNECTING, HANDSHAKING, ACTIVE, IDLE, CLOSED = range(6)
 _IN_PROGRESS = {errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN, errno.EALREADY}
 _INF = float("inf")
@@ -51,6 +48,8 @@ class ConnectionOwner(Protocol):
     def exchange_failed(self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool) -> None: ...
 
     def connection_closed(self, conn: Connection, was_idle: bool) -> None: ...
+
+    def connection_crashed(self, conn: Connection, exc: Exception) -> None: ...
 
     def idle_expired(self, conn: Connection, service_time: bool) -> None: ...
 
@@ -69,7 +68,7 @@ class Connection:
         "established_at", "reuse_deadline", "requests_done", "reused", "last_activity", "idle_since",
         "_connect_deadline", "_addresses", "_address_index", "_last_connect_error", "_out", "_timer",
         "_speed_mark_at", "_speed_mark_bytes", "_received", "_denied", "_session_saved",
-        "session_reused",
+        "session_reused", "carried",
     )
 
     def __init__(
@@ -86,6 +85,10 @@ class Connection:
         self.transport: Optional[Transport] = None
         self.http = ClientHTTP11(config.max_header_size, config.max_body_size, config.decode_content)
         self.task: Optional[Task] = task
+        # The task this connection answers for until the owner has routed it.  ``task``
+        # is cleared before the owner hears of the outcome; this is not, so that a
+        # fault in the owner's handling still finds the task it must end.
+        self.carried: Optional[Task] = task
         self.established_at = 0.0
         self.reuse_deadline = _INF
         self.requests_done = 0
@@ -228,6 +231,7 @@ class Connection:
     def start(self, task: Task) -> None:
         """Send ``task``'s request on this idle connection."""
         self.task = task
+        self.carried = task
         self._begin(task)
 
     def _begin(self, task: Task) -> None:
@@ -383,6 +387,12 @@ class Connection:
         self._timer = None if deadline == _INF else self.loop.timers.call_at(deadline, Connection._on_timer, self)
 
     def _on_timer(self) -> None:
+        try:
+            self._check_deadlines()
+        except Exception as exc:  # noqa: BLE001 - as for readiness events: one connection's fault, not the loop's
+            self.on_internal_error(exc)
+
+    def _check_deadlines(self) -> None:
         self._timer = None
         now = self.loop.now
         state = self.state
@@ -454,9 +464,7 @@ class Connection:
 
     def on_internal_error(self, exc: Exception) -> None:
         """A bug in a handler must cost one request, never the loop."""
-        log.error("internal error on %r", self, exc_info=exc)
-        self.fail(FetchFailure(ErrorKind.PROTOCOL_ERROR, f"internal error: {exc!r}"))
-
+        self.owner.connection_crashed(self, exc)
 
 
 def _address_text(sockaddr: tuple) -> str:

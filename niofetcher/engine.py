@@ -28,7 +28,7 @@ from .errors import ErrorKind, FetchFailure
 from .http11 import RequestHeaders, validated_headers
 from .loop import Loop
 from .models import FetchResult, URLBean
-from .pool import HostTable
+from .pool import HostSlot, HostTable
 from .resolver import ResolverPool
 from .transport import tls_context
 from .urls import Target, parse_target
@@ -41,6 +41,12 @@ _CROSS_ORIGIN_DROPPED = frozenset(("authorization", "cookie", "proxy-authorizati
 _BODY_HEADERS = frozenset(("content-length", "content-type", "content-encoding", "transfer-encoding"))
 _INF = math.inf
 
+# Where a task is, so that a fault anywhere on its way settles it exactly once:
+# WAITING in the inbox or a host queue; RUNNING on a connection (counted in
+# in_flight); ROUTING once its exchange has ended and the engine decides
+# between a result, a redirect and a replay; DONE once its result is made.
+WAITING, RUNNING, ROUTING, DONE = range(4)
+
 
 class Task:
     """One registration on its way through the fetcher, redirects and a replay included."""
@@ -48,7 +54,7 @@ class Task:
     __slots__ = (
         "bean", "seq", "priority", "method", "body", "target", "url", "registered_at", "first_dispatch_at",
         "dispatched_at", "active_time", "deadline", "redirects", "replayed", "needs_fresh_connection",
-        "connection_reused", "session_reused", "_defaults", "_headers", "_wire_headers",
+        "connection_reused", "session_reused", "state", "_defaults", "_headers", "_wire_headers",
     )
 
     def __init__(
@@ -74,6 +80,7 @@ class Task:
         self.needs_fresh_connection = False
         self.connection_reused = False
         self.session_reused = False
+        self.state = WAITING
         # Shared with every other task until this one has headers of its own:
         # a million pending URLs must not mean a million copies of the defaults.
         self._defaults = defaults
@@ -143,9 +150,25 @@ Deliver = Callable[[list[FetchResult]], None]
 
 
 class Engine:
-    """Owns the loop, the host table, the resolver pool and every connection."""
+    """Owns the loop, the host table, the resolver pool and every connection.
 
-    def __init__(self, config: FetcherConfig, deliver: Deliver, completed_backlog: Callable[[], int]) -> None:
+    Faults.  The loop must survive its own bugs (DESIGN.md guarantee 9), in two
+    layers.  Everything the loop does for one connection -- its readiness
+    events, its timer, its DNS answer, starting a request on it -- runs under a
+    guard that turns an unexpected exception into ``connection_crashed``: that
+    connection closes and the request it carried ends as ``protocol_error``,
+    found through ``Connection.carried`` and settled by its ``Task.state``, so
+    it is delivered once whether the fault came before, during or after its
+    routing.  A fault anywhere else (the scheduler, the loop itself) ends the
+    loop thread: ``failure`` keeps the exception, and ``_release`` cancels every
+    task still in ``_live`` or the inbox -- a registry kept for exactly this, as
+    the host table and the connections may be what broke.
+    """
+
+    def __init__(
+        self, config: FetcherConfig, deliver: Deliver, completed_backlog: Callable[[], int],
+        close_intake: Callable[[], None],
+    ) -> None:
         self.config = config
         self.loop = Loop()
         self.table = HostTable(
@@ -160,7 +183,10 @@ class Engine:
         self.finishing = False  # shutdown(wait=True) began: max_completed no longer holds work back
         self._deliver = deliver
         self._completed_backlog = completed_backlog
+        self._close_intake = close_intake
         self._finished: list[FetchResult] = []
+        self._live: set[Task] = set()  # taken from the inbox, no result made yet
+        self.failure: Optional[BaseException] = None  # what ended the loop thread, if not a shutdown
         self._denied = config.denied_networks()
         self.request_defaults = RequestDefaults(_base_headers(config))
         # counters read by FetcherStats
@@ -187,9 +213,9 @@ class Engine:
                 self._dispatch()
                 if self._finished:
                     self._deliver_finished()
-        except BaseException:
-            log.exception("niofetcher loop failed; cancelling everything it held")
-            raise
+        except BaseException as exc:  # kept as ``failure``; every URL is cancelled below
+            self.failure = exc
+            log.error("niofetcher loop failed; cancelling everything it held", exc_info=exc)
         finally:
             self._release()
 
@@ -198,8 +224,28 @@ class Engine:
         self._release()
 
     def _release(self) -> None:
+        """Cancel everything unfinished, deliver it, and close every socket and thread.
+
+        After a loop failure the host table or a connection may be inconsistent,
+        so the orderly cancel is only tried: whatever it leaves, the registry of
+        live tasks and the inbox still reach, and sockets are closed by force.
+        """
         self.stopping = True
-        self._cancel_everything()
+        self._close_intake()  # before the inbox is swept: nothing may land there after it
+        failure = self.failure
+        detail = "fetcher shut down" if failure is None else f"niofetcher loop failed: {_describe(failure)}"
+        cancelled = FetchFailure(ErrorKind.CANCELLED, detail)
+        try:
+            self._cancel_everything(cancelled)
+        except Exception:  # the sweep below delivers what this could not
+            log.exception("niofetcher: cancelling after a loop failure failed; closing by force")
+            for conn in self.connections:
+                if conn.sock is not None:
+                    conn.sock.close()
+        while self.inbox:
+            self._finish_error(self.inbox.popleft(), cancelled)
+        for task in list(self._live):
+            self._finish_error(task, cancelled)
         self._deliver_finished()
         self.resolver.close()
         self.loop.close()
@@ -227,6 +273,7 @@ class Engine:
             if self.stopping:
                 self._finish_error(task, FetchFailure(ErrorKind.CANCELLED, "fetcher shut down"))
             else:
+                self._live.add(task)
                 table.enqueue(task, now)
             inbox.popleft()
 
@@ -248,22 +295,29 @@ class Engine:
                 task.first_dispatch_at = now
             task.dispatched_at = now
             task.deadline = now + request_timeout - task.active_time if request_timeout is not None else _INF
+            task.state = RUNNING
             self.in_flight += 1
-            if evict is not None:
-                evict.close()
-            if conn is not None:
-                self.reused_requests += 1
-                task.connection_reused = True
-                conn.start(task)
-            else:
-                task.connection_reused = False
-                task.needs_fresh_connection = False
-                conn = Connection(self, self.loop, self.config, slot, task, self._denied)
-                table.connection_opened(slot)
-                self.connections.add(conn)
-                self.connections_opened += 1
-                origin = slot.origin
-                self.resolver.lookup(origin.host, origin.port, _resolved_callback(conn), now)
+            try:
+                if evict is not None:
+                    evict.close()
+                if conn is not None:
+                    self.reused_requests += 1
+                    task.connection_reused = True
+                    conn.start(task)
+                else:
+                    task.connection_reused = False
+                    task.needs_fresh_connection = False
+                    conn = Connection(self, self.loop, self.config, slot, task, self._denied)
+                    table.connection_opened(slot)
+                    self.connections.add(conn)
+                    self.connections_opened += 1
+                    origin = slot.origin
+                    self.resolver.lookup(origin.host, origin.port, _resolved_callback(conn), now)
+            except Exception as exc:  # noqa: BLE001 - a fault in starting one request costs that request only
+                if conn is not None:
+                    conn.on_internal_error(exc)
+                else:
+                    self._task_crashed(task, slot, exc)
             table.refresh(slot, now)
 
     # -- connection events (ConnectionOwner) --------------------------------
@@ -273,29 +327,53 @@ class Engine:
         status = http.status
         assert status is not None
         result_parts = (status, http.reason, http.headers, http.body)
-        self._exchange_ended(conn)
+        self._exchange_ended(task, conn.slot)
         self._keep_or_close(conn)
-        config = self.config
-        if config.follow_redirects and status in REDIRECT_STATUSES:
-            location = _header(http.headers, "location")
-            if location is not None:
-                self._redirect(task, status, location)
-                return
-        self._finish(task, *result_parts, conn=conn)
+        location = _header(http.headers, "location") if status in REDIRECT_STATUSES else None
+        if location is not None and self.config.follow_redirects:
+            self._redirect(task, status, location)
+        else:
+            self._finish(task, *result_parts, conn=conn)
+        conn.carried = None  # routed: a later fault on this connection is not this task's
 
     def exchange_failed(self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool) -> None:
-        self._exchange_ended(conn, served=False)
+        self._exchange_ended(task, conn.slot, served=False)
+        http = conn.http
         if replayable and not task.replayed and not self.stopping and task.method in IDEMPOTENT_METHODS:
             task.replayed = True
             task.needs_fresh_connection = True
             self.replayed_requests += 1
             self._requeue(task)
-            return
-        http = conn.http
-        if http.status is not None:
+        elif http.status is not None:
             self._finish(task, http.status, http.reason, http.headers, b"", conn=conn, failure=failure)
         else:
             self._finish_error(task, failure, conn=conn)
+        conn.carried = None
+
+    def connection_crashed(self, conn: Connection, exc: Exception) -> None:
+        """A bug while serving ``conn``: it closes, its request ends as ``protocol_error``, the loop goes on.
+
+        A fault in the clean-up itself escapes, and ends the loop (see the class docstring).
+        """
+        log.error("niofetcher: internal error on %r; that request fails, the rest go on", conn, exc_info=exc)
+        task = conn.carried
+        conn.carried = None
+        conn.task = None
+        conn.close()
+        if conn in self.connections:
+            # Its close failed half-way: the socket may be registered still and the host's
+            # connection count is off, which could stall that host for ever.  Only the
+            # loop's own ending cleans that up safely.
+            raise RuntimeError(f"{conn!r} could not be closed after an internal error") from exc
+        if task is not None:
+            self._task_crashed(task, conn.slot, exc, conn)
+
+    def _task_crashed(self, task: Task, slot: HostSlot, exc: Exception, conn: Optional[Connection] = None) -> None:
+        """End ``task`` after a fault, unless it already has a result or waits for its next hop."""
+        if task.state == RUNNING:
+            self._exchange_ended(task, slot, served=False)
+        if task.state == ROUTING:
+            self._finish_error(task, FetchFailure(ErrorKind.PROTOCOL_ERROR, f"internal error: {_describe(exc)}"), conn)
 
     def connection_closed(self, conn: Connection, was_idle: bool) -> None:
         self.connections.discard(conn)
@@ -318,9 +396,10 @@ class Engine:
         self.tls_handshakes += 1
         self.tls_resumed += resumed
 
-    def _exchange_ended(self, conn: Connection, served: bool = True) -> None:
+    def _exchange_ended(self, task: Task, slot: HostSlot, served: bool = True) -> None:
+        task.state = ROUTING
         self.in_flight -= 1
-        self.table.exchange_ended(conn.slot, served)
+        self.table.exchange_ended(slot, served, self.loop.now)
 
     def _keep_or_close(self, conn: Connection) -> None:
         """After a response: back to the idle pool, unless it may not serve another request."""
@@ -374,6 +453,7 @@ class Engine:
         now = self.loop.now
         task.active_time += now - task.dispatched_at
         task.deadline = _INF
+        task.state = WAITING
         self.table.enqueue(task, now)
 
     def _finish(
@@ -394,6 +474,8 @@ class Engine:
             error_detail=failure.detail if failure else "",
         )
         self._finished.append(result)
+        task.state = DONE
+        self._live.discard(task)
 
     def _finish_error(
         self, task: Task, failure: FetchFailure, conn: Optional[Connection] = None, status: Optional[int] = None
@@ -414,9 +496,8 @@ class Engine:
         while self.inbox:
             self._finish_error(self.inbox.popleft(), cancelled)
 
-    def _cancel_everything(self) -> None:
-        self.cancel_pending("fetcher shut down")
-        cancelled = FetchFailure(ErrorKind.CANCELLED, "fetcher shut down")
+    def _cancel_everything(self, cancelled: FetchFailure) -> None:
+        self.cancel_pending(cancelled.detail)
         for conn in list(self.connections):
             if conn.state == IDLE or conn.task is None:
                 conn.close()
@@ -426,12 +507,21 @@ class Engine:
 
 def _resolved_callback(conn: Connection) -> Callable[..., None]:
     def resolved(addresses: Optional[list], failure: Optional[FetchFailure]) -> None:
-        if failure is not None:
-            conn.fail(failure)
-        else:
-            conn.connect(addresses)  # type: ignore[arg-type]
+        try:
+            if failure is not None:
+                conn.fail(failure)
+            else:
+                conn.connect(addresses)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - a fault in connecting costs this connection only
+            conn.on_internal_error(exc)
 
     return resolved
+
+
+def _describe(exc: BaseException) -> str:
+    """``TypeName: message`` for an error detail (the type alone says little when the message is empty)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _base_headers(config: FetcherConfig) -> dict[str, tuple[str, str]]:

@@ -34,10 +34,11 @@ class NIOFetcher:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._completed: collections.deque[FetchResult] = collections.deque()
-        self._engine = Engine(self.config, self._deliver, self._completed.__len__)
+        self._engine = Engine(self.config, self._deliver, self._completed.__len__, self._close_intake)
         self._seq = itertools.count()
         self._thread: Optional[threading.Thread] = None
         self._closed = False
+        self._loop_ended = False
         self._registered = 0
         self._delivered = 0
         self._failed = 0
@@ -56,8 +57,32 @@ class NIOFetcher:
         with self._cond:
             if self._thread is not None or self._closed:
                 raise RuntimeError("NIOFetcher.start() may be called only once")
-            self._thread = threading.Thread(target=self._engine.run, name="niofetcher-loop", daemon=True)
+            self._thread = threading.Thread(target=self._run_loop, name="niofetcher-loop", daemon=True)
         self._thread.start()
+
+    def _run_loop(self) -> None:
+        try:
+            self._engine.run()
+        finally:
+            # The engine delivers every unfinished URL as it ends, even after a failure.  Should
+            # even that fail, waiting on the results it could not make must still end.
+            with self._cond:
+                self._loop_ended = True
+                self._cond.notify_all()
+
+    def _close_intake(self) -> None:
+        """Loop thread, as it ends: refuse registrations from now on."""
+        with self._cond:
+            self._closed = True
+
+    @property
+    def failure(self) -> Optional[BaseException]:
+        """The exception that ended the loop thread; None while it runs, and after a normal shutdown.
+
+        When it is set, every URL registered was (or is being) delivered with error
+        ``cancelled`` and ``register()`` returns False.
+        """
+        return self._engine.failure
 
     def shutdown(self, wait: bool = True, timeout: Optional[float] = None) -> None:
         """Stop accepting URLs; finish them (``wait=True``, at most ``timeout`` s) or cancel them at once.
@@ -165,7 +190,9 @@ class NIOFetcher:
         """The next completed result (any thread); None when ``timeout`` passes first."""
         with self._cond:
             # After shutdown with nothing left, waiting could only hang.
-            self._cond.wait_for(lambda: self._completed or (self._closed and self._unfinished == 0), timeout)
+            self._cond.wait_for(
+                lambda: self._completed or (self._closed and self._unfinished == 0) or self._loop_ended, timeout
+            )
             if not self._completed:
                 return None
             result = self._completed.popleft()
@@ -184,7 +211,7 @@ class NIOFetcher:
         """Yield results until nothing is pending, in flight or completed."""
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._completed or self._unfinished == 0)
+                self._cond.wait_for(lambda: self._completed or self._unfinished == 0 or self._loop_ended)
                 if not self._completed:
                     return
                 batch = list(self._completed)
@@ -195,7 +222,7 @@ class NIOFetcher:
     def join(self, timeout: Optional[float] = None) -> bool:
         """Wait until nothing is pending or in flight; False if ``timeout`` passed first."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._unfinished == 0, timeout)
+            return self._cond.wait_for(lambda: self._unfinished == 0 or self._loop_ended, timeout)
 
     def _after_take(self) -> None:
         # The loop stops starting requests while max_completed results wait; tell it there is room.

@@ -144,7 +144,7 @@ class HostTable:
         self.total_open -= 1
         self.refresh(slot, now)
 
-    def exchange_ended(self, slot: HostSlot, served: bool) -> None:
+    def exchange_ended(self, slot: HostSlot, served: bool, now: float) -> None:
         slot.in_flight -= 1
         if served:
             slot.served += 1

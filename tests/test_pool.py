@@ -61,7 +61,7 @@ def test__priority_then_fifo_across_hosts() -> None:
             break
         (tk, conn), = started
         order.append(tk.url)
-        t.exchange_ended(conn.slot, True)
+        t.exchange_ended(conn.slot, True, 0.0)
         t.connection_idle(conn, 0.0)
     # With one connection in all, the idle one is evicted for other hosts: strict global order.
     assert order == ["http://b.test/2", "http://b.test/1", "http://a.test/2", "http://a.test/1", "http://c.test/1"]
@@ -85,7 +85,7 @@ def test__global_limit_waits_then_evicts_oldest_idle() -> None:
     (ta, ca), (tb, cb) = start_all(t)
     t.enqueue(task("http://b.test/0"), 0.0)
     assert t.next_assignment(0.0) is None  # both connections busy: wait
-    t.exchange_ended(ca.slot, True)
+    t.exchange_ended(ca.slot, True, 0.0)
     t.connection_idle(ca, 0.0)
     a = t.next_assignment(0.0)
     assert a is not None and a.task.target.origin.host == "b.test" and a.evict is ca

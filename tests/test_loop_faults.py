@@ -1,0 +1,261 @@
+"""Guarantee 9 of DESIGN.md: the loop survives its own bugs.
+
+A fault is injected by wrapping one method so that it raises for one URL
+only (the URLs that must fail carry ``FAULT`` in them), against the real
+test site with many other URLs in flight.  Two layers are checked:
+
+* a fault while serving one connection, or while starting one request, ends
+  that URL with ``protocol_error`` (the exception in ``error_detail``); every
+  other URL succeeds, each exactly once, and the loop takes new work after;
+* a fault outside any connection (the scheduler, the loop itself, or a
+  connection that cannot even be closed) ends the loop thread: every URL
+  registered is still delivered exactly once, the unfinished ones as
+  ``cancelled`` naming the failure, ``register()`` refuses, nothing waits for
+  ever, ``NIOFetcher.failure`` holds the exception, and no thread or socket
+  is left.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from conftest import LeakBaseline, MakeServer
+from rawserver import hang, redirect
+
+from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher
+from niofetcher.connection import Connection
+from niofetcher.engine import Engine, Task
+from niofetcher.http11 import ClientHTTP11
+from niofetcher.loop import Loop
+from niofetcher.pool import HostTable
+from niofetcher.testsite import TestSite
+
+pytestmark = pytest.mark.timeout(60)
+
+FAULT = "FAULT"
+MESSAGE = "injected fault"
+LITERAL = "literal.test"  # in the ``resolve`` map
+
+
+@pytest.fixture
+def site() -> Iterator[TestSite]:
+    with TestSite(hosts=2, pages=40, page_size=512) as s:
+        yield s
+
+
+def fault_for(
+    monkeypatch: pytest.MonkeyPatch, cls: type, name: str, url_of: Callable[..., str | None], exc: Exception
+) -> None:
+    """Make ``cls.name`` raise ``exc`` whenever ``url_of(self, *args)`` holds FAULT; otherwise unchanged."""
+    original = getattr(cls, name)
+
+    def faulty(self: Any, *args: Any, **kwargs: Any) -> Any:
+        url = url_of(self, *args)
+        if url is not None and FAULT in url:
+            raise exc
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, name, faulty)
+
+
+def task_url(conn: Connection, *_: Any) -> str | None:
+    return conn.task.url if conn.task is not None else None
+
+
+def stub_resolver(host: str, port: int) -> list[tuple[int, tuple[str, int]]]:
+    """Every name is 127.0.0.1: answers come from the resolver pool, never from the network."""
+    return [(socket.AF_INET, ("127.0.0.1", port))]
+
+
+# Where the fault goes, and a URL that reaches that place.  ``site`` is the test
+# site; ``extra`` holds a redirecting and a hanging raw server.  A fault in
+# opening a connection needs a URL that no open connection can take: a host
+# of its own (a ``resolve`` entry answers at once, in the scheduler's round; a
+# name for the stub resolver is answered later, through the resolver pool).
+PLACES: dict[str, tuple[Callable[[pytest.MonkeyPatch, Exception], None], Callable[[TestSite, dict[str, int]], str]]] = {
+    # The issue's own case: a request line that cannot be encoded.  Reused
+    # connections start it from the scheduler's round, new ones on writable.
+    "start_request": (
+        lambda mp, exc: fault_for(mp, ClientHTTP11, "start_request", lambda http, method, target, *_: target, exc),
+        lambda site, extra: f"{site.base_urls[0]}page/7?{FAULT}",
+    ),
+    "request headers": (
+        lambda mp, exc: fault_for(mp, Task, "wire_headers", lambda task: task.url, exc),
+        lambda site, extra: f"{site.base_urls[1]}page/3?{FAULT}",
+    ),
+    "new connection": (
+        lambda mp, exc: fault_for(mp, Connection, "__init__", lambda conn, owner, loop, config, slot, task, *_: task.url, exc),
+        lambda site, extra: f"http://{LITERAL}:{site.ports[0]}/page/9?{FAULT}",
+    ),
+    "tcp connected": (
+        lambda mp, exc: fault_for(mp, Connection, "_on_tcp_connected", task_url, exc),
+        lambda site, extra: f"http://{LITERAL}:{site.ports[1]}/page/5?{FAULT}",
+    ),
+    "dns answer": (
+        lambda mp, exc: fault_for(mp, Connection, "connect", task_url, exc),
+        lambda site, extra: f"http://{FAULT.lower()}.test:{site.ports[0]}/page/2?{FAULT}",
+    ),
+    "reading": (
+        lambda mp, exc: fault_for(mp, Connection, "on_readable", task_url, exc),
+        lambda site, extra: f"{site.base_urls[0]}page/11?{FAULT}",
+    ),
+    "exchange_done": (
+        lambda mp, exc: fault_for(mp, Engine, "exchange_done", lambda engine, conn, task: task.url, exc),
+        lambda site, extra: f"{site.base_urls[1]}page/12?{FAULT}",
+    ),
+    "redirect": (
+        lambda mp, exc: fault_for(mp, Engine, "_redirect", lambda engine, task, *_: task.url, exc),
+        lambda site, extra: f"http://127.0.0.1:{extra['redirect']}/{FAULT}",
+    ),
+    "timer": (
+        lambda mp, exc: fault_for(mp, Connection, "_expired", task_url, exc),
+        lambda site, extra: f"http://127.0.0.1:{extra['hang']}/{FAULT}",
+    ),
+}
+
+
+def good_urls(site: TestSite, extra: dict[str, int], n: int, tag: str) -> list[str]:
+    """``n`` distinct good URLs over both hosts, plus one that redirects to the site."""
+    pages = [u for u in site.page_urls() if "/page/" in u]
+    urls = [f"{pages[i % len(pages)]}?{tag}={i}" for i in range(n)]
+    urls.append(f"http://127.0.0.1:{extra['redirect']}/fine?{tag}")
+    return urls
+
+
+def take_all(fetcher: NIOFetcher, urls: list[str]) -> dict[str, FetchResult]:
+    """Every result of ``urls`` by URL, exactly one each."""
+    got: dict[str, FetchResult] = {}
+    while len(got) < len(urls):
+        result = fetcher.get(timeout=20)
+        assert result is not None, f"no result for {sorted(set(urls) - set(got))}"
+        assert result.url not in got, f"two results for {result.url}"
+        got[result.url] = result
+    return got
+
+
+@pytest.mark.parametrize("place", list(PLACES))
+def test_a_fault_serving_one_url_fails_that_url_only(
+    no_leaks: LeakBaseline, place: str, site: TestSite, raw_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extra = {
+        "redirect": raw_server(redirect(f"{site.base_urls[0]}page/1")).port,
+        "hang": raw_server(hang(), sock_timeout=10).port,
+    }
+    inject, faulty_url = PLACES[place]
+    exc: Exception = RuntimeError(MESSAGE)
+    if place == "start_request":
+        exc = UnicodeEncodeError("ascii", "/\u00fcn\u00ef", 1, 2, MESSAGE)
+    inject(monkeypatch, exc)
+    bad = faulty_url(site, extra)
+    first = good_urls(site, extra, 60, "first")
+    config = FetcherConfig(
+        max_connections_per_host=2, read_timeout=1.0, resolve={LITERAL: "127.0.0.1"}, resolver=stub_resolver
+    )
+    with NIOFetcher(config) as fetcher:
+        urls = [*first[:30], bad, *first[30:]]
+        for url in urls:
+            assert fetcher.register(url)
+        results = take_all(fetcher, urls)
+        # The loop goes on: new work after the fault is served too.
+        later = good_urls(site, extra, 20, "later")
+        results.update(take_all(fetcher, later) if all(fetcher.register(u) for u in later) else {})
+        assert fetcher.failure is None
+        assert fetcher.stats().in_flight == 0
+    failed = results.pop(bad)
+    assert failed.error == ErrorKind.PROTOCOL_ERROR, failed
+    assert type(exc).__name__ in failed.error_detail and MESSAGE in failed.error_detail, failed.error_detail
+    assert len(results) == len(first) + len(later)
+    not_ok = {url: (r.error, r.error_detail) for url, r in results.items() if not r.ok}
+    assert not not_ok
+
+
+# -- the loop thread dies anyway ----------------------------------------------
+
+
+def break_scheduler(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
+    """The scheduler takes a request off its host queue, then fails: only the registry still knows it."""
+    original = HostTable.next_assignment
+    calls = [0]
+
+    def failing(self: HostTable, now: float) -> Any:
+        assignment = original(self, now)
+        calls[0] += 1
+        if calls[0] == 5:
+            raise exc
+        return assignment
+
+    monkeypatch.setattr(HostTable, "next_assignment", failing)
+
+
+def break_loop(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
+    original = Loop.run_once
+    calls = [0]
+
+    def failing(self: Loop, max_wait: float | None) -> None:
+        calls[0] += 1
+        if calls[0] == 8:
+            raise exc
+        original(self, max_wait)
+
+    monkeypatch.setattr(Loop, "run_once", failing)
+
+
+def break_close(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
+    """A connection's close fails half-way: the fault guard cannot clean up, so the loop must end."""
+    original = Engine.connection_closed
+    calls = [0]
+
+    def failing(self: Engine, conn: Connection, was_idle: bool) -> None:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise exc
+        original(self, conn, was_idle)
+
+    monkeypatch.setattr(Engine, "connection_closed", failing)
+
+
+@pytest.mark.parametrize("breaker", [break_scheduler, break_loop, break_close])
+def test_a_dead_loop_still_delivers_every_url_and_nothing_waits(
+    breaker: Callable[[pytest.MonkeyPatch, Exception], None], monkeypatch: pytest.MonkeyPatch, no_leaks: LeakBaseline
+) -> None:
+    exc = RuntimeError(MESSAGE)
+    breaker(monkeypatch, exc)
+    with TestSite(hosts=2, pages=40, delay=0.05) as slow_site:
+        urls = [u for u in slow_site.page_urls() if "/page/" in u]
+        config = FetcherConfig(max_connections_per_host=2, max_requests_per_connection=1)
+        fetcher = NIOFetcher(config)
+        fetcher.start()
+        for url in urls:
+            assert fetcher.register(url)
+        results = list(fetcher.results())  # must end although the loop died
+        assert sorted(r.url for r in results) == sorted(urls)  # each exactly once
+        failure = fetcher.failure
+        assert failure is not None
+        # A close that fails cannot be cleaned up by the fault guard: it ends the loop, saying why.
+        assert failure is exc or (breaker is break_close and failure.__cause__ is exc), repr(failure)
+        cancelled = [r for r in results if not r.ok]
+        assert cancelled, "the fault came too late to test anything"
+        for r in cancelled:
+            assert r.error == ErrorKind.CANCELLED, r
+            assert r.error_detail == f"niofetcher loop failed: RuntimeError: {failure}", r.error_detail
+        assert not fetcher.register(urls[0])
+        assert fetcher.join(timeout=None)
+        assert fetcher.get() is None  # no timeout: with nothing left it must not wait
+        assert list(fetcher.results()) == []
+        fetcher.shutdown()
+        assert fetcher.failure is failure
+        stats = fetcher.stats()
+        assert stats.registered == stats.completed == len(urls)
+
+
+def test_failure_is_none_after_a_normal_shutdown(no_leaks: LeakBaseline, site: TestSite) -> None:
+    fetcher = NIOFetcher()
+    assert fetcher.failure is None
+    with fetcher:
+        assert fetcher.register(site.base_urls[0])
+        assert fetcher.get(timeout=10) is not None
+        assert fetcher.failure is None
+    assert fetcher.failure is None
