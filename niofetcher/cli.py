@@ -171,9 +171,9 @@ def _run_fetch(args: argparse.Namespace) -> int:
                 fetcher.register(url)
             for result in fetcher.results():
                 failures += not result.ok
-                print(_result_line(result), flush=True)
-                if out is not None:
+                if out is not None:  # first: a result printed is a result in the file
                     _write_line(out, args.out, json.dumps(_result_record(result)))
+                print(_result_line(result), flush=True)
     finally:
         if out is not None:
             # Every line was flushed as it was written; one that could not be is already being raised.
@@ -284,6 +284,8 @@ def _run_crawl(args: argparse.Namespace) -> int:
             summary = run_crawl(config, writer, args.progress)
     except ResumeError as exc:
         raise UsageError(str(exc)) from None
+    except FrontierError as exc:  # a statement on --db failed (a full disk, an I/O error); it names the file
+        raise CommandFailed(str(exc)) from None
     except sqlite3.Error as exc:  # the frontier is the crawl's only database
         raise CommandFailed(f"{exc}: {args.db}") from None
     except RuntimeError as exc:  # the crawl could not go on: its fetcher loop or one of its threads died

@@ -260,8 +260,10 @@ class StopSignals:
     it means what Ctrl-C means.  A signal within REPEAT_WINDOW seconds of the
     first is the same stop, not a second one: ``timeout``, ``make`` and other
     wrappers forward a terminal's Ctrl-C to their whole process group, so one
-    keypress can arrive twice.  A signal after that prints ``abandon`` and
-    leaves at once, with status 130 as a KeyboardInterrupt would.  ``stop``
+    keypress can arrive twice, even after the command has finished its stop
+    (then signals are ignored until it exits).  A signal after that prints
+    ``abandon`` and leaves at once, with status 130 as a KeyboardInterrupt
+    would.  ``stop``
     runs in the main thread, between two bytecodes of whatever it was doing;
     it may raise (KeyboardInterrupt, for a command that unwinds on it).
     Outside the main thread (where Python cannot take signals) it does nothing.
@@ -283,8 +285,12 @@ class StopSignals:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        stopped = self._first is not None
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            # Once stopped, the command only winds up and exits: the repeat of a forwarded keypress,
+            # arriving a moment late, must not kill it then (SIGTERM, or SIGINT once the interpreter
+            # has put back the default handlers at exit) nor raise a KeyboardInterrupt into its summary.
+            signal.signal(signum, signal.SIG_IGN if stopped else handler)
         self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
