@@ -22,7 +22,7 @@ claims and completes hundreds of URLs a second.  The file is in WAL mode
 with ``synchronous=NORMAL``: a commit appends to the log and does not fsync
 (the log is synced at checkpoints), so a commit costs tens of microseconds,
 and a power cut can lose the last few commits but never corrupts the file.
-The primary key does the de-duplication (``INSERT OR IGNORE``); ``claim()``
+The primary key does the de-duplication (``INSERT ... ON CONFLICT``); ``claim()``
 walks a partial index holding only the waiting rows in claim order.
 ``benchmarks/frontier_speed.py`` measures it.
 
@@ -40,11 +40,31 @@ JSON result row with ``json_group_array``.
 their change in an open transaction until ``commit_every`` outcomes are
 pending or ``commit_interval`` seconds have passed since the first; every
 other method (``add``, ``add_many``, ``claim``, ``release``, ``counts``,
-``next_due``, ``state``, ``flush``, ``close``) commits before it returns.  What a crash can lose is
+``next_due``, ``state``, ``checkpoint``, ``flush``, ``close``) commits before it returns.  What a crash can lose is
 therefore only the outcome of the last few fetches: such a URL was committed
 as 'processing', so the next open puts it back to 'waiting' and it is fetched
 again.  A URL is never lost, and a URL whose 'done' was committed is never
 fetched again.  ``commit_every=1`` commits every call.
+
+*Checkpoints.*  ``complete_many(outcomes, checkpoint)`` stores a few named
+numbers -- the CLI keeps the byte length of each output file it has flushed
+-- in the same transaction as those outcomes, and so in the same commit,
+whenever that comes: after a crash the file holds both or neither.  A URL is
+'done' exactly when its output is within the stored length, so a resumed
+crawl cuts each output back to ``checkpoint()`` and writes every record once.
+
+*Errors.*  When a statement fails (a full disk, an I/O error), the whole open
+transaction is rolled back -- outcomes still pending with it, and their
+checkpoint -- and the counts are read from the file again: the frontier is
+left as the last commit left it, and the error is raised as one
+:class:`FrontierError` line that starts with SQLite's words ("database or
+disk is full: ...").  Nothing is half-done, and close() after it has nothing
+left to commit.
+
+*Depth.*  A URL's depth is its shortest distance from a seed: adding a known
+URL at a smaller depth than the recorded one lowers it (and records the
+parent that gave it), whatever the URL's state.  ``claim()`` hands out the
+lower depths first within a priority, so a crawl goes breadth first.
 
 *Crashes.*  Opening a frontier moves leftover 'processing' rows back to
 'waiting'.  Their attempt stays counted: the request may well have reached
@@ -56,11 +76,29 @@ clean way out (a graceful stop): it gives the attempt back.
 over?"), and ``GROUP BY state`` reads the whole table — about 50 ms per
 100,000 URLs.  So the frontier counts the rows of each state once when it
 opens and then keeps the numbers up to date from the row counts of its own
-statements.  This is why one Frontier owns a file at a time: another writer
-(a second crawler, a user's UPDATE in the sqlite3 shell) would make the
+statements.  This is one reason why one Frontier owns a file at a time:
+another writer (a user's UPDATE in the sqlite3 shell) would make the
 numbers, and the FIFO sequence, stale until the next open.  Readers are
 welcome at any time — WAL never makes them wait for the crawler, nor the
 crawler for them.
+
+*One owner.*  A second crawl on the same file would put the first one's
+'processing' rows back to 'waiting' (the crash recovery above) and fetch
+them again.  So opening a file takes an exclusive ``flock()`` on a sidecar
+file, ``<path>.lock`` (``path`` with symlinks resolved), before it reads
+anything, and holds it until close(); the kernel drops it when the process
+dies, so a SIGKILL leaves no stale lock, and a child the crawl forks lets go
+of its copy at once (it would outlive the crawl).  A second opener -- another process, or another Frontier in the same
+process -- gets :class:`FrontierLocked` naming the owner's pid (written into
+the lock file) and changes nothing.  Why a sidecar rather than a ``flock()``
+on the database itself, although on Linux flock locks and SQLite's POSIX
+(fcntl) locks do not see each other: locking the database needs a file
+descriptor of our own on it, and closing *any* descriptor of a file drops
+every POSIX lock the process holds on it -- so a second Frontier in the same
+process, closing its descriptor after finding the file locked, would silently
+drop the first one's SQLite locks (SQLite's "How To Corrupt" §2.2).  On NFS,
+Linux implements flock() with POSIX locks, so it would clash with SQLite's
+own there.  And a sidecar can say who owns it.
 
 *Threads.*  The crawler calls the frontier from its coordinator thread only,
 but every public method takes one re-entrant lock around one connection
@@ -71,24 +109,33 @@ safe: each call is atomic, and a claimed URL is handed to exactly one caller.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import io
 import json
 import math
 import os
 import re
+import socket
 import sqlite3
+import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 from .urls import check_url_characters
 
-__all__ = ["SCHEMA_VERSION", "STATES", "Frontier", "FrontierError", "FrontierURL", "normalize_url"]
+__all__ = ["SCHEMA_VERSION", "STATES", "Frontier", "FrontierError", "FrontierLocked", "FrontierURL", "normalize_url"]
 
-#: The version of the tables below, kept in ``meta``.  A file with another
-#: version is refused rather than misread.
-SCHEMA_VERSION = 1
+#: The version of the tables below, kept in ``meta``.  A file of an older
+#: version is upgraded when it is opened (version 1 had no checkpoints table
+#: and claimed in discovery order); a newer one is refused rather than
+#: misread.  An older niofetcher refuses this version in turn, which is the
+#: point: it would not keep the checkpoints up to date.
+SCHEMA_VERSION = 2
 
 #: Every state a URL can be in, in the order of its life.
 STATES = ("waiting", "processing", "done", "error")
@@ -115,12 +162,23 @@ CREATE TABLE urls (
     seq             INTEGER NOT NULL             -- discovery order: FIFO among equal priorities
 );
 
--- claim(): the waiting rows in claim order, with the due time in the index so
--- that rows not due yet are skipped without reading the table.
-CREATE INDEX urls_claim ON urls (priority DESC, seq, next_attempt_at) WHERE state = 'waiting';
-
 -- next_due(): the earliest due time among waiting rows in one probe.
 CREATE INDEX urls_due ON urls (next_attempt_at) WHERE state = 'waiting';
+"""
+
+# What version 2 added to version 1, which dropped its urls_claim index (priority DESC, seq,
+# next_attempt_at): a new file gets _SCHEMA and then this, an old one is upgraded by this.
+_SCHEMA_2 = """
+-- The committed length of each output file (complete_many's checkpoint).  WITHOUT ROWID: an
+-- insert here leaves the connection's last_insert_rowid alone, which add_many() counts by.
+CREATE TABLE checkpoints (
+    name   TEXT NOT NULL PRIMARY KEY,  -- 'out', 'warc', ...
+    value  INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- claim(): the waiting rows in claim order (breadth first within a priority), with the due
+-- time in the index so that rows not due yet are skipped without reading the table.
+CREATE INDEX urls_claim ON urls (priority DESC, depth, seq, next_attempt_at) WHERE state = 'waiting';
 """
 
 # Statements that take many URLs take them as one JSON array (json_each), so that a whole
@@ -128,12 +186,16 @@ CREATE INDEX urls_due ON urls (next_attempt_at) WHERE state = 'waiting';
 # needs SQLite 3.38.
 
 # A fresh URL is due at once: next_attempt_at = discovered_at.  Each element of ?2 is
-# [url, depth, priority, parent, seq].
+# [url, depth, priority, parent, seq].  A known URL found nearer a seed gets the smaller depth
+# and the parent that gave it; otherwise it is left alone.  ("WHERE true" tells SQLite that
+# ON CONFLICT is the upsert clause, not a join constraint.)
 _INSERT = """
-INSERT OR IGNORE INTO urls (url, state, depth, priority, parent, discovered_at, next_attempt_at, seq)
+INSERT INTO urls (url, state, depth, priority, parent, discovered_at, next_attempt_at, seq)
 SELECT json_extract(value, '$[0]'), 'waiting', json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), ?1, ?1, json_extract(value, '$[4]')
-FROM json_each(?2)
+FROM json_each(?2) WHERE true
+ON CONFLICT (url) DO UPDATE SET depth = excluded.depth, parent = excluded.parent
+WHERE excluded.depth < urls.depth
 """
 
 # claim() picks the rows in one step (json_group_array: one result row, however many URLs)
@@ -143,7 +205,7 @@ _PICK = """
 SELECT json_group_array(json_array(rowid, url, depth, priority, attempts + 1, parent, seq)) FROM (
     SELECT rowid, url, depth, priority, attempts, parent, seq FROM urls
     WHERE state = 'waiting' AND next_attempt_at <= ?1 AND depth <= ?2
-    ORDER BY priority DESC, seq
+    ORDER BY priority DESC, depth, seq
     LIMIT ?3)
 """
 
@@ -173,6 +235,12 @@ WHERE url = ? AND state = 'processing'
 _GIVE_UP = """
 UPDATE urls SET state = 'error', status = ?, error = ?, fetched_at = ?, next_attempt_at = NULL
 WHERE url = ? AND state = 'processing'
+"""
+
+# ?1 is a JSON object {name: value}.
+_SAVE_CHECKPOINT = """
+INSERT INTO checkpoints (name, value) SELECT key, value FROM json_each(?1) WHERE true
+ON CONFLICT (name) DO UPDATE SET value = excluded.value
 """
 
 # Not fetched, so the attempt does not count; next_attempt_at is still the
@@ -207,12 +275,84 @@ class FrontierURL:
     parent: str | None
 
 
-class _NotAllProcessing(Exception):
-    """Raised inside complete_many() to undo its one statement: some URL was not a claimed one."""
-
-
 class FrontierError(ValueError):
-    """Raised when a frontier file cannot be used (corrupt, not SQLite, newer schema)."""
+    """Raised when a frontier file cannot be used (corrupt, not SQLite, newer schema) or a
+    statement on it fails (a full disk, an I/O error)."""
+
+
+class FrontierLocked(FrontierError):
+    """Raised when a frontier file is open in another Frontier, in this process or another."""
+
+
+class _OwnerLock:
+    """The exclusive flock() on ``<path>.lock`` that makes a Frontier the one owner of its file
+    (see "One owner" above).  The lock file holds the owner's pid and host, for the message of
+    whoever finds it locked; close() removes it."""
+
+    # Locks held by this process, to be let go in a forked child: the child shares the open file
+    # (and so the lock), and would keep it after the crawl that took it had died.
+    _held: ClassVar[weakref.WeakSet[_OwnerLock]] = weakref.WeakSet()
+
+    def __init__(self, db_path: str) -> None:
+        # Beside the file itself, however it is named (a symlink, "./crawl.db"): where SQLite puts its -wal.
+        self.path = os.path.realpath(db_path) + ".lock"
+        while True:
+            try:
+                file = open(self.path, "a+b", buffering=0)  # noqa: SIM115 -- held open until release()
+            except OSError as exc:
+                raise FrontierError(f"cannot open {db_path}: cannot create {self.path}: {exc.strerror}") from exc
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = self._owner(file)
+                file.close()
+                raise FrontierLocked(f"{db_path} is in use by another crawl{owner}") from None
+            except BaseException:
+                file.close()
+                raise
+            # The owner before us removes the file when it lets go: if it did so after our open(),
+            # the lock is on a file nobody else will ever open, so try again.
+            try:
+                same = os.path.samestat(os.fstat(file.fileno()), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            file.close()
+        file.truncate(0)
+        file.write(f"{os.getpid()} {socket.gethostname()}\n".encode())
+        self._file: io.FileIO | None = file
+        self._pid = os.getpid()
+        _OwnerLock._held.add(self)
+
+    @staticmethod
+    def _owner(file: io.FileIO) -> str:
+        """" (pid 1234)", from the lock file's first line; "" while the owner has not written it yet."""
+        pid, _, host = os.pread(file.fileno(), 200, 0).decode("utf-8", "replace").strip().partition(" ")
+        if not pid.isdigit():
+            return ""
+        if host and host != socket.gethostname():
+            return f" (pid {pid} on {host})"
+        return f" (pid {pid}, this process)" if int(pid) == os.getpid() else f" (pid {pid})"
+
+    def release(self) -> None:
+        """Remove the lock file and let go (the removal first, while the lock is still ours)."""
+        file, self._file = self._file, None
+        if file is None:
+            return
+        _OwnerLock._held.discard(self)
+        if os.getpid() == self._pid:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        file.close()
+
+    @classmethod
+    def _forget_in_child(cls) -> None:
+        for lock in list(cls._held):
+            lock.release()  # in the child: closes its descriptor, leaves the file and the parent's lock
+
+
+os.register_at_fork(after_in_child=_OwnerLock._forget_in_child)
 
 
 def normalize_url(url: str) -> str:
@@ -288,6 +428,37 @@ def _check_int(name: str, value: object, minimum: int | None = None) -> int:
     return value
 
 
+def _path_problem(path: str) -> str | None:
+    """What keeps ``path`` from holding a frontier, in words, for the problems that SQLite words
+    as "unable to open database file" or finds only later; None when nothing is seen wrong."""
+    directory = os.path.dirname(path) or "."
+    try:
+        is_directory = stat.S_ISDIR(os.stat(directory).st_mode)
+    except FileNotFoundError:
+        return f"directory {directory} does not exist"
+    except OSError as exc:  # a file on the way (ENOTDIR), a directory we may not enter (EACCES)
+        return f"directory {directory}: {exc.strerror}"
+    if not is_directory:
+        return f"{directory} is not a directory"
+    if os.path.isdir(path):
+        return "it is a directory"
+    if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+        return "permission denied: it must be readable and writable"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        # SQLite keeps its log (-wal, -shm) beside the file, and the lock file goes there too.
+        return f"permission denied: directory {directory} is not writable"
+    return None
+
+
+def _check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:
+    entries = {}
+    for name, value in checkpoint.items():
+        if not isinstance(name, str):
+            raise TypeError(f"checkpoint names must be str, not {name!r}")
+        entries[name] = _check_int(f"checkpoint[{name!r}]", value, 0)
+    return entries
+
+
 def _check_time(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds, not {value!r}")
@@ -315,9 +486,12 @@ class Frontier:
             "Batched commits" above).  Every other method commits.
 
     Raises:
-        FrontierError: when the file is not SQLite, is corrupt, is some other
-            program's database, or has a schema version this code does not
-            know.
+        FrontierLocked: when another Frontier has the file open, in this
+            process or another (see "One owner" above); nothing is changed.
+        FrontierError: when the file cannot be opened (its directory is
+            missing, it is a directory, it may not be read and written), is
+            not SQLite, is corrupt, is some other program's database, or has a
+            schema version this code does not know.
     """
 
     def __init__(
@@ -343,28 +517,36 @@ class Frontier:
         self._lock = threading.RLock()
         self._counts = dict.fromkeys(STATES, 0)
         self._next_seq = 1
-        self._pending = 0  # complete()/fail() calls not committed yet
+        self._last_rowid = 0  # the largest rowid in urls: see add_many()
+        self._pending = 0  # complete()/fail() calls (and lone checkpoints) not committed yet
         self._pending_since = 0.0  # time.monotonic() of the first of them
         self._conn: sqlite3.Connection | None = None
+        self._owner: _OwnerLock | None = None
+        if self.path not in ("", ":memory:"):  # "" is a temporary file of SQLite's own
+            problem = _path_problem(self.path)
+            if problem is not None:
+                raise FrontierError(f"cannot open {self.path}: {problem}")
+            self._owner = _OwnerLock(self.path)  # before anything reads the file
         try:
             # isolation_level=None: no implicit BEGINs; this class says when.
             conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+            try:
+                self._open(conn)
+            except BaseException:
+                conn.close()
+                raise
         except sqlite3.Error as exc:
-            raise FrontierError(f"cannot open frontier {self.path}: {exc}") from exc
-        try:
-            self._open(conn)
-        except sqlite3.Error as exc:
-            conn.close()
-            raise FrontierError(f"cannot use frontier {self.path}: {exc}") from exc
+            self._let_go()
+            raise FrontierError(f"cannot open {self.path}: {exc}") from exc
         except BaseException:
-            conn.close()
+            self._let_go()
             raise
         self._conn = conn
 
     # -- opening -----------------------------------------------------------
 
     def _open(self, conn: sqlite3.Connection) -> None:
-        """Set the file up, check or create the schema, count, and recover."""
+        """Set the file up, check, create or upgrade the schema, count, and recover."""
         # The first statement that reads the file: "file is not a database" comes from here.
         conn.execute("PRAGMA journal_mode = WAL")  # answers 'memory' for :memory:, which is fine
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -375,14 +557,17 @@ class Frontier:
             tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not tables:
                 # Not executescript(): it would commit the BEGIN IMMEDIATE above first.
-                for statement in _statements(_SCHEMA):
+                for statement in _statements(_SCHEMA + _SCHEMA_2):
                     conn.execute(statement)
                 conn.executemany(
                     "INSERT INTO meta (key, value) VALUES (?, ?)",
                     [("schema_version", str(SCHEMA_VERSION)), ("created_at", repr(self._clock()))],
                 )
-            else:
-                self._check_schema(conn, tables)
+            elif self._check_schema(conn, tables) == 1:
+                conn.execute("DROP INDEX IF EXISTS urls_claim")
+                for statement in _statements(_SCHEMA_2):
+                    conn.execute(statement)
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
             self._load_counts(conn)
             if self._counts["processing"]:
                 # A crashed (or killed) run: put its in-flight URLs back.
@@ -396,7 +581,8 @@ class Frontier:
                     conn.execute("ROLLBACK")
             raise
 
-    def _check_schema(self, conn: sqlite3.Connection, tables: set[str]) -> None:
+    def _check_schema(self, conn: sqlite3.Connection, tables: set[str]) -> int:
+        """The schema version of a file that is a frontier this code can read (maybe after an upgrade)."""
         if "meta" not in tables:
             raise FrontierError(
                 f"{self.path} is a SQLite database but not a niofetcher frontier (it has no meta table)"
@@ -408,14 +594,16 @@ class Frontier:
             version = None
         if version is None:
             raise FrontierError(f"{self.path} is not a niofetcher frontier (no schema version in its meta table)")
-        if version != SCHEMA_VERSION:
+        if version not in (1, SCHEMA_VERSION):
             newer = "a newer niofetcher" if version > SCHEMA_VERSION else "an unknown version"
             raise FrontierError(
                 f"{self.path} has frontier schema version {version} (from {newer}); "
                 f"this niofetcher reads version {SCHEMA_VERSION}"
             )
-        if "urls" not in tables:
-            raise FrontierError(f"{self.path} is a damaged niofetcher frontier: the urls table is missing")
+        if "urls" not in tables or (version == SCHEMA_VERSION and "checkpoints" not in tables):
+            missing = "urls" if "urls" not in tables else "checkpoints"
+            raise FrontierError(f"{self.path} is a damaged niofetcher frontier: the {missing} table is missing")
+        return version
 
     def _load_counts(self, conn: sqlite3.Connection) -> None:
         """One pass over the table: the rows per state, and where the FIFO sequence goes on.
@@ -424,18 +612,35 @@ class Frontier:
         most corrupt files when they are opened rather than in mid-crawl.
         """
         counts = dict.fromkeys(STATES, 0)
-        last_seq = 0
-        for state, count, max_seq in conn.execute("SELECT state, COUNT(*), MAX(seq) FROM urls GROUP BY state"):
+        last_seq = last_rowid = 0
+        for state, count, max_seq, max_rowid in conn.execute(
+            "SELECT state, COUNT(*), MAX(seq), MAX(rowid) FROM urls GROUP BY state"
+        ):
             counts[state] = count
             last_seq = max(last_seq, max_seq or 0)
+            last_rowid = max(last_rowid, max_rowid or 0)
         self._counts = counts
         self._next_seq = last_seq + 1
+        self._last_rowid = last_rowid
 
     # -- plumbing ----------------------------------------------------------
 
+    def _let_go(self) -> None:
+        if self._owner is not None:
+            self._owner.release()
+            self._owner = None
+
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        """Hold the lock and the open connection; turn database failures into FrontierError."""
+        """Hold the lock and the open connection; turn database failures into FrontierError.
+
+        A call that fails leaves nothing of its own behind: a statement that fails (a full disk,
+        an I/O error; even a COMMIT) rolls the whole transaction back, pending outcomes too -- SQLite
+        may have done so already, or undone just the statement, or nothing if the COMMIT failed --
+        and the counts are read from the file again.  Any other exception (a URL that is not
+        claimed, a bad argument) ends a transaction that holds nothing pending, so that no write
+        lock is left held.
+        """
         with self._lock:
             conn = self._conn
             if conn is None:
@@ -445,22 +650,24 @@ class Frontier:
             except sqlite3.ProgrammingError:
                 raise  # a bug here, not a problem with the file
             except sqlite3.Error as exc:
-                if not conn.in_transaction:
-                    # SQLite rolled the whole transaction back (disk full, I/O
-                    # error): pending complete()s are gone, so recount.
-                    self._pending = 0
-                    try:
-                        self._load_counts(conn)
-                    except sqlite3.Error:
-                        pass
-                raise FrontierError(f"frontier {self.path}: {exc}") from exc
+                self._pending = 0
+                with contextlib.suppress(sqlite3.Error):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    self._load_counts(conn)
+                raise FrontierError(f"{exc}: frontier {self.path}") from exc
+            except BaseException:
+                if not self._pending and conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
 
     @contextlib.contextmanager
     def _write(self, conn: sqlite3.Connection) -> Iterator[None]:
         """Make several statements one unit, inside the open transaction.
 
-        A savepoint rather than a transaction of its own: when a statement
-        fails, only this call's work is undone, not complete()s still pending.
+        A savepoint rather than a transaction of its own: when the call fails for a reason of its
+        own (not every URL claimed), only its work is undone, not the outcomes still pending.
         """
         if not conn.in_transaction:
             conn.execute("BEGIN IMMEDIATE")
@@ -469,8 +676,9 @@ class Frontier:
             yield
         except BaseException:
             if conn.in_transaction:
-                conn.execute("ROLLBACK TO frontier_call")
-                conn.execute("RELEASE frontier_call")
+                with contextlib.suppress(sqlite3.Error):  # _db() rolls everything back after those
+                    conn.execute("ROLLBACK TO frontier_call")
+                    conn.execute("RELEASE frontier_call")
             raise
         conn.execute("RELEASE frontier_call")
 
@@ -506,7 +714,9 @@ class Frontier:
 
         Each URL is normalised (:func:`normalize_url`); URLs already known, in
         whatever state, and URLs that are not http(s) or are malformed are
-        skipped.  One transaction per call.
+        skipped -- except that a known URL given a smaller depth than its
+        recorded one gets that depth and this parent (a URL's depth is its
+        shortest distance from a seed).  One transaction per call.
 
         Returns:
             How many URLs were new.
@@ -525,6 +735,7 @@ class Frontier:
         """
         parents: dict[str | None, str | None] = {None: None}
         rows = []
+        checked: tuple[object, object] = (None, None)
         with self._db() as conn:
             now = self._clock()
             seq = self._next_seq
@@ -533,8 +744,12 @@ class Frontier:
                     key = normalize_url(url)
                 except ValueError:
                     continue
-                _check_int("depth", depth, 0)
-                _check_int("priority", priority)
+                # The entries of a page share depth and priority: check them when they change
+                # (by identity -- True == 1, but True is not 1).
+                if depth is not checked[0] or priority is not checked[1]:
+                    _check_int("depth", depth, 0)
+                    _check_int("priority", priority)
+                    checked = (depth, priority)
                 if parent not in parents:
                     try:
                         parents[parent] = normalize_url(parent)  # type: ignore[arg-type]
@@ -545,9 +760,18 @@ class Frontier:
             if not rows:
                 return 0
             self._begin(conn)
-            added = conn.execute(_INSERT, (now, json.dumps(rows))).rowcount
+            cursor = conn.execute(_INSERT, (now, json.dumps(rows)))
+            # The row count is of new URLs and of known ones whose depth went down.  The new rows
+            # got the rowids after the largest one (SQLite's way, short of 2**63 rows), and the
+            # connection's last_insert_rowid is the last of them -- updates leave it alone, and so
+            # do the other tables' inserts (meta only when the file is made, checkpoints is
+            # WITHOUT ROWID) -- so that is how many were new, without a statement more.
+            added = 0
+            if cursor.rowcount and cursor.lastrowid is not None and cursor.lastrowid > self._last_rowid:
+                added = cursor.lastrowid - self._last_rowid
+                self._last_rowid = cursor.lastrowid
             self._commit(conn)
-            # Ignored rows leave gaps in seq; only the order matters.
+            # Known URLs leave gaps in seq; only the order matters.
             self._next_seq = seq
             self._counts["waiting"] += added
             return added
@@ -556,7 +780,8 @@ class Frontier:
 
     def claim(self, limit: int, max_depth: int | None = None) -> list[FrontierURL]:
         """Hand out up to ``limit`` waiting URLs that are due, highest priority
-        first, then in the order they were discovered.
+        first, then the lowest depth (breadth first), then in the order they
+        were discovered.
 
         They move to 'processing' and their attempts go up by one, in one
         transaction: no URL is handed out twice, whichever thread asks.
@@ -573,7 +798,7 @@ class Frontier:
                 conn.execute(_MARK_CLAIMED, (json.dumps([row[0] for row in rows]),))
             self._commit(conn)
             self._move("waiting", "processing", len(rows))
-        rows.sort(key=lambda row: (-row[3], row[6]))  # priority, seq
+        rows.sort(key=lambda row: (-row[3], row[2], row[6]))  # priority, depth, seq
         return [
             FrontierURL(url, depth, priority, attempts, parent)
             for _rowid, url, depth, priority, attempts, parent, _seq in rows
@@ -593,36 +818,57 @@ class Frontier:
         """
         with self._db() as conn:
             self._begin(conn)
-            now = self._clock()
-            changed = conn.execute(_COMPLETE, (status, now, url)).rowcount
-            if not changed:
-                key = self._key_of_processing(conn, url, "complete")
-                conn.execute(_COMPLETE, (status, now, key))
+            self._complete_one(conn, url, status, self._clock())
             self._move("processing", "done")
             self._outcome_recorded(conn)
 
-    def complete_many(self, outcomes: Iterable[tuple[str, int | None]]) -> None:
-        """:meth:`complete` for many ``(url, status)`` pairs, in that order: one statement for all of
+    def _complete_one(self, conn: sqlite3.Connection, url: str, status: int | None, now: float) -> None:
+        if not conn.execute(_COMPLETE, (status, now, url)).rowcount:
+            key = self._key_of_processing(conn, url, "complete")
+            conn.execute(_COMPLETE, (status, now, key))
+
+    def complete_many(
+        self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None
+    ) -> None:
+        """:meth:`complete` for many ``(url, status)`` pairs, all or none: one statement for all of
         them when every URL is a claimed one in stored form, the way a crawler records a batch of pages.
 
+        ``checkpoint`` (names and integers >= 0, such as ``{"out": 12345, "warc": 67890}``, the
+        lengths of the output files holding these pages) is stored in the same transaction as
+        these outcomes, also when there are none: whichever commit makes the outcomes durable
+        makes it durable too, and never one without the other.  Entries replace those of the same
+        name; :meth:`checkpoint` reads them.  Committed in batches like :meth:`complete` (a lone
+        checkpoint counts as one outcome).
+
         Raises:
-            ValueError: like :meth:`complete`, for the first URL that is not in 'processing'; the
-                ones before it are recorded.
+            ValueError: like :meth:`complete`, for the first URL that is not in 'processing'; then
+                nothing of this call is recorded, neither the outcomes nor the checkpoint.
+            TypeError, ValueError: for a checkpoint name that is not a str or a value that is
+                not an int >= 0, before anything is recorded.
         """
+        entries = None if checkpoint is None else json.dumps(_check_checkpoint(checkpoint))
         with self._db() as conn:
             rows = list(outcomes)
-            if not rows:
+            if not rows and entries is None:
                 return
-            try:
-                with self._write(conn):
-                    if conn.execute(_COMPLETE_MANY, (self._clock(), json.dumps(rows))).rowcount != len(rows):
-                        raise _NotAllProcessing
-            except _NotAllProcessing:
-                for url, status in rows:  # the long way round, which finds the culprit
-                    self.complete(url, status)
-                return
+            with self._write(conn):
+                now = self._clock()
+                if rows and conn.execute(_COMPLETE_MANY, (now, json.dumps(rows))).rowcount != len(rows):
+                    # Not every URL is a claimed one in stored form: undo, and go the long way
+                    # round, which finds the stored form of each, or the culprit.
+                    conn.execute("ROLLBACK TO frontier_call")
+                    for url, status in rows:
+                        self._complete_one(conn, url, status, now)
+                if entries is not None:
+                    conn.execute(_SAVE_CHECKPOINT, (entries,))
             self._move("processing", "done", len(rows))
-            self._outcome_recorded(conn, len(rows))
+            self._outcome_recorded(conn, len(rows) or 1)
+
+    def checkpoint(self) -> dict[str, int]:
+        """The checkpoint entries stored by :meth:`complete_many`, committed (empty for a new frontier)."""
+        with self._db() as conn:
+            self._commit(conn)
+            return dict(conn.execute("SELECT name, value FROM checkpoints"))
 
     def fail(
         self,
@@ -684,8 +930,6 @@ class Frontier:
             if row is not None and row[0] == "processing":
                 return key
             problem = "it is not in the frontier" if row is None else f"it is {row[0]!r}, not 'processing' (claimed)"
-        if not self._pending:
-            self._commit(conn)  # no write lock left held by a call that wrote nothing
         raise ValueError(f"cannot {action} {url!r}: {problem}")
 
     def release(self, urls: Iterable[str]) -> None:
@@ -734,7 +978,7 @@ class Frontier:
             (depth,) = conn.execute(
                 "SELECT MIN(depth) FROM urls WHERE state = 'waiting' AND next_attempt_at <= ?", (self._clock(),)
             ).fetchone()
-            return depth
+            return int(depth) if depth is not None else None
 
     def state(self, url: str) -> str | None:
         """The state of a URL (in any form that normalises to a known one), None if unknown or invalid."""
@@ -762,12 +1006,15 @@ class Frontier:
                 return
             try:
                 if conn.in_transaction:
-                    conn.execute("COMMIT")
-                conn.execute("PRAGMA optimize")
-            except sqlite3.Error as exc:
-                raise FrontierError(f"frontier {self.path}: {exc}") from exc
+                    try:
+                        conn.execute("COMMIT")
+                    except sqlite3.Error as exc:  # closing rolls it back
+                        raise FrontierError(f"{exc}: frontier {self.path}") from exc
+                with contextlib.suppress(sqlite3.Error):  # only an optimisation: a full disk may refuse it
+                    conn.execute("PRAGMA optimize")
             finally:
                 conn.close()
+                self._let_go()
 
     @property
     def closed(self) -> bool:

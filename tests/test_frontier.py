@@ -15,10 +15,13 @@ Time is a fake clock passed as ``clock``: no test sleeps.
 from __future__ import annotations
 
 import functools
+import os
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,6 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from niofetcher.frontier import (
+    _PICK,
     SCHEMA_VERSION,
     STATES,
     Frontier,
@@ -283,16 +287,20 @@ def test_complete_many_records_a_batch_of_claimed_urls(frontier: Frontier, db: P
 
 
 def test_complete_many_stops_at_a_url_that_is_not_claimed(frontier: Frontier, db: Path) -> None:
-    """The URLs before it are recorded, as if complete() had been called for each in turn."""
-    frontier.add(urls(4))
-    first, second, third = frontier.claim(3)
+    """All or nothing: a URL that is not a claimed one undoes the whole call (the outputs a checkpoint
+    counts were written for all of them), and outcomes pending from earlier calls stay."""
+    frontier.add(urls(5))
+    first, second, third, fourth = frontier.claim(4)
+    frontier.complete(fourth.url, 200)  # pending
     with pytest.raises(ValueError, match="not 'processing'"):
-        frontier.complete_many([(first.url, 200), (urls(4)[3], 200), (second.url, 200)])  # the 4th: waiting
-    assert [frontier.state(u) for u in (first.url, second.url)] == ["done", "processing"]
+        frontier.complete_many([(first.url, 200), (urls(5)[4], 200), (second.url, 200)])  # the 5th: waiting
+    assert [frontier.state(u) for u in (first.url, second.url, fourth.url)] == ["processing", "processing", "done"]
     with pytest.raises(ValueError, match="'done'"):
-        frontier.complete_many([(second.url, 200), (second.url, 200)])  # the same URL twice
-    assert frontier.state(second.url) == "done" and frontier.state(third.url) == "processing"
-    assert assert_consistent(frontier, db) == {"waiting": 1, "processing": 1, "done": 2, "error": 0}
+        frontier.complete_many([(second.url, 200), (second.url, 200)], {"out": 10})  # the same URL twice
+    assert frontier.state(second.url) == "processing" and frontier.checkpoint() == {}
+    frontier.complete_many([(first.url, 200), (second.url, 200)])
+    assert frontier.state(third.url) == "processing"
+    assert assert_consistent(frontier, db) == {"waiting": 1, "processing": 1, "done": 3, "error": 0}
 
 
 @pytest.mark.parametrize("operation", ["add_many", "claim", "complete_many", "release"])
@@ -370,6 +378,54 @@ def test_add_records_depth_parent_priority_and_discovery_time(frontier: Frontier
     assert item == FrontierURL("http://a.test/child", depth=1, priority=3, attempts=1, parent="http://a.test/")
 
 
+
+@pytest.mark.timeout(30)
+def test_a_known_url_found_nearer_a_seed_gets_the_smaller_depth_in_any_state(
+    frontier: Frontier, db: Path, clock: FakeClock
+) -> None:
+    """A URL's depth is its shortest distance from a seed, whichever parent's links came first."""
+    def row(url: str) -> tuple[object, ...]:
+        (found,) = read_rows(db, "SELECT depth, parent, state, seq FROM urls WHERE url = ?", (url,))
+        return found
+
+    names = ["processing", "done", "error", "waiting"]  # claimed in this order
+    assert frontier.add([f"http://a.test/{name}" for name in names], depth=5, parent="http://a.test/far") == 4
+    claimed = {item.url: item for item in frontier.claim(3)}
+    frontier.complete("http://a.test/done", 200)
+    frontier.fail("http://a.test/error", "boom", retry=False)
+    seqs = {name: row(f"http://a.test/{name}")[3] for name in names}
+
+    # Deeper or as deep: nothing changes.
+    assert frontier.add([f"http://a.test/{name}" for name in names], depth=5, parent="http://a.test/other") == 0
+    assert frontier.add_many([(f"http://a.test/{name}", 7, "http://a.test/deeper", 0) for name in names]) == 0
+    assert {row(f"http://a.test/{name}")[:2] for name in names} == {(5, "http://a.test/far")}
+    # Nearer: the depth goes down and the parent that gave it is recorded; state and place stay.
+    assert frontier.add_many([("http://a.test/new", 1, "http://a.test/", 0)]
+                             + [(f"HTTP://A.test/{name}", 2, "http://a.test/near", 0) for name in names]) == 1
+    for name in names:
+        assert row(f"http://a.test/{name}") == (2, "http://a.test/near", name, seqs[name])
+    assert frontier.add(["http://a.test/done"]) == 0  # found as a seed
+    assert row("http://a.test/done")[:2] == (0, None)
+    assert assert_consistent(frontier, db) == {"waiting": 2, "processing": 1, "done": 1, "error": 1}
+    # The claimed one is handed back as it was claimed; its next claim has the new depth.
+    assert claimed["http://a.test/processing"].depth == 5
+    frontier.release(["http://a.test/processing"])
+    assert {item.url: item.depth for item in frontier.claim(10)} == {
+        "http://a.test/new": 1, "http://a.test/waiting": 2, "http://a.test/processing": 2}
+
+
+@pytest.mark.timeout(30)
+def test_one_batch_with_a_url_twice_keeps_the_smaller_depth(frontier: Frontier, db: Path) -> None:
+    assert frontier.add_many([("http://a.test/x", 3, "http://a.test/p3", 0), ("http://a.test/x", 1, "http://a.test/p1", 0),
+                              ("http://a.test/x", 2, "http://a.test/p2", 0), ("http://a.test/y", 1, None, 0)]) == 2
+    assert read_rows(db, "SELECT url, depth, parent FROM urls ORDER BY url") == [
+        ("http://a.test/x", 1, "http://a.test/p1"), ("http://a.test/y", 1, None)]
+    assert assert_consistent(frontier, db)["waiting"] == 2
+    # New rows after the lowered ones are still counted right (a batch of both kinds, then new only).
+    assert frontier.add_many([("http://a.test/x", 0, None, 0), ("http://a.test/z", 4, None, 0)]) == 1
+    assert frontier.add(urls(3)) == 3
+    assert assert_consistent(frontier, db)["waiting"] == 6
+
 # -- claiming -----------------------------------------------------------------
 
 
@@ -392,6 +448,22 @@ def test_claim_order_is_priority_then_discovery(frontier: Frontier) -> None:
     with pytest.raises(ValueError):
         frontier.claim(-1)
 
+
+
+@pytest.mark.timeout(30)
+def test_claim_goes_breadth_first_within_a_priority(frontier: Frontier) -> None:
+    """Lower depths first, then discovery order: a deep link found early waits for the shallow ones
+    found later, a URL whose depth went down moves up with it, and priority still comes first."""
+    frontier.add(["http://a.test/d3-early", "http://a.test/d3-moved"], depth=3)
+    frontier.add(["http://a.test/d2"], depth=2)
+    frontier.add(["http://a.test/d1-a", "http://a.test/d1-b"], depth=1)
+    frontier.add(["http://a.test/d4-urgent"], depth=4, priority=1)
+    frontier.add(["http://a.test/d3-moved"], depth=1)  # found again, nearer
+    assert [(c.url, c.depth) for c in frontier.claim(3)] == [  # d3-moved was discovered before d1-a
+        ("http://a.test/d4-urgent", 4), ("http://a.test/d3-moved", 1), ("http://a.test/d1-a", 1)]
+    assert [(c.url, c.depth) for c in frontier.claim(10, max_depth=2)] == [
+        ("http://a.test/d1-b", 1), ("http://a.test/d2", 2)]
+    assert [c.url for c in frontier.claim(10)] == ["http://a.test/d3-early"]
 
 @pytest.mark.timeout(30)
 def test_a_retried_url_keeps_its_place(frontier: Frontier, clock: FakeClock) -> None:
@@ -545,21 +617,6 @@ def test_killed_run_resumes_with_processing_urls_waiting(db: Path, commit_every:
 
 
 @pytest.mark.timeout(30)
-def test_second_open_of_a_file_left_processing_recovers_it(db: Path, clock: FakeClock) -> None:
-    crashed = Frontier(db, clock=clock)
-    crashed.add(urls(5))
-    claimed = crashed.claim(3)
-    crashed.complete(claimed[0].url, 200)
-    crashed.flush()
-    # The first one is never closed cleanly: the next run opens the same file.
-    with Frontier(db, clock=clock) as resumed:
-        assert resumed.counts() == {"waiting": 4, "processing": 0, "done": 1, "error": 0}
-        assert resumed.state(claimed[0].url) == "done"
-        assert [c.url for c in resumed.claim(10)] == urls(5)[1:]
-    crashed._conn.close()  # type: ignore[union-attr]  # what the end of a process would do
-
-
-@pytest.mark.timeout(30)
 def test_reopen_keeps_everything_and_the_fifo_order(db: Path, clock: FakeClock) -> None:
     with Frontier(db, clock=clock) as frontier:
         frontier.add(urls(3))
@@ -570,6 +627,48 @@ def test_reopen_keeps_everything_and_the_fifo_order(db: Path, clock: FakeClock) 
         assert frontier.add(urls(4)) == 1
         assert [c.url for c in frontier.claim(10)] == urls(4)[1:]
 
+
+
+def make_version_1_file(db: Path) -> None:
+    """A frontier as niofetcher made them before schema version 2: no checkpoints table, and the
+    claim index in discovery order only."""
+    with Frontier(db) as frontier:
+        frontier.add(["http://a.test/d2"], depth=2)
+        frontier.add(["http://a.test/d1"], depth=1)
+        frontier.claim(1, max_depth=1)  # d1, left processing: the next open resumes it
+    conn = sqlite3.connect(db)
+    conn.executescript("""
+        DROP TABLE checkpoints;
+        DROP INDEX urls_claim;
+        CREATE INDEX urls_claim ON urls (priority DESC, seq, next_attempt_at) WHERE state = 'waiting';
+        UPDATE meta SET value = '1' WHERE key = 'schema_version';
+        UPDATE urls SET state = 'processing' WHERE url = 'http://a.test/d1';
+    """)
+    conn.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_version_1_file_is_upgraded_when_opened(db: Path) -> None:
+    make_version_1_file(db)
+    with Frontier(db) as frontier:
+        assert frontier.checkpoint() == {}
+        assert frontier.counts() == {"waiting": 2, "processing": 0, "done": 0, "error": 0}
+        assert [c.url for c in frontier.claim(10)] == ["http://a.test/d1", "http://a.test/d2"]  # breadth first
+        frontier.complete_many([("http://a.test/d1", 200)], {"out": 7})
+    assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    (index,), = read_rows(db, "SELECT sql FROM sqlite_master WHERE name = 'urls_claim'")
+    assert "priority DESC, depth, seq" in str(index)
+    with Frontier(db) as frontier:
+        assert frontier.checkpoint() == {"out": 7}
+
+
+@pytest.mark.timeout(30)
+def test_a_version_2_file_without_its_checkpoints_table_is_damaged(db: Path) -> None:
+    Frontier(db).close()
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE checkpoints")
+    conn.close()
+    assert "checkpoints table is missing" in str(_one_line_error(db))
 
 # -- files that cannot be used ------------------------------------------------
 
@@ -643,8 +742,66 @@ def test_an_empty_file_becomes_a_frontier(db: Path) -> None:
 
 @pytest.mark.timeout(30)
 def test_a_path_that_cannot_be_opened(tmp_path: Path) -> None:
-    _one_line_error(tmp_path / "no-such-dir" / "crawl.db")
-    _one_line_error(tmp_path)  # a directory
+    """Each in words, not SQLite's "unable to open database file"; and no file is left behind."""
+    missing = tmp_path / "no-such-dir" / "crawl.db"
+    assert str(_one_line_error(missing)) == f"cannot open {missing}: directory {missing.parent} does not exist"
+    assert str(_one_line_error(tmp_path)) == f"cannot open {tmp_path}: it is a directory"
+    (tmp_path / "a-file").write_text("")
+    below_a_file = tmp_path / "a-file" / "crawl.db"
+    assert str(_one_line_error(below_a_file)) == f"cannot open {below_a_file}: {below_a_file.parent} is not a directory"
+    not_sqlite = tmp_path / "notes.db"
+    not_sqlite.write_bytes(b"SQLite format 2\0" * 512)
+    assert str(_one_line_error(not_sqlite)) == f"cannot open {not_sqlite}: file is not a database"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "notes.db"]
+
+
+def _open_error_as_nobody(path: Path) -> str:
+    """The message Frontier(path) fails with, for a user without root's powers over the file: this
+    process when it is not root, else a forked child that becomes nobody (it has niofetcher loaded:
+    an interpreter started as nobody could not read /root)."""
+    if os.geteuid() != 0:
+        return str(_one_line_error(path))
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave, whatever happens
+        try:
+            os.close(read_end)
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                Frontier(path).close()
+                message = "opened"
+            except FrontierError as exc:
+                message = str(exc)
+            os.write(write_end, message.encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        message = pipe.read().decode()
+    os.waitpid(pid, 0)
+    return message
+
+
+@pytest.mark.timeout(30)
+def test_a_file_that_may_not_be_read_or_written(tmp_path: Path) -> None:
+    # tmp_path is inside pytest's directory of this user, closed to others: a directory of its own.
+    directory = Path(tempfile.mkdtemp(prefix="frontier-perm-"))
+    try:
+        directory.chmod(0o777)
+        db = directory / "crawl.db"
+        Frontier(db).close()
+        os.chmod(db, 0o000)
+        assert _open_error_as_nobody(db) == f"cannot open {db}: permission denied: it must be readable and writable"
+        os.chmod(db, 0o444)
+        assert _open_error_as_nobody(db) == f"cannot open {db}: permission denied: it must be readable and writable"
+        os.chmod(db, 0o666)
+        directory.chmod(0o555)
+        assert _open_error_as_nobody(db) == f"cannot open {db}: permission denied: directory {directory} is not writable"
+        assert sorted(p.name for p in directory.iterdir()) == ["crawl.db"]
+    finally:
+        directory.chmod(0o755)
+        shutil.rmtree(directory)
 
 
 @pytest.mark.timeout(30)
@@ -745,8 +902,6 @@ def test_the_table_as_a_user_reads_it(frontier: Frontier, db: Path, clock: FakeC
     assert [r["url"] for r in children] == ["http://a.test/about", "http://b.test/"]
     assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    plan = " ".join(str(row[3]) for row in conn.execute(
-        "EXPLAIN QUERY PLAN SELECT rowid FROM urls WHERE state = 'waiting' AND next_attempt_at <= 0 "
-        "ORDER BY priority DESC, seq LIMIT 10"))
+    plan = " ".join(str(row[3]) for row in conn.execute("EXPLAIN QUERY PLAN " + _PICK, (0, 5, 10)))
     assert "urls_claim" in plan and "TEMP B-TREE" not in plan  # claim walks an index, no sort
     conn.close()
