@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import sqlite3
 import sys
 import tempfile
 from typing import Optional, Sequence, TextIO
 
 from . import __version__
+from .cli_crawl import PageWriter, ResumeError, StopSignals, print_summary, run_crawl
 from .config import FetcherConfig
 from .crawler import CrawlConfig
-from .cli_crawl import PageWriter, print_summary, run_crawl
 from .fetcher import NIOFetcher
 from .frontier import Frontier, FrontierError
 from .models import FetchResult
@@ -24,6 +26,10 @@ class UsageError(Exception):
     """Raised for bad command-line input; printed as one line, exit status 2."""
 
 
+class CommandFailed(Exception):
+    """Raised when a command cannot go on (a full disk, a dead fetcher loop); printed as one line, exit status 1."""
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -32,6 +38,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as exc:
         print(f"niofetcher: error: {exc}", file=sys.stderr)
         return 2
+    except CommandFailed as exc:
+        print(f"niofetcher: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # an I/O error of a file the command writes: a full disk, a failing device
+        where = f": {exc.filename}" if exc.filename is not None else ""
+        print(f"niofetcher: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("niofetcher: interrupted", file=sys.stderr)
         return 130
@@ -48,13 +61,22 @@ def _parser() -> argparse.ArgumentParser:
     _add_fetcher_options(fetch)
     fetch.set_defaults(run=_run_fetch)
 
-    crawl = commands.add_parser("crawl", help="crawl from seed URLs; rerun with the same --db to resume")
+    crawl = commands.add_parser(
+        "crawl", help="crawl from seed URLs; rerun with the same --db to resume",
+        description="Crawl from seed URLs. Ctrl-C or SIGTERM stops gracefully (fetches in flight finish, "
+                    "exit status as for a complete crawl); a second one more than a second later abandons "
+                    "them (status 130). Either way, rerun with the same --db to resume.",
+    )
     crawl.add_argument("seeds", nargs="+", metavar="SEED")
     crawl.add_argument("--db", default="crawl.sqlite", help="the frontier database (default crawl.sqlite)")
     crawl.add_argument("--max-pages", type=_positive_int, default=None, metavar="N")
     crawl.add_argument("--max-depth", type=_non_negative_int, default=None, metavar="D")
-    crawl.add_argument("--out", metavar="FILE", help="write one JSON record per page to FILE (appends)")
-    crawl.add_argument("--warc", metavar="FILE", help="write request and response records to a WARC file (.gz: gzip)")
+    crawl.add_argument("--out", metavar="FILE",
+                       help="write one JSON record per page to FILE: a new crawl appends to it, a resumed one "
+                            "first cuts it back to the end of the last page --db recorded")
+    crawl.add_argument("--warc", metavar="FILE",
+                       help="write request and response records to a WARC file (.gz: gzip), appended to and "
+                            "cut back on a resume as --out is")
     crawl.add_argument("--allowed-domain", action="append", default=None, metavar="DOMAIN",
                        help="follow links only within DOMAIN and its subdomains "
                             "(repeatable; default: the seeds' hosts)")
@@ -129,7 +151,7 @@ def _config_from(args: argparse.Namespace, **extra: object) -> FetcherConfig:
         options["user_agent"] = args.user_agent
     options.update(extra)
     try:
-        return FetcherConfig(**options)  # type: ignore[arg-type]
+        return FetcherConfig(**options)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -144,27 +166,43 @@ def _run_fetch(args: argparse.Namespace) -> int:
     out = _open_output(args.out)
     failures = 0
     try:
-        with NIOFetcher(config) as fetcher:
+        with StopSignals(_interrupt, "niofetcher: abandoned"), NIOFetcher(config) as fetcher:
             for url in args.urls:
                 fetcher.register(url)
             for result in fetcher.results():
                 failures += not result.ok
+                if out is not None:  # first: a result printed is a result in the file
+                    _write_line(out, args.out, json.dumps(_result_record(result)))
                 print(_result_line(result), flush=True)
-                if out is not None:
-                    out.write(json.dumps(_result_record(result)) + "\n")
     finally:
         if out is not None:
-            out.close()
+            # Every line was flushed as it was written; one that could not be is already being raised.
+            with contextlib.suppress(OSError):
+                out.close()
     return 1 if failures else 0
+
+
+def _interrupt() -> None:
+    """SIGTERM (and SIGINT) in ``fetch``: unwind as Ctrl-C does, shutting the fetcher down."""
+    raise KeyboardInterrupt
 
 
 def _open_output(path: Optional[str]) -> Optional[TextIO]:
     if path is None:
         return None
     try:
-        return open(path, "w", encoding="utf-8")
+        # Line-buffered: a line is in the file when the result is printed, and a write that
+        # fails (a full disk) fails there, naming the file, not at close.
+        return open(path, "w", encoding="utf-8", buffering=1)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _write_line(out: TextIO, path: str, line: str) -> None:
+    try:
+        out.write(line + "\n")
+    except OSError as exc:  # flushing: the error of the file descriptor, which names no file
+        raise OSError(exc.errno, exc.strerror, path) from None
 
 
 def _result_line(result: FetchResult) -> str:
@@ -173,7 +211,7 @@ def _result_line(result: FetchResult) -> str:
     return f"{outcome:>18} {len(result.body):>9} B {result.elapsed * 1000:8.1f} ms  {result.url}{detail}"
 
 
-def _result_record(result: FetchResult) -> dict:
+def _result_record(result: FetchResult) -> dict[str, object]:
     return {
         "url": result.url,
         "final_url": result.final_url,
@@ -241,8 +279,17 @@ def _run_crawl(args: argparse.Namespace) -> int:
         writer = PageWriter(args.out, args.warc, fetcher_config.user_agent)
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
-    with writer:
-        summary = run_crawl(config, writer, args.progress)
+    try:
+        with writer:
+            summary = run_crawl(config, writer, args.progress)
+    except ResumeError as exc:
+        raise UsageError(str(exc)) from None
+    except FrontierError as exc:  # a statement on --db failed (a full disk, an I/O error); it names the file
+        raise CommandFailed(str(exc)) from None
+    except sqlite3.Error as exc:  # the frontier is the crawl's only database
+        raise CommandFailed(f"{exc}: {args.db}") from None
+    except RuntimeError as exc:  # the crawl could not go on: its fetcher loop or one of its threads died
+        raise CommandFailed(str(exc)) from None
     print_summary(summary)
     return 0 if not summary.errors else 1
 

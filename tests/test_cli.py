@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,38 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
     assert message in done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) <= 2  # argparse adds a usage line
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_signal_interrupts_fetch_like_ctrl_c_and_out_holds_every_printed_result(
+    tmp_path: Path, signum: int
+) -> None:
+    """SIGTERM is Ctrl-C: the fetcher is shut down, one line says so, status 130, and --out holds a
+    record of each result printed before (it is written as it is printed, not left in a buffer)."""
+    out = tmp_path / "results.jsonl"
+    with TestSite(hosts=1, pages=3) as fast, TestSite(hosts=1, pages=3, delay=30.0) as slow:
+        urls = [f"{fast.base_urls[0]}page/{i}" for i in range(3)] + [f"{slow.base_urls[0]}page/0"]
+        child = subprocess.Popen([sys.executable, "-m", "niofetcher", "fetch", *urls, "--out", str(out)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            printed = [child.stdout.readline() for _ in range(3)]  # type: ignore[union-attr]
+            child.send_signal(signum)
+            stdout, stderr = child.communicate(timeout=20)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+    assert child.returncode == 130, stderr
+    assert stderr == "niofetcher: interrupted\n"
+    assert stdout == ""  # the slow URL is cancelled, not printed
+    assert all(" 200 " in line for line in printed)
+    assert sorted(json.loads(line)["url"] for line in out.read_text().splitlines()) == urls[:3]
+
+
+@pytest.mark.timeout(60)
+def test_fetch_out_to_a_full_device_is_one_line_naming_the_file() -> None:
+    with TestSite(hosts=1, pages=3) as site:
+        done = niofetcher("fetch", *(f"{site.base_urls[0]}page/{i}" for i in range(3)), "--out", "/dev/full")
+    assert done.returncode == 1
+    assert done.stderr == "niofetcher: error: No space left on device: /dev/full\n"
