@@ -194,7 +194,7 @@ class CrawlOutput(Protocol):
 
     def restore(self, offsets: Mapping[str, int]) -> None:
         """Once, in run() before anything is fetched: cut each file back to its committed offset
-        (a file missing from ``offsets`` has no committed record: back to empty)."""
+        (what to do with a file missing from ``offsets`` -- a first run -- is the output's choice)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,6 +394,9 @@ class Crawler:
         with Frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay) as frontier:
             if self.output is not None:
                 self.output.restore(frontier.checkpoint())
+                # Recorded now, not with the first batch: an output that appends to what it found must
+                # not see this run's first records appended a second time after a crash.
+                frontier.complete_many([], checkpoint=self.output.commit([]))
             frontier.add(config.seeds, depth=0)
             # Redirects are links the crawler follows itself, through scope and robots.txt like any other.
             fetcher_config = dataclasses.replace(config.fetcher, follow_redirects=False)

@@ -216,7 +216,9 @@ class Engine:
                     self._deliver_finished()
         except BaseException as exc:  # kept as ``failure``; every URL is cancelled below
             self.failure = exc
-            log.error("niofetcher loop failed; cancelling everything it held", exc_info=exc)
+            # Reported through NIOFetcher.failure (traceback included) and every cancelled result's
+            # error_detail; a traceback printed here as well would be a second report of one failure.
+            log.debug("niofetcher loop failed; cancelling everything it held", exc_info=exc)
         finally:
             self._release()
 
