@@ -100,7 +100,7 @@ from .models import FetchResult, URLBean
 from .parse import PageLinks, absolute_url, extract
 from .parse_workers import ParseProcessPool
 from .robots import Redirect, RobotsRules, RobotsTable, interpret
-from .urls import Origin, parse_target
+from .urls import Origin, normal_host, parse_target
 
 log = logging.getLogger("niofetcher")
 
@@ -256,8 +256,9 @@ _NETLOC = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://([^/?#]*)")
 @functools.lru_cache(maxsize=4096)
 def _host_allowed(domains: tuple[str, ...], netloc: str) -> bool:
     try:
-        host = (urlsplit("//" + netloc).hostname or "").rstrip(".")
-    except ValueError:  # a broken IPv6 literal
+        # A-labels on both sides: a page may spell its links' hosts in Unicode or in punycode.
+        host = normal_host(urlsplit("//" + netloc).hostname or "")
+    except ValueError:  # a broken IPv6 literal, a name IDNA cannot encode
         return False
     return any(host == d or host.endswith("." + d) for d in domains)
 
@@ -353,7 +354,7 @@ class Crawler:
         if domains is None:
             domains = [parse_target(seed).origin.host for seed in config.seeds]
         self._scope = LinkScope(
-            domains=tuple(d.lower().lstrip(".") for d in domains), include=tuple(config.include),
+            domains=tuple(normal_host(d.lstrip(".")) for d in domains), include=tuple(config.include),
             exclude=tuple(config.exclude), follow_nofollow=config.follow_nofollow,
         )
         self._active: Counter[Origin] = Counter()  # URLs of each origin in the fetcher or after it

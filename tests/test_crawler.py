@@ -356,6 +356,24 @@ def test_include_and_exclude_patterns_decide_which_links_are_followed(
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("allowed", [None, ["BÜCHER.test"], ["xn--bcher-kva.test"]], ids=["seed-host", "unicode", "a-label"])
+def test_a_unicode_host_is_crawled_whole_whichever_way_its_domain_is_written(
+    tmp_path: Path, no_leaks: LeakBaseline, allowed: list[str] | None
+) -> None:
+    """The frontier stores the Unicode seed as A-labels, and so its links; the scope compares A-labels,
+    so an allowed domain written in Unicode (as a user types it) still admits them."""
+    with TestSite(hosts=1, pages=30, max_seconds=30) as site:
+        port = site.ports[0]
+        seed = f"http://bücher.test:{port}/"
+        fetcher = FetcherConfig(resolve={f"bücher.test:{port}": "127.0.0.1"})
+        summary = crawl(tmp_path, [seed], allowed_domains=allowed, fetcher=fetcher)
+        seen = requested_pages(site)
+    assert summary.counts["done"] == 31 and summary.counts["error"] == 0
+    assert len(seen) == 31 and set(seen.values()) == {1}
+    assert urls_in_state(str(tmp_path / "crawl.sqlite"), "done") >= {f"http://xn--bcher-kva.test:{port}/page/7"}
+
+
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("allowed, b_expected", [
     (None, set()),  # default: the seed's host (and its subdomains) only
     (["a.test", "b.test"], {("b.test", ROBOTS), ("b.test", "/b1")}),
