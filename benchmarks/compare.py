@@ -217,7 +217,7 @@ class Site:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
-    def __enter__(self) -> Site:  # noqa: PYI034 - not subclassed
+    def __enter__(self) -> Site:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -1035,8 +1035,8 @@ def _crawl_target(summary: dict, mine: str, need: float, key: str) -> tuple[str,
         return (f"target {key}: {mine} / scrapy >= {need}x: {missing} not measured cleanly", None if
                 summary.get(mine) is None or summary.get("scrapy") is None else False)
     ratio = nio["pages_per_s"] / scrapy["pages_per_s"]
-    return (f"target {key}: {mine} / scrapy = {ratio:.2f} in pages/s ({nio['pages_per_s']:,.0f} vs "
-            f"{scrapy['pages_per_s']:,.0f}; target >= {need})", ratio >= need)
+    return ((f"target {key}: {mine} / scrapy = {ratio:.2f} in pages/s ({nio['pages_per_s']:,.0f} vs "
+             f"{scrapy['pages_per_s']:,.0f}; target >= {need})"), ratio >= need)
 
 
 def _targets_d(summary: dict) -> list[tuple[str, bool | None]]:
@@ -1176,8 +1176,8 @@ def write_reports(data: dict) -> None:
             else:
                 md += table_lines(scenario, record, markdown=True) + [""]  # type: ignore[arg-type]
         else:
-            md += [f"**Scenario {record['key']}: {record['title']}** — {record.get('status')}: "
-                   f"{record.get('reason', '')}", ""]
+            md += [(f"**Scenario {record['key']}: {record['title']}** — {record.get('status')}: "
+                    f"{record.get('reason', '')}"), ""]
     latest = _latest_name(args)
     md_path = os.path.join(RESULTS_DIR, f"{latest}{suffix}.md")
     with open(md_path, "w", encoding="utf-8") as out:

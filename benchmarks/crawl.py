@@ -34,16 +34,15 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _site import site_process  # noqa: E402
+from _site import site_process
 
-from niofetcher import CrawlConfig, Crawler, FetcherConfig, NIOFetcher  # noqa: E402
-from niofetcher.crawler import CrawledPage  # noqa: E402
+from niofetcher import CrawlConfig, Crawler, FetcherConfig, NIOFetcher
 
 
 class TreeCPU:

@@ -37,11 +37,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lxml import etree  # noqa: E402
+from lxml import etree
 
-from niofetcher.crawler import LinkScope, ParseInput, parse_pages  # noqa: E402
-from niofetcher.parse import EXTRACTORS, extract  # noqa: E402
-from niofetcher.parse_workers import ParseProcessPool  # noqa: E402
+from niofetcher.crawler import LinkScope, ParseInput, parse_pages
+from niofetcher.parse import EXTRACTORS, extract
+from niofetcher.parse_workers import ParseProcessPool
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "pages"
 

@@ -30,9 +30,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _site import make_tls_files, site_process  # noqa: E402
+from _site import make_tls_files, site_process
 
-from niofetcher import FetcherConfig, NIOFetcher  # noqa: E402
+from niofetcher import FetcherConfig, NIOFetcher
 
 
 def _site_cpu(pid: int | None) -> float | None:

@@ -13,12 +13,12 @@ obeys robots.txt, retries, and resumes after a crash.
 
 __version__ = "0.1.0"
 
-from .config import FetcherConfig  # noqa: E402
-from .errors import ErrorKind  # noqa: E402
-from .fetcher import NIOFetcher  # noqa: E402
-from .models import FetcherStats, FetchResult, HostStats, URLBean  # noqa: E402
-from .protocols import FetchedHandler, Fetcher, URLRegister  # noqa: E402
-from .urls import Origin  # noqa: E402
+from .config import FetcherConfig
+from .errors import ErrorKind
+from .fetcher import NIOFetcher
+from .models import FetcherStats, FetchResult, HostStats, URLBean
+from .protocols import FetchedHandler, Fetcher, URLRegister
+from .urls import Origin
 
 # The crawler's names load on first use: a program that only fetches does not
 # pay for importing beautifulsoup4, lxml, protego and sqlite3.

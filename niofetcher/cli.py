@@ -10,7 +10,8 @@ import os
 import sqlite3
 import sys
 import tempfile
-from typing import Optional, Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from . import __version__
 from .cli_crawl import PageWriter, ResumeError, StopSignals, print_summary, run_crawl
@@ -30,7 +31,7 @@ class CommandFailed(Exception):
     """Raised when a command cannot go on (a full disk, a dead fetcher loop); printed as one line, exit status 1."""
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -138,15 +139,15 @@ def _config_from(args: argparse.Namespace, **extra: object) -> FetcherConfig:
         if not (host and sep and sep2 and port.isdigit() and address):
             raise UsageError(f"--resolve takes HOST:PORT:ADDR, not {entry!r}")
         resolve[f"{host.lower()}:{port}"] = address.strip("[]")
-    options = dict(
-        max_connections=args.connections,
-        max_connections_per_host=args.per_host,
-        resolve=resolve,
-        connect_timeout=args.connect_timeout,
-        read_timeout=args.read_timeout,
-        request_timeout=args.request_timeout,
-        deny_networks=("private", "loopback", "link-local") if args.deny_private else (),
-    )
+    options = {
+        "max_connections": args.connections,
+        "max_connections_per_host": args.per_host,
+        "resolve": resolve,
+        "connect_timeout": args.connect_timeout,
+        "read_timeout": args.read_timeout,
+        "request_timeout": args.request_timeout,
+        "deny_networks": ("private", "loopback", "link-local") if args.deny_private else (),
+    }
     if args.user_agent:
         options["user_agent"] = args.user_agent
     options.update(extra)
@@ -187,7 +188,7 @@ def _interrupt() -> None:
     raise KeyboardInterrupt
 
 
-def _open_output(path: Optional[str]) -> Optional[TextIO]:
+def _open_output(path: str | None) -> TextIO | None:
     if path is None:
         return None
     try:

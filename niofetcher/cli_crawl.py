@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType, TracebackType
-from typing import Optional, TextIO
+from typing import TextIO
 
 from tqdm import tqdm
 from warcio.statusandheaders import StatusAndHeaders
@@ -310,7 +310,7 @@ class _Display:
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
         self.mode = mode
-        self._bar: Optional[tqdm] = tqdm(unit="page", dynamic_ncols=True) if mode == "bar" else None
+        self._bar: tqdm | None = tqdm(unit="page", dynamic_ncols=True) if mode == "bar" else None
         self._next_line = time.monotonic() + 2.0
 
     def update(self, crawler: Crawler) -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any
 
 from . import __version__
 from .urls import normal_host
 
-Address = Tuple[int, tuple]  # (family, sockaddr) as socket.connect() takes it
+Sockaddr = tuple[Any, ...]  # (host, port) or (host, port, flowinfo, scope_id), as socket.connect() takes it
+Address = tuple[int, Sockaddr]  # (family, sockaddr)
 Resolver = Callable[[str, int], Sequence[Address]]
 
 MiB = 1024 * 1024
@@ -23,7 +25,7 @@ NETWORK_GROUPS = {
     "link-local": ("169.254.0.0/16", "fe80::/10"),
 }
 
-IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 @dataclass(frozen=True)
@@ -32,12 +34,12 @@ class FetcherConfig:
 
     max_connections: int = 256
     max_connections_per_host: int = 2
-    connection_service_time: Optional[float] = 60.0
-    max_requests_per_connection: Optional[int] = None
+    connection_service_time: float | None = 60.0
+    max_requests_per_connection: int | None = None
     idle_timeout: float = 15.0
     connect_timeout: float = 10.0
     read_timeout: float = 30.0
-    request_timeout: Optional[float] = 120.0
+    request_timeout: float | None = 120.0
     low_speed_limit: int = 0
     low_speed_time: float = 30.0
     host_delay: float = 0.0
@@ -51,13 +53,13 @@ class FetcherConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     resolve: Mapping[str, str] = field(default_factory=dict)
     dns_cache_ttl: float = 300.0
-    resolver: Optional[Resolver] = None
+    resolver: Resolver | None = None
     verify_tls: bool = True
-    ca_file: Optional[str] = None
-    allowed_ports: Optional[Iterable[int]] = None
+    ca_file: str | None = None
+    allowed_ports: Iterable[int] | None = None
     deny_networks: Sequence[str] = ()
-    max_pending: Optional[int] = None
-    max_completed: Optional[int] = None
+    max_pending: int | None = None
+    max_completed: int | None = None
 
     def __post_init__(self) -> None:
         _positive_int(self, "max_connections")

@@ -24,9 +24,10 @@ import ipaddress
 import os
 import socket
 import ssl
-from typing import TYPE_CHECKING, Optional, Protocol, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from .config import Address, FetcherConfig, IPNetwork
+from .config import Address, FetcherConfig, IPNetwork, Sockaddr
 from .errors import ErrorKind, FetchFailure
 from .http11 import ClientHTTP11
 from .loop import READ, WRITE, Loop
@@ -64,11 +65,35 @@ class Connection:
     """A socket plus h11 state, driven by readiness events from the loop."""
 
     __slots__ = (
-        "owner", "loop", "config", "slot", "state", "interest", "sock", "transport", "http", "task",
-        "established_at", "reuse_deadline", "requests_done", "reused", "last_activity", "idle_since",
-        "_connect_deadline", "_addresses", "_address_index", "_last_connect_error", "_out", "_timer",
-        "_speed_mark_at", "_speed_mark_bytes", "_received", "_denied", "_session_saved",
-        "session_reused", "carried",
+        "_address_index",
+        "_addresses",
+        "_connect_deadline",
+        "_denied",
+        "_last_connect_error",
+        "_out",
+        "_received",
+        "_session_saved",
+        "_speed_mark_at",
+        "_speed_mark_bytes",
+        "_timer",
+        "carried",
+        "config",
+        "established_at",
+        "http",
+        "idle_since",
+        "interest",
+        "last_activity",
+        "loop",
+        "owner",
+        "requests_done",
+        "reuse_deadline",
+        "reused",
+        "session_reused",
+        "slot",
+        "sock",
+        "state",
+        "task",
+        "transport",
     )
 
     def __init__(
@@ -81,14 +106,14 @@ class Connection:
         self.slot = slot
         self.state = RESOLVING
         self.interest = 0
-        self.sock: Optional[socket.socket] = None
-        self.transport: Optional[Transport] = None
+        self.sock: socket.socket | None = None
+        self.transport: Transport | None = None
         self.http = ClientHTTP11(config.max_header_size, config.max_body_size, config.decode_content)
-        self.task: Optional[Task] = task
+        self.task: Task | None = task
         # The task this connection answers for until the owner has routed it.  ``task``
         # is cleared before the owner hears of the outcome; this is not, so that a
         # fault in the owner's handling still finds the task it must end.
-        self.carried: Optional[Task] = task
+        self.carried: Task | None = task
         self.established_at = 0.0
         self.reuse_deadline = _INF
         self.requests_done = 0
@@ -99,8 +124,8 @@ class Connection:
         self._addresses: Sequence[Address] = ()
         self._address_index = 0
         self._last_connect_error = ""
-        self._out: Optional[memoryview] = None
-        self._timer: Optional[Timer] = None
+        self._out: memoryview | None = None
+        self._timer: Timer | None = None
         self._speed_mark_at = 0.0
         self._speed_mark_bytes = 0
         self._received = 0
@@ -151,7 +176,7 @@ class Connection:
             self._last_connect_error = f"{_address_text(sockaddr)}: {os.strerror(err)}"
         self.fail(FetchFailure(ErrorKind.CONNECT_ERROR, self._last_connect_error or "no address to connect to"))
 
-    def _refusal(self, sockaddr: tuple) -> str:
+    def _refusal(self, sockaddr: Sockaddr) -> str:
         """Why the network-safety settings forbid this resolved address, or ''."""
         allowed = self.config.allowed_ports
         if allowed is not None and sockaddr[1] not in allowed:
@@ -412,7 +437,7 @@ class Connection:
                 return
         self._arm(self._deadline())
 
-    def _expired(self, now: float) -> Optional[FetchFailure]:
+    def _expired(self, now: float) -> FetchFailure | None:
         config = self.config
         task = self.task
         if task is not None and now >= task.deadline:
@@ -467,6 +492,6 @@ class Connection:
         self.owner.connection_crashed(self, exc)
 
 
-def _address_text(sockaddr: tuple) -> str:
+def _address_text(sockaddr: Sockaddr) -> str:
     host, port = sockaddr[0], sockaddr[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import codecs
 import re
 import zlib
-from typing import Optional, Protocol
+from typing import Protocol
 
 from .errors import ErrorKind, FetchFailure
 
@@ -24,21 +24,21 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 ACCEPT_ENCODING = "gzip, deflate, br" if _HAVE_BROTLI else "gzip, deflate"
 
-_CHARSET_PARAM = re.compile(r"""charset\s*=\s*["']?([\w.:-]+)""", re.I)
-_META_CHARSET = re.compile(rb"""<meta[^>]{0,512}?charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
+_CHARSET_PARAM = re.compile(r"""charset\s*=\s*["']?([\w.:-]+)""", re.IGNORECASE)
+_META_CHARSET = re.compile(rb"""<meta[^>]{0,512}?charset\s*=\s*["']?\s*([\w.:-]+)""", re.IGNORECASE)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 
 
 class BodyBuffer:
     """Collects a body as it arrives, decoding it if asked, never holding more than ``limit``."""
 
-    __slots__ = ("_limit", "_size", "_chunks", "_stream")
+    __slots__ = ("_chunks", "_limit", "_size", "_stream")
 
-    def __init__(self, content_encoding: Optional[str], limit: int, decode: bool) -> None:
+    def __init__(self, content_encoding: str | None, limit: int, decode: bool) -> None:
         self._limit = limit
         self._size = 0
         self._chunks: list[bytes] = []
-        self._stream: Optional[_Decompressor] = None
+        self._stream: _Decompressor | None = None
         if decode and content_encoding:
             coding = content_encoding.strip().lower()
             if coding in ("gzip", "x-gzip"):
@@ -85,7 +85,7 @@ class _Decompressor(Protocol):
 class _Zlib:
     """gzip or zlib streams, concatenated gzip members included (RFC 1952 2.2)."""
 
-    __slots__ = ("_wbits", "_d")
+    __slots__ = ("_d", "_wbits")
 
     def __init__(self, wbits: int) -> None:
         self._wbits = wbits
@@ -119,7 +119,7 @@ class _Deflate:
 
     def __init__(self) -> None:
         self._head = b""
-        self._inner: Optional[_Zlib] = None
+        self._inner: _Zlib | None = None
 
     def feed(self, data: bytes, out: BodyBuffer) -> None:
         if self._inner is None:
@@ -158,7 +158,7 @@ class _Brotli:
             raise FetchFailure(ErrorKind.PROTOCOL_ERROR, "brotli body ended early")
 
 
-def charset_of(content_type: Optional[str]) -> Optional[str]:
+def charset_of(content_type: str | None) -> str | None:
     """The charset parameter of a Content-Type header, if it names a codec Python knows."""
     if content_type:
         match = _CHARSET_PARAM.search(content_type)
@@ -167,7 +167,7 @@ def charset_of(content_type: Optional[str]) -> Optional[str]:
     return None
 
 
-def sniff_charset(body: bytes) -> Optional[str]:
+def sniff_charset(body: bytes) -> str | None:
     """A byte-order mark, else a ``<meta charset>`` in the first 4 KiB (the HTML prescan looks at 1024)."""
     for bom, name in _BOMS:
         if body.startswith(bom):
@@ -176,13 +176,13 @@ def sniff_charset(body: bytes) -> Optional[str]:
     return _known_codec(match.group(1).decode("ascii", "replace")) if match else None
 
 
-def decode_text(body: bytes, content_type: Optional[str]) -> str:
+def decode_text(body: bytes, content_type: str | None) -> str:
     """Decode by the Content-Type charset, else a meta charset, else UTF-8 with replacement."""
     encoding = charset_of(content_type) or sniff_charset(body) or "utf-8"
     return body.decode(encoding, errors="replace")
 
 
-def _known_codec(name: str) -> Optional[str]:
+def _known_codec(name: str) -> str | None:
     """A text codec Python knows by this name; None for unknown names and for bytes-to-bytes
     codecs such as base64, which a hostile Content-Type could otherwise smuggle in."""
     try:

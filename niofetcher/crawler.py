@@ -78,17 +78,12 @@ import sqlite3
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import (
-    Callable,
-    Iterator,
-    Mapping,
     NamedTuple,
-    Optional,
     Protocol,
-    Sequence,
-    Union,
 )
 from urllib.parse import urlsplit
 
@@ -119,9 +114,9 @@ class CrawlConfig:
 
     seeds: Sequence[str]
     db_path: str = ":memory:"
-    max_pages: Optional[int] = None
-    max_depth: Optional[int] = None
-    allowed_domains: Optional[Sequence[str]] = None  # None: the seeds' hosts; subdomains included
+    max_pages: int | None = None
+    max_depth: int | None = None
+    allowed_domains: Sequence[str] | None = None  # None: the seeds' hosts; subdomains included
     include: Sequence[str] = ()  # regexes; when given, a URL must match one to be followed
     exclude: Sequence[str] = ()  # regexes; a URL matching one is not followed
     max_attempts: int = 3
@@ -174,8 +169,8 @@ class CrawledPage:
 
     result: FetchResult
     depth: int
-    parent: Optional[str]
-    links: Optional[PageLinks]  # None unless the page was HTML and fetched
+    parent: str | None
+    links: PageLinks | None  # None unless the page was HTML and fetched
 
     @property
     def url(self) -> str:
@@ -269,9 +264,9 @@ def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
 
 
 # A parse job's page: what extract() needs of a FetchResult and nothing else (body, final URL, Content-Type) ...
-ParseInput = tuple[bytes, str, Optional[str]]
+ParseInput = tuple[bytes, str, str | None]
 # ... and what comes back: the followed URLs, the PageLinks when asked for, why parsing failed ("": it did not).
-ParseOutput = tuple[list[str], Optional[PageLinks], str]
+ParseOutput = tuple[list[str], PageLinks | None, str]
 
 
 def parse_pages(pages: list[ParseInput], extractor: str, scope: LinkScope, keep_links: bool) -> list[ParseOutput]:
@@ -286,7 +281,7 @@ def parse_pages(pages: list[ParseInput], extractor: str, scope: LinkScope, keep_
         try:
             links = extract(body, url, content_type, extractor, links_only=not keep_links)
             outputs.append((scope.followed(links), links if keep_links else None, ""))
-        except Exception as exc:  # noqa: BLE001 - extract() should not raise, but one page must not sink a job
+        except Exception as exc:
             log.exception("parsing %s failed", url)
             outputs.append(([], None, f"{type(exc).__name__}: {exc}"))
     return outputs
@@ -299,7 +294,7 @@ class _Page:
     item: FrontierURL
     result: FetchResult
     final: bool  # False: cancelled, or a retryable failure with attempts left -- it is tried again later
-    links: Optional[PageLinks] = None  # what on_page sees
+    links: PageLinks | None = None  # what on_page sees
     followed: list[str] = field(default_factory=list)  # links the crawl follows (in scope)
     failure: str = ""  # parsing or on_page raised: the URL ends in 'error' with this reason
 
@@ -329,7 +324,7 @@ class _Broken:
     error: BaseException
 
 
-_Report = Union[_Robots, list[_Page], _Broken]
+_Report = _Robots | list[_Page] | _Broken
 
 # Pages per parse job, at most: enough to make a job's overhead small, few enough that a job of
 # large real pages (bs4: tens of ms each) does not hold its pages back for long.
@@ -340,8 +335,8 @@ class Crawler:
     """Crawls from ``config.seeds`` until nothing is left (or ``max_pages``, or ``stop()``)."""
 
     def __init__(
-        self, config: CrawlConfig, on_page: Optional[Callable[[CrawledPage], None]] = None,
-        output: Optional[CrawlOutput] = None,
+        self, config: CrawlConfig, on_page: Callable[[CrawledPage], None] | None = None,
+        output: CrawlOutput | None = None,
     ) -> None:
         self.config = config
         self.on_page = on_page
@@ -349,7 +344,7 @@ class Crawler:
         self._stop = threading.Event()
         self._fetcher_closed = threading.Event()  # set once every result has been delivered
         self._reports: queue.SimpleQueue[_Report] = queue.SimpleQueue()
-        self._deliveries: queue.SimpleQueue[Optional[list[_Page]]] = queue.SimpleQueue()  # None: stop
+        self._deliveries: queue.SimpleQueue[list[_Page] | None] = queue.SimpleQueue()  # None: stop
         domains = config.allowed_domains
         if domains is None:
             domains = [parse_target(seed).origin.host for seed in config.seeds]
@@ -368,7 +363,7 @@ class Crawler:
         self._bytes = 0
         self._errors: Counter[str] = Counter()
         self._counts: dict[str, int] = {}
-        self._fetcher: Optional[NIOFetcher] = None  # while run() runs
+        self._fetcher: NIOFetcher | None = None  # while run() runs
         self._pool_broken = False  # a parse process died: parsing goes on in this process
 
     # -- any thread -----------------------------------------------------------
@@ -412,7 +407,7 @@ class Crawler:
                     ]
                 for thread in threads:
                     thread.start()
-                error: Optional[BaseException] = None
+                error: BaseException | None = None
                 try:
                     self._coordinate(frontier, fetcher, window)
                 except BaseException as exc:
@@ -441,7 +436,7 @@ class Crawler:
         def guarded() -> None:
             try:
                 work(*args)
-            except BaseException as exc:  # noqa: BLE001 - SystemExit from on_page too: nobody else would see it
+            except BaseException as exc:
                 if not isinstance(exc, _IO_ERRORS):  # an I/O error is raised by run() as it is
                     log.exception("%s died", name)
                 self._reports.put(_Broken(name, exc))
@@ -524,7 +519,7 @@ class Crawler:
                 continue
             self._drain_reports(frontier, fetcher, [report])
 
-    def _layer(self, frontier: Frontier) -> Optional[int]:
+    def _layer(self, frontier: Frontier) -> int | None:
         """The deepest depth that may be claimed now: the crawl goes breadth-first in layers, so that
         no page of depth d+1 starts before every page of depth d has reported its links, and each
         URL is first found on a shortest path (its depth is its distance from the seeds).  Always,
@@ -534,7 +529,7 @@ class Crawler:
             return min(item.depth for item in self._in_progress.values())
         return frontier.min_due_depth()
 
-    def _drain_reports(self, frontier: Frontier, fetcher: NIOFetcher, reports: Optional[list[_Report]] = None) -> None:
+    def _drain_reports(self, frontier: Frontier, fetcher: NIOFetcher, reports: list[_Report] | None = None) -> None:
         """Record every report that has arrived: robots.txt rules, then all the pages at once."""
         reports = reports or []
         while True:
@@ -651,7 +646,7 @@ class Crawler:
         if delay:
             fetcher.set_host_delay(f"{origin.scheme}://{_host_port(origin)}/", delay)
 
-    def _retry_robots(self, frontier: Frontier, fetcher: NIOFetcher) -> Optional[float]:
+    def _retry_robots(self, frontier: Frontier, fetcher: NIOFetcher) -> float | None:
         """Fetch again each unreachable robots.txt whose retry is due; when the next one is due."""
         retries = self._robots_retries
         now = time.monotonic()
@@ -733,7 +728,7 @@ class Crawler:
                 self._parse_here(pages, job, exc)
                 return
             self._parsed(pages, future.result())
-        except BaseException as exc:  # noqa: BLE001 - concurrent.futures would log it and lose these pages
+        except BaseException as exc:
             log.exception("handing over a parse job failed")
             self._reports.put(_Broken("a parse job's hand-over", exc))
 
@@ -778,7 +773,7 @@ class Crawler:
                 if on_page is not None:
                     try:
                         on_page(crawled)
-                    except Exception as exc:  # noqa: BLE001 - the coordinator must hear of every URL, whatever breaks
+                    except Exception as exc:
                         log.exception("on_page failed for %s", page.item.url)
                         page.failure = f"{type(exc).__name__}: {exc}"
                         continue
@@ -802,7 +797,7 @@ class Crawler:
             delivered = [page.item.url for page in pages if page.final and not page.failure]
             if delivered:
                 offsets = self.output.commit(delivered)
-        completed: list[tuple[str, Optional[int]]] = []
+        completed: list[tuple[str, int | None]] = []
         active = self._active
         for page in pages:
             origin = page.result.bean.meta["origin"]
@@ -822,7 +817,7 @@ class Crawler:
         for url, _ in completed:
             del self._in_progress[url]
 
-    def _link_entries(self, page: _Page) -> list[tuple[str, int, Optional[str], int]]:
+    def _link_entries(self, page: _Page) -> list[tuple[str, int, str | None, int]]:
         """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority)."""
         if not page.final or page.failure:
             return []
@@ -849,7 +844,7 @@ class Crawler:
 
 
 @contextlib.contextmanager
-def _cleaning_up_after(error: Optional[BaseException]) -> Iterator[None]:
+def _cleaning_up_after(error: BaseException | None) -> Iterator[None]:
     """Clean-up after ``error`` ended the crawl: an I/O error of its own (the disk is still full)
     must not hide the one that ended it, which run() raises."""
     try:
@@ -878,7 +873,7 @@ def _is_html(result: FetchResult) -> bool:
     return result.body.lstrip()[:1] == b"<"
 
 
-def _retry_after(result: FetchResult) -> Optional[float]:
+def _retry_after(result: FetchResult) -> float | None:
     """Seconds from a Retry-After header: delta-seconds or an HTTP date (RFC 9110 10.2.3)."""
     value = result.header("retry-after")
     if not value:

@@ -18,10 +18,10 @@ import collections
 import logging
 import math
 import ssl
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import urljoin, urlsplit
 
-from .config import FetcherConfig
+from .config import Address, FetcherConfig
 from .connection import IDLE, Connection
 from .content import ACCEPT_ENCODING
 from .errors import ErrorKind, FetchFailure
@@ -53,9 +53,27 @@ class Task:
     """One registration on its way through the fetcher, redirects and a replay included."""
 
     __slots__ = (
-        "bean", "seq", "priority", "method", "body", "target", "url", "registered_at", "first_dispatch_at",
-        "dispatched_at", "active_time", "deadline", "redirects", "replayed", "needs_fresh_connection",
-        "connection_reused", "session_reused", "state", "_defaults", "_headers", "_wire_headers",
+        "_defaults",
+        "_headers",
+        "_wire_headers",
+        "active_time",
+        "bean",
+        "body",
+        "connection_reused",
+        "deadline",
+        "dispatched_at",
+        "first_dispatch_at",
+        "method",
+        "needs_fresh_connection",
+        "priority",
+        "redirects",
+        "registered_at",
+        "replayed",
+        "seq",
+        "session_reused",
+        "state",
+        "target",
+        "url",
     )
 
     def __init__(
@@ -70,7 +88,7 @@ class Task:
         self.target = target
         self.url = bean.url
         self.registered_at = registered_at
-        self.first_dispatch_at: Optional[float] = None
+        self.first_dispatch_at: float | None = None
         self.dispatched_at = 0.0
         self.active_time = 0.0  # time spent dispatched, summed over redirects and replays
         self.deadline = _INF
@@ -91,7 +109,7 @@ class Task:
             for name, value in bean.headers.items():
                 headers[name.lower()] = (name, value)
         self._headers = headers
-        self._wire_headers: Optional[RequestHeaders] = None
+        self._wire_headers: RequestHeaders | None = None
 
     def wire_headers(self) -> RequestHeaders:
         """The request headers for the current target, Host first, validated.  Raises FetchFailure."""
@@ -123,7 +141,7 @@ class Task:
 class RequestDefaults:
     """The headers every request carries, and their validated wire form per Host, built once."""
 
-    __slots__ = ("headers", "_by_host")
+    __slots__ = ("_by_host", "headers")
 
     def __init__(self, headers: dict[str, tuple[str, str]]) -> None:
         self.headers = headers
@@ -187,7 +205,7 @@ class Engine:
         self._close_intake = close_intake
         self._finished: list[FetchResult] = []
         self._live: set[Task] = set()  # taken from the inbox, no result made yet
-        self.failure: Optional[BaseException] = None  # what ended the loop thread, if not a shutdown
+        self.failure: BaseException | None = None  # what ended the loop thread, if not a shutdown
         self._denied = config.denied_networks()
         self.request_defaults = RequestDefaults(_base_headers(config))
         # counters read by FetcherStats
@@ -200,7 +218,7 @@ class Engine:
         self.bytes_received = 0
         self.tls_handshakes = 0
         self.tls_resumed = 0
-        self._tls_context: Optional[ssl.SSLContext] = None
+        self._tls_context: ssl.SSLContext | None = None
 
     # -- the loop -----------------------------------------------------------
 
@@ -370,7 +388,7 @@ class Engine:
         if task is not None:
             self._task_crashed(task, conn.slot, exc, conn)
 
-    def _task_crashed(self, task: Task, slot: HostSlot, exc: Exception, conn: Optional[Connection] = None) -> None:
+    def _task_crashed(self, task: Task, slot: HostSlot, exc: Exception, conn: Connection | None = None) -> None:
         """End ``task`` after a fault, unless it already has a result or waits for its next hop."""
         if task.state == RUNNING:
             self._exchange_ended(task, slot, served=False)
@@ -460,7 +478,7 @@ class Engine:
 
     def _finish(
         self, task: Task, status: int, reason: str, headers: list[tuple[str, str]], body: bytes,
-        conn: Optional[Connection] = None, failure: Optional[FetchFailure] = None,
+        conn: Connection | None = None, failure: FetchFailure | None = None,
     ) -> None:
         if task.state == DONE:
             # Only after a loop failure, when the orderly cancel met a table or a
@@ -485,7 +503,7 @@ class Engine:
         self._live.discard(task)
 
     def _finish_error(
-        self, task: Task, failure: FetchFailure, conn: Optional[Connection] = None, status: Optional[int] = None
+        self, task: Task, failure: FetchFailure, conn: Connection | None = None, status: int | None = None
     ) -> None:
         self._finish(task, status, "", [], b"", conn=conn, failure=failure)  # type: ignore[arg-type]
 
@@ -513,7 +531,7 @@ class Engine:
 
 
 def _resolved_callback(conn: Connection) -> Callable[..., None]:
-    def resolved(addresses: Optional[list], failure: Optional[FetchFailure]) -> None:
+    def resolved(addresses: list[Address] | None, failure: FetchFailure | None) -> None:
         try:
             if failure is not None:
                 conn.fail(failure)
@@ -543,7 +561,7 @@ def _base_headers(config: FetcherConfig) -> dict[str, tuple[str, str]]:
     return headers
 
 
-def _header(headers: list[tuple[str, str]], name: str) -> Optional[str]:
+def _header(headers: list[tuple[str, str]], name: str) -> str | None:
     for key, value in headers:
         if key.lower() == name:
             return value

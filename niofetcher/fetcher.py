@@ -11,8 +11,8 @@ import collections
 import itertools
 import threading
 import time
+from collections.abc import Iterator
 from types import TracebackType
-from typing import Iterator, Optional, Union
 
 from .config import FetcherConfig
 from .engine import Engine, Task
@@ -29,14 +29,14 @@ class NIOFetcher:
     through ``get()``, ``drain()`` or ``results()``, whatever happens.
     """
 
-    def __init__(self, config: Optional[FetcherConfig] = None) -> None:
+    def __init__(self, config: FetcherConfig | None = None) -> None:
         self.config = config if config is not None else FetcherConfig()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._completed: collections.deque[FetchResult] = collections.deque()
         self._engine = Engine(self.config, self._deliver, self._completed.__len__, self._close_intake)
         self._seq = itertools.count()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._closed = False
         self._loop_ended = False
         self._registered = 0
@@ -76,7 +76,7 @@ class NIOFetcher:
             self._closed = True
 
     @property
-    def failure(self) -> Optional[BaseException]:
+    def failure(self) -> BaseException | None:
         """The exception that ended the loop thread; None while it runs, and after a normal shutdown.
 
         When it is set, every URL registered was (or is being) delivered with error
@@ -84,7 +84,7 @@ class NIOFetcher:
         """
         return self._engine.failure
 
-    def shutdown(self, wait: bool = True, timeout: Optional[float] = None) -> None:
+    def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
         """Stop accepting URLs; finish them (``wait=True``, at most ``timeout`` s) or cancel them at once.
 
         Every unfinished URL is delivered with error ``cancelled``.  On return the loop
@@ -112,13 +112,13 @@ class NIOFetcher:
         return self
 
     def __exit__(
-        self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.shutdown(wait=exc_type is None)
 
     # -- in -----------------------------------------------------------------
 
-    def register(self, url_or_bean: Union[str, URLBean], priority: int = 0) -> bool:
+    def register(self, url_or_bean: str | URLBean, priority: int = 0) -> bool:
         """Queue a URL (any thread).  False when shut down or ``max_pending`` URLs wait.
 
         Raises ValueError for anything but an absolute http(s) URL with a host.
@@ -186,7 +186,7 @@ class NIOFetcher:
             self._unfinished -= len(results)
             self._cond.notify_all()
 
-    def get(self, timeout: Optional[float] = None) -> Optional[FetchResult]:
+    def get(self, timeout: float | None = None) -> FetchResult | None:
         """The next completed result (any thread); None when ``timeout`` passes first."""
         with self._cond:
             # After shutdown with nothing left, waiting could only hang.
@@ -219,7 +219,7 @@ class NIOFetcher:
             self._after_take()
             yield from batch
 
-    def join(self, timeout: Optional[float] = None) -> bool:
+    def join(self, timeout: float | None = None) -> bool:
         """Wait until nothing is pending or in flight; False if ``timeout`` passed first."""
         with self._cond:
             return self._cond.wait_for(lambda: self._unfinished == 0 or self._loop_ended, timeout)

@@ -8,7 +8,8 @@ a socket, so it can be driven in tests against an h11 server in memory.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import h11
 
@@ -22,7 +23,7 @@ try:
     # per request saved ~7% of the loop's CPU (scenario C profile).
     from h11._headers import normalize_and_validate
 
-    _h11_validate: Optional[Callable[[list[tuple[str, str]]], Any]] = normalize_and_validate
+    _h11_validate: Callable[[list[tuple[str, str]]], Any] | None = normalize_and_validate
 except ImportError:  # pragma: no cover - an h11 without it: validate per request, as h11 does
     _h11_validate = None
 
@@ -51,8 +52,17 @@ class ClientHTTP11:
     """The h11 state of one connection plus the exchange in progress on it."""
 
     __slots__ = (
-        "_h11", "_max_head", "_max_body", "_decode",
-        "status", "reason", "headers", "_body", "body", "response_started", "_received",
+        "_body",
+        "_decode",
+        "_h11",
+        "_max_body",
+        "_max_head",
+        "_received",
+        "body",
+        "headers",
+        "reason",
+        "response_started",
+        "status",
     )
 
     def __init__(self, max_header_size: int, max_body_size: int, decode_content: bool) -> None:
@@ -63,10 +73,10 @@ class ClientHTTP11:
         self._reset()
 
     def _reset(self) -> None:
-        self.status: Optional[int] = None
+        self.status: int | None = None
         self.reason = ""
         self.headers: list[tuple[str, str]] = []
-        self._body: Optional[BodyBuffer] = None
+        self._body: BodyBuffer | None = None
         self.body = b""
         self.response_started = False  # any response byte seen: a replay is no longer safe
         self._received = 0  # bytes of this response so far: a head can be no longer
@@ -81,7 +91,7 @@ class ClientHTTP11:
             end = conn.send(_END_OF_MESSAGE)
         except h11.LocalProtocolError as exc:
             raise FetchFailure(ErrorKind.PROTOCOL_ERROR, f"cannot send request: {exc}") from None
-        return head + data + end  # type: ignore[operator]
+        return head + data + end
 
     def receive(self, data: bytes) -> bool:
         """Feed received bytes (``b""`` = the peer closed).  True once the response is complete."""
@@ -95,7 +105,7 @@ class ClientHTTP11:
                 event = conn.next_event()
                 kind = type(event)
                 if kind is _Data:
-                    self._body.feed(event.data)  # type: ignore[union-attr, attr-defined]
+                    self._body.feed(event.data)  # type: ignore[union-attr]
                 elif event is _NEED_DATA:
                     if not data:  # h11 normally raises on a premature close; be sure anyway
                         raise FetchFailure(ErrorKind.CONNECTION_CLOSED, "peer closed before the response ended")

@@ -14,7 +14,8 @@ import collections
 import selectors
 import socket
 import time
-from typing import Any, Callable, Optional, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from .timers import TimerHeap
 
@@ -81,7 +82,7 @@ class Loop:
             self._selector.modify(sock, mask, handler)
         handler.interest = mask
 
-    def run_once(self, max_wait: Optional[float]) -> None:
+    def run_once(self, max_wait: float | None) -> None:
         """Wait for readiness (at most until the next timer or ``max_wait``), then handle it all."""
         timeout = max_wait
         deadline = self.timers.next_deadline()

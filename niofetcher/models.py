@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from .content import decode_text
 from .errors import ErrorKind
@@ -32,7 +32,7 @@ class FetchResult:
     bean: URLBean
     url: str
     final_url: str
-    status: Optional[int] = None
+    status: int | None = None
     reason: str = ""
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""
@@ -42,16 +42,16 @@ class FetchResult:
     connection_reused: bool = False
     session_reused: bool = False
     replayed: bool = False
-    error: Optional[ErrorKind] = None
+    error: ErrorKind | None = None
     error_detail: str = ""
-    _text: Optional[str] = field(default=None, repr=False)
+    _text: str | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
         """True when the fetch completed without error and the status is 2xx."""
         return self.error is None and self.status is not None and 200 <= self.status < 300
 
-    def header(self, name: str, default: Optional[str] = None) -> Optional[str]:
+    def header(self, name: str, default: str | None = None) -> str | None:
         """The first header called ``name``, compared case-insensitively."""
         name = name.lower()
         for key, value in self.headers:

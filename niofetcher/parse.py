@@ -284,8 +284,7 @@ _LINK_STRAINER = SoupStrainer(re.compile(r"\A(?:{})\Z".format("|".join(_LINK_TAG
 _NO_TEXT = frozenset(("script", "style", "template", "table"))
 # Elements whose start and end separate words (text_content() would glue "a<br>b" into "ab").
 _BLOCK = frozenset(
-    "address article aside blockquote br caption dd div dl dt fieldset figcaption figure footer form "
-    "h1 h2 h3 h4 h5 h6 header hr legend li main nav ol p pre section table tbody td tfoot th thead tr ul".split()
+    ["address", "article", "aside", "blockquote", "br", "caption", "dd", "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "legend", "li", "main", "nav", "ol", "p", "pre", "section", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul"]
 )
 
 _Get = Callable[[str], str | None]
@@ -294,7 +293,7 @@ _Get = Callable[[str], str | None]
 class _Harvest:
     """Raw attribute values and texts in document order; ``_finish`` makes URLs of them."""
 
-    __slots__ = ("base", "title", "links", "areas", "images", "frames", "forms", "tables")
+    __slots__ = ("areas", "base", "forms", "frames", "images", "links", "tables", "title")
 
     def __init__(self) -> None:
         self.base: str | None = None  # the first <base href>

@@ -40,8 +40,9 @@ import itertools
 import random
 import ssl
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .urls import Origin
 
@@ -69,9 +70,9 @@ class HostSlot:
     open: int = 0  # resolving, connecting, busy and idle connections
     in_flight: int = 0
     next_start_at: float = 0.0
-    ready_entry: Optional[tuple[int, int, int, HostSlot]] = field(default=None, repr=False)
+    ready_entry: tuple[int, int, int, HostSlot] | None = field(default=None, repr=False)
     delay_timer_armed: bool = field(default=False, repr=False)
-    tls_session: Optional[ssl.SSLSession] = field(default=None, repr=False)  # resumed by the next connection
+    tls_session: ssl.SSLSession | None = field(default=None, repr=False)  # resumed by the next connection
     peak_open: int = 0
     served: int = 0
     dispatched: int = 0
@@ -90,8 +91,8 @@ class Assignment(NamedTuple):
 
     slot: HostSlot
     task: Task
-    conn: Optional[Connection]
-    evict: Optional[Connection]
+    conn: Connection | None
+    evict: Connection | None
 
 
 class HostTable:
@@ -161,8 +162,7 @@ class HostTable:
     def connection_opened(self, slot: HostSlot) -> None:
         slot.open += 1
         self.total_open += 1
-        if slot.open > slot.peak_open:
-            slot.peak_open = slot.open
+        slot.peak_open = max(slot.peak_open, slot.open)
 
     def connection_idle(self, conn: Connection, now: float) -> None:
         slot = conn.slot
@@ -206,7 +206,7 @@ class HostTable:
 
     # -- decisions ----------------------------------------------------------
 
-    def next_assignment(self, now: float) -> Optional[Assignment]:
+    def next_assignment(self, now: float) -> Assignment | None:
         """The highest-priority request that can start now, and where; None when nothing can.
 
         The caller closes ``evict`` (if any), starts the task, then calls ``refresh(slot)``.
@@ -222,8 +222,8 @@ class HostTable:
                     self.refresh(slot, now)  # re-arms the delay timer if that is what blocks it
                 continue
             task = slot.queue[0][2]
-            conn: Optional[Connection] = None
-            evict: Optional[Connection] = None
+            conn: Connection | None = None
+            evict: Connection | None = None
             if slot.idle and not task.needs_fresh_connection:
                 conn = slot.idle.pop()
                 del self._idle_lru[conn]
@@ -241,8 +241,7 @@ class HostTable:
             wait = now - task.registered_at
             slot.dispatched += 1
             slot.wait_sum += wait
-            if wait > slot.wait_max:
-                slot.wait_max = wait
+            slot.wait_max = max(slot.wait_max, wait)
             if slot.delay:
                 slot.next_start_at = now + slot.next_delay()
             return Assignment(slot, task, conn, evict)

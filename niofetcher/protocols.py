@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Protocol, Union, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from .models import FetchResult, URLBean
 
@@ -11,14 +11,14 @@ from .models import FetchResult, URLBean
 class URLRegister(Protocol):
     """Takes URLs to fetch, from any thread."""
 
-    def register(self, url_or_bean: Union[str, URLBean], priority: int = 0) -> bool: ...
+    def register(self, url_or_bean: str | URLBean, priority: int = 0) -> bool: ...
 
 
 @runtime_checkable
 class FetchedHandler(Protocol):
     """Hands out completed fetches, from any thread."""
 
-    def get(self, timeout: Optional[float] = None) -> Optional[FetchResult]: ...
+    def get(self, timeout: float | None = None) -> FetchResult | None: ...
 
 
 @runtime_checkable
@@ -27,4 +27,4 @@ class Fetcher(Protocol):
 
     def start(self) -> None: ...
 
-    def shutdown(self, wait: bool = True, timeout: Optional[float] = None) -> None: ...
+    def shutdown(self, wait: bool = True, timeout: float | None = None) -> None: ...

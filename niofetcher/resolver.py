@@ -31,12 +31,12 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from .config import Address, FetcherConfig, Resolver
 from .errors import ErrorKind, FetchFailure
 
-Answer = Callable[[Optional[Sequence[Address]], Optional[FetchFailure]], None]
+Answer = Callable[[Sequence[Address] | None, FetchFailure | None], None]
 Post = Callable[..., None]
 
 NEGATIVE_TTL = 5.0
@@ -62,7 +62,7 @@ def interleave_families(addresses: Sequence[Address]) -> list[Address]:
     return merged
 
 
-def literal_address(host: str, port: int) -> Optional[list[Address]]:
+def literal_address(host: str, port: int) -> list[Address] | None:
     """The address of an IP literal host, or None for a name."""
     try:
         ip = ipaddress.ip_address(host)
@@ -82,10 +82,10 @@ class ResolverPool:
         self._resolve: Resolver = config.resolver or system_resolver
         self._post = post
         self._max_workers = workers
-        self._cache: OrderedDict[tuple[str, int], tuple[float, Optional[list[Address]], Optional[FetchFailure]]]
+        self._cache: OrderedDict[tuple[str, int], tuple[float, list[Address] | None, FetchFailure | None]]
         self._cache = OrderedDict()  # oldest answer first
         self._waiting: dict[tuple[str, int], list[Answer]] = {}
-        self._jobs: queue.SimpleQueue[Optional[tuple[str, int]]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[str, int] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._idle_workers = 0
         self._queued = 0  # jobs put and not yet taken by a worker
@@ -150,7 +150,7 @@ class ResolverPool:
                 found, failure = [], FetchFailure(ErrorKind.DNS_ERROR, f"{host}: {reason}")
             self._post(self._answered, key, found or None, failure)
 
-    def _answered(self, key: tuple[str, int], found: Optional[list[Address]], failure: Optional[FetchFailure]) -> None:
+    def _answered(self, key: tuple[str, int], found: list[Address] | None, failure: FetchFailure | None) -> None:
         ttl = self._ttl if failure is None else min(self._ttl, NEGATIVE_TTL)
         if ttl > 0:
             cache = self._cache

@@ -86,7 +86,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 __all__ = ["PortCounters", "TestSite", "tls_context_from_files"]
 
@@ -110,7 +110,7 @@ _TIMESPEC = struct.Struct("@qq")
 #: ``select()`` cannot watch a descriptor at or above FD_SETSIZE.
 _FD_SETSIZE = 1024
 
-_Chunk = Union[bytes, memoryview]
+_Chunk = bytes | memoryview
 _FILLER = (
     "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor "
     "incididunt ut labore et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud "
@@ -159,7 +159,7 @@ class _Resource:
     HTTP/1.1 client ignores it and an HTTP/1.0 client needs it.
     """
 
-    __slots__ = ("keep_alive", "close", "keep_alive_head_only", "close_head_only")
+    __slots__ = ("close", "close_head_only", "keep_alive", "keep_alive_head_only")
 
     def __init__(self, status: str, content_type: str, body: Sequence[_Chunk], headers: str = "") -> None:
         length = sum(len(chunk) for chunk in body)
@@ -268,8 +268,18 @@ class _Connection:
     """One accepted socket and its buffers; the server loop owns all of its state."""
 
     __slots__ = (
-        "sock", "port_index", "accepted_at", "inbuf", "outbuf", "body_left", "scheduled",
-        "mask", "closing", "draining", "peer_eof", "closed",
+        "accepted_at",
+        "body_left",
+        "closed",
+        "closing",
+        "draining",
+        "inbuf",
+        "mask",
+        "outbuf",
+        "peer_eof",
+        "port_index",
+        "scheduled",
+        "sock",
     )
 
     def __init__(self, sock: socket.socket, port_index: int, accepted_at: float) -> None:
@@ -618,8 +628,7 @@ class _Server:
                 if self.log_requests:
                     counters.log.append((now, path))
                 age = now - conn.accepted_at
-                if age > counters.max_conn_age_at_request:
-                    counters.max_conn_age_at_request = age
+                counters.max_conn_age_at_request = max(counters.max_conn_age_at_request, age)
                 resource = resources.get(path, _NOT_FOUND)
                 self._respond(conn, now, resource.chunks(keep_alive, method == b"HEAD"))
                 if not keep_alive:
@@ -745,7 +754,7 @@ class _Server:
 class _TLSConnection(_Connection):
     """A connection whose ``sock`` is an ``ssl.SSLSocket`` made with ``do_handshake_on_connect=False``."""
 
-    __slots__ = ("handshaking", "handshake_want", "read_wants_write", "write_wants_read")
+    __slots__ = ("handshake_want", "handshaking", "read_wants_write", "write_wants_read")
 
     def __init__(self, sock: ssl.SSLSocket, port_index: int, accepted_at: float) -> None:
         super().__init__(sock, port_index, accepted_at)

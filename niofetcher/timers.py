@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 
 class Timer:
     """A scheduled call; ``cancel()`` is O(1)."""
 
-    __slots__ = ("when", "callback", "arg")
+    __slots__ = ("arg", "callback", "when")
 
     def __init__(self, when: float, callback: Callable[[Any], None], arg: Any) -> None:
         self.when = when
-        self.callback: Optional[Callable[[Any], None]] = callback
+        self.callback: Callable[[Any], None] | None = callback
         self.arg = arg
 
     def cancel(self) -> None:
@@ -43,7 +44,7 @@ class TimerHeap:
         heapq.heappush(self._heap, (when, next(self._seq), timer))
         return timer
 
-    def next_deadline(self) -> Optional[float]:
+    def next_deadline(self) -> float | None:
         """The earliest live deadline, or None when nothing is scheduled."""
         heap = self._heap
         while heap and heap[0][2].callback is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import socket
 import ssl
-from typing import Optional, Union
 
 WANT_READ = -1
 WANT_WRITE = -2
@@ -65,10 +64,10 @@ class TLSTransport:
     since HTTP/1.1 frames its own message ends.
     """
 
-    __slots__ = ("sock", "_ssl")
+    __slots__ = ("_ssl", "sock")
 
     def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: str,
-                 session: Optional[ssl.SSLSession]) -> None:
+                 session: ssl.SSLSession | None) -> None:
         # The SSL socket takes over the descriptor; it is what the selector watches from now on.
         self._ssl = context.wrap_socket(
             sock, server_hostname=server_hostname, do_handshake_on_connect=False, session=session
@@ -112,14 +111,14 @@ class TLSTransport:
         return bool(self._ssl.session_reused)
 
     @property
-    def session(self) -> Optional[ssl.SSLSession]:
+    def session(self) -> ssl.SSLSession | None:
         return self._ssl.session
 
 
-Transport = Union[PlainTransport, TLSTransport]
+Transport = PlainTransport | TLSTransport
 
 
-def tls_context(verify: bool, ca_file: Optional[str]) -> ssl.SSLContext:
+def tls_context(verify: bool, ca_file: str | None) -> ssl.SSLContext:
     """The one client context of a configuration: system trust store, ALPN http/1.1."""
     context = ssl.create_default_context(cafile=ca_file)
     if not verify:

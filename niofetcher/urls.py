@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 from urllib.parse import quote, urlsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -276,7 +276,7 @@ def _split(url: str) -> _Parts:
 
 
 @functools.lru_cache(maxsize=4096)
-def _origin(scheme: str, host: str, port: Optional[int]) -> tuple[Origin, str]:
+def _origin(scheme: str, host: str, port: int | None) -> tuple[Origin, str]:
     """One Origin and Host header per host, shared by all its URLs: pending URLs stay small."""
     default_port = DEFAULT_PORTS[scheme]
     if port is None:

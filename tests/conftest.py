@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
-
 from rawserver import Handler, RawServer, running_servers
 
 if TYPE_CHECKING:

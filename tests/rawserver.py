@@ -32,8 +32,8 @@ import threading
 import time
 import weakref
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Union
 
 __all__ = [
     "ConnInfo",
@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 Handler = Callable[[socket.socket, "ConnInfo"], None]
-HeaderPairs = Iterable[tuple[Union[str, bytes], Union[str, bytes]]]
+HeaderPairs = Iterable[tuple[str | bytes, str | bytes]]
 
 # A request head larger than this is a bug in the client under test (or in a
 # test), not something to buffer forever.
@@ -313,7 +313,7 @@ class RawServer:
                     self._stopping.wait(self.ACCEPT_POLL_SECONDS)
                     continue
                 self._spawn(sock)
-        except BaseException as exc:  # never a thread traceback
+        except BaseException as exc:  # noqa: BLE001 - never a thread traceback
             self._record_error(exc)
         finally:
             self._stopping.set()
@@ -358,7 +358,7 @@ class RawServer:
     def _run_handler(self, sock: socket.socket, info: ConnInfo) -> None:
         try:
             self.handler(sock, info)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - recorded for the test to see
             # Clients going away mid-script (resets, broken pipes, timeouts)
             # are the point of these servers; keep them for tests to inspect,
             # but never let them reach threading.excepthook, which pytest

@@ -21,14 +21,13 @@ import resource
 import select
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import psutil
 import pytest
-
 from conftest import MakeServer, results_by_url
-from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher
 from rawserver import (
     Handler,
     RawServer,
@@ -49,8 +48,10 @@ from rawserver import (
     truncated_body,
 )
 
+from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher
+
 # Generous: only the case under test shortens the timeout it is about.
-BASE_CONFIG: dict[str, Any] = dict(connect_timeout=3.0, read_timeout=3.0, request_timeout=10.0)
+BASE_CONFIG: dict[str, Any] = {"connect_timeout": 3.0, "read_timeout": 3.0, "request_timeout": 10.0}
 GOOD_BODY = b"good page"
 MiB = 1 << 20
 
@@ -102,7 +103,7 @@ Make = Callable[[Env], Bad]
 class Case:
     make: Make
     kind: ErrorKind
-    status: Optional[int]  # None: no response head came
+    status: int | None  # None: no response head came
     detail: str = ""  # a word the reason must contain (case-insensitive)
     good_after: bool = True  # False when the config itself forbids the good server
 
@@ -152,7 +153,7 @@ def endless_chain(env: Env) -> Bad:
         assert request_paths(srv) == [b"/0", b"/1", b"/2", b"/3"], "max_redirects=3 allows 4 requests, no more"
         assert [status for status, _ in result.redirects] == [302, 302, 302]
 
-    return Bad(srv.url("/0"), dict(max_redirects=3), check)
+    return Bad(srv.url("/0"), {"max_redirects": 3}, check)
 
 
 def refused_port(env: Env) -> Bad:
@@ -163,7 +164,7 @@ def unknown_host(env: Env) -> Bad:
     def resolver(host: str, port: int) -> list:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
-    return Bad("http://nowhere.test/", dict(resolver=resolver))
+    return Bad("http://nowhere.test/", {"resolver": resolver})
 
 
 def hanging_resolver(env: Env) -> Bad:
@@ -174,7 +175,7 @@ def hanging_resolver(env: Env) -> Bad:
         gate.wait(10.0)
         return [(socket.AF_INET, ("127.0.0.1", env.good.port))]
 
-    return Bad("http://slow-dns.test/", dict(resolver=resolver, connect_timeout=0.3), release=gate.set)
+    return Bad("http://slow-dns.test/", {"resolver": resolver, "connect_timeout": 0.3}, release=gate.set)
 
 
 def unanswered_syn(env: Env) -> Bad:
@@ -190,18 +191,18 @@ def unanswered_syn(env: Env) -> Bad:
     _, writable, _ = select.select([], [probe], [], 0.2)
     if writable:
         pytest.skip("this kernel answers a SYN to a full accept queue: no loopback connect timeout")
-    return Bad(f"http://127.0.0.1:{address[1]}/", dict(connect_timeout=0.3))
+    return Bad(f"http://127.0.0.1:{address[1]}/", {"connect_timeout": 0.3})
 
 
 def loopback_denied(env: Env) -> Bad:
     srv = env.serve(ok())
-    config = dict(deny_networks=["loopback"], resolve={"local.test": "127.0.0.1"})
+    config = {"deny_networks": ["loopback"], "resolve": {"local.test": "127.0.0.1"}}
     return Bad(f"http://local.test:{srv.port}/", config, never_contacted(srv))
 
 
 def cidr_denied(env: Env) -> Bad:
     srv = env.serve(ok(), host="127.0.0.2")
-    config = dict(deny_networks=["127.0.0.2/32"], resolve={"denied.test": "127.0.0.2"})
+    config = {"deny_networks": ["127.0.0.2/32"], "resolve": {"denied.test": "127.0.0.2"}}
     return Bad(f"http://denied.test:{srv.port}/", config, never_contacted(srv))
 
 
@@ -210,7 +211,7 @@ def redirect_to_denied(env: Env) -> Bad:
     denied = env.serve(ok(), host="127.0.0.2")
     target = f"http://denied.test:{denied.port}/"
     allowed = env.serve(redirect(target))
-    config = dict(deny_networks=["127.0.0.2/32"], resolve={"allowed.test": "127.0.0.1", "denied.test": "127.0.0.2"})
+    config = {"deny_networks": ["127.0.0.2/32"], "resolve": {"allowed.test": "127.0.0.1", "denied.test": "127.0.0.2"}}
 
     def check(result: FetchResult) -> None:
         assert result.redirects == [(302, target)]
@@ -222,7 +223,7 @@ def redirect_to_denied(env: Env) -> Bad:
 
 def port_not_allowed(env: Env) -> Bad:
     srv = env.serve(ok())
-    return Bad(srv.url(), dict(allowed_ports=[env.good.port]), never_contacted(srv))
+    return Bad(srv.url(), {"allowed_ports": [env.good.port]}, never_contacted(srv))
 
 
 CASES = [

@@ -30,16 +30,15 @@ import itertools
 import socket
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import h11
 import pytest
 from conftest import results_by_url
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rawserver import ConnInfo, Handler, RawServer, ok, read_request, reset
 
 from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher
-from rawserver import ConnInfo, Handler, RawServer, ok, read_request, reset
 
 READ_TIMEOUT = 0.5
 CONFIG = FetcherConfig(
@@ -102,7 +101,7 @@ class Reading:
     consumed: int  # bytes up to the end of the response; the rest is excess
 
 
-def h11_reading(data: bytes, eof: bool) -> Optional[Reading]:
+def h11_reading(data: bytes, eof: bool) -> Reading | None:
     """The complete response an h11 client reads from ``data`` (then EOF if ``eof``), or None."""
     conn = h11.Connection(h11.CLIENT)
     conn.send(h11.Request(method="GET", target="/", headers=[("Host", "fuzz")]))
@@ -133,7 +132,7 @@ class Script:
     data: bytes
     cuts: tuple[int, ...]  # the data is sent in pieces split here, with a pause between them
     ending: str  # "fin": close; "rst": reset; "hold": keep the connection and answer the next request
-    expect: Optional[Reading]  # the exact status and body every URL must get
+    expect: Reading | None  # the exact status and body every URL must get
     must_fail: bool  # no complete response in the stream: every URL must end with an error
 
     def __repr__(self) -> str:
@@ -154,7 +153,7 @@ def _chunked(body: bytes, pieces: list[int], eol: bytes, extension: bool, traile
 def _framed(framing: str, body: bytes, eol: bytes, draw: st.DrawFn) -> tuple[list[bytes], bytes]:
     """The framing header lines and the payload that carries ``body``."""
     n = len(body)
-    chunked = lambda: _chunked(  # noqa: E731
+    chunked = lambda: _chunked(
         body, draw(st.lists(st.integers(0, max(n, 1)), max_size=3)), eol, draw(st.booleans()), draw(st.booleans())
     )
     te = b"Transfer-Encoding: chunked"

@@ -19,8 +19,8 @@ from niofetcher.parse import (
     EXTRACTORS,
     Form,
     PageLinks,
-    absolute_url,
     _absolute_general,
+    absolute_url,
     extract,
 )
 

@@ -82,7 +82,7 @@ def test__global_limit_waits_then_evicts_oldest_idle() -> None:
     t, _, _ = table(total=2, per_host=2)
     for i in range(2):
         t.enqueue(task(f"http://a.test/{i}"), 0.0)
-    (ta, ca), (tb, cb) = start_all(t)
+    (_, ca), (_, _) = start_all(t)
     t.enqueue(task("http://b.test/0"), 0.0)
     assert t.next_assignment(0.0) is None  # both connections busy: wait
     t.exchange_ended(ca.slot, True, 0.0)
@@ -98,7 +98,7 @@ def test__host_delay_spaces_request_starts() -> None:
     assert len(start_all(t, 0.0)) == 1
     assert timers and timers[-1][0] == 2.0
     clock[0] = 2.0
-    when, cb, arg = timers.pop()
+    _, cb, arg = timers.pop()
     cb(arg)
     assert len(start_all(t, 2.0)) == 1
 

@@ -9,10 +9,9 @@ import threading
 import time
 import tracemalloc
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
-
 import rawserver
 from conftest import LeakBaseline, MakeServer, check_leaks, fd_count, take_baseline
 from rawserver import (
@@ -204,9 +203,8 @@ def test_max_seconds_stops_the_server() -> None:
 
 @pytest.mark.timeout(20)
 def test_start_twice_raises() -> None:
-    with RawServer(ok()) as srv:
-        with pytest.raises(RuntimeError):
-            srv.start()
+    with RawServer(ok()) as srv, pytest.raises(RuntimeError):
+        srv.start()
 
 
 @pytest.mark.timeout(20)

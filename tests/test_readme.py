@@ -23,7 +23,7 @@ EXAMPLE_ORIGIN = "http://127.0.0.1:8080"
 
 
 def python_blocks() -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```$", README.read_text(encoding="utf-8"), flags=re.M | re.S)
+    return re.findall(r"^```python\n(.*?)^```$", README.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
 
 
 def test_readme_has_examples() -> None:

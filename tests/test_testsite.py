@@ -646,7 +646,7 @@ def test_fixed_ports_are_consecutive() -> None:
 
 def test_ephemeral_ports_are_unknown_before_start() -> None:
     with pytest.raises(RuntimeError):
-        TestSite().ports
+        TestSite().ports  # noqa: B018 - reading the property is the test
 
 
 @pytest.mark.parametrize(

@@ -7,16 +7,14 @@ standard ssl module, using a CA and certificates made by trustme.
 from __future__ import annotations
 
 import datetime
-import ssl
 import socket
-from pathlib import Path
-from typing import Callable, Iterator
+import ssl
 
 import pytest
 import trustme
+from rawserver import ConnInfo, Handler, http_response, ok, redirect, serve_keepalive
 
 from niofetcher import ErrorKind, FetcherConfig, NIOFetcher, Origin
-from rawserver import ConnInfo, Handler, http_response, ok, redirect, serve_keepalive
 
 pytestmark = pytest.mark.timeout(30)
 

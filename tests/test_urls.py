@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Union
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,7 +19,7 @@ _PATHS = ["", "/", "/a/b", "/a b", "/caf\u00e9", "/a?b=c", "/a?", "?q", "/a#f", 
           "/\u00fcn\u00ef", "?q=\u00fc", "#\u00fc", "/%C3%BC", "/%2E%2E/", "/a%zz", "/\u20ac?\u20ac=/./"]
 
 
-def _outcome(parse: object, url: str) -> Union[Target, str]:
+def _outcome(parse: object, url: str) -> Target | str:
     try:
         return parse(url)  # type: ignore[operator,no-any-return]
     except ValueError as exc:
