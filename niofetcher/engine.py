@@ -396,8 +396,10 @@ class Engine:
             self._finish_error(task, FetchFailure(ErrorKind.PROTOCOL_ERROR, f"internal error: {_describe(exc)}"), conn)
 
     def connection_closed(self, conn: Connection, was_idle: bool) -> None:
-        self.connections.discard(conn)
+        # The host table first: should it fail, the connection is still in ``connections``, and
+        # connection_crashed ends the loop rather than leave the host counting a socket it lost.
         self.table.connection_closed(conn, was_idle, self.loop.now)
+        self.connections.discard(conn)
 
     def idle_expired(self, conn: Connection, service_time: bool) -> None:
         if service_time:
