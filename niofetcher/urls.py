@@ -87,6 +87,17 @@ _normal_match = _NORMAL_FORM.fullmatch
 _REQUEST_LINE_SAFE = "".join(map(chr, range(0x21, 0x7F)))
 _needs_encoding = re.compile(r"[^\x21-\x7e]").search
 
+# An escape with a lower-case hex digit: "%c3%bc" is "%C3%BC" (RFC 3986 6.2.2.1), and
+# upper case is the form both are stored and sent in.
+_lower_escape = re.compile(r"%(?:[a-f][0-9a-fA-F]|[0-9A-F][a-f])").search
+
+
+def _upper_escape(match: re.Match[str]) -> str:
+    return match.group().upper()
+
+
+_escape = re.compile(r"%[0-9a-fA-F]{2}")
+
 # A dot segment ("/./", "/../", or one at the end of the path).  Tried only where
 # "/." occurs, so that "/.well-known/" costs a search and not the long way round.
 _dot_segment = re.compile(r"/\.\.?(?:[/?#]|$)").search
@@ -164,6 +175,8 @@ def _path_and_query(path: str, query: str) -> str:
     target = f"{path}?{query}" if query else path
     if _needs_encoding(target):
         target = quote(target, safe=_REQUEST_LINE_SAFE)
+    if "%" in target and _lower_escape(target):
+        target = _escape.sub(_upper_escape, target)
     return target
 
 
@@ -191,7 +204,8 @@ def parse_target(url: str) -> Target:
             origin, host_header = _origin(scheme.lower(), host, port)
             if not path:
                 path = "/"
-            if url.isascii() and ("/." not in path or not _dot_segment(path)):  # no rule applies (and no NUL)
+            if (url.isascii() and ("/." not in path or not _dot_segment(path))
+                    and ("%" not in url or not _lower_escape(url))):  # no rule applies (and no NUL)
                 return Target(origin, host_header, f"{path}?{query}" if query else path)
             check_url_characters(url)
             return Target(origin, host_header, _path_and_query(path, query or ""))
@@ -214,9 +228,10 @@ def normalize_url(url: str) -> str:
     default port (80 for http, 443 for https) and the fragment are dropped, an
     empty path becomes "/" (6.2.3) and dot segments are removed (5.2.4).  IPv6
     hosts keep their brackets.  Path and query keep their case and their
-    escapes (servers may tell them apart); a character a request line cannot
-    carry (non-ASCII, a space) is percent-encoded as UTF-8, so
-    ``http://h/ü`` and ``http://h/%C3%BC`` are one URL.  The path of the normal
+    escapes (servers may tell them apart), the escapes' hex digits in upper
+    case (6.2.2.1); a character a request line cannot carry (non-ASCII, a
+    space) is percent-encoded as UTF-8, so ``http://h/ü``, ``http://h/%c3%bc``
+    and ``http://h/%C3%BC`` are one URL.  The path of the normal
     form is what :func:`parse_target` sends.  Normalising a normalised URL
     gives it back unchanged.
 
@@ -232,7 +247,8 @@ def normalize_url(url: str) -> str:
     # normal form already; telling so by one regular expression is several
     # times faster than taking them apart.  _normalize_split() is the definition.
     match = _normal_match(url)
-    if match is not None and not url.endswith("?") and ("/." not in url or not _dot_segment(url)):
+    if (match is not None and not url.endswith("?") and ("/." not in url or not _dot_segment(url))
+            and ("%" not in url or not _lower_escape(url))):
         port = match.group(2)
         if port is None or (int(port) <= 65535 and int(port) != DEFAULT_PORTS[match.group(1)]):
             return url

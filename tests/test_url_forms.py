@@ -111,6 +111,7 @@ def test_normalize_url(url: str, expected: str) -> None:
          "http://example.com:80/b/../%C3%BCn\u00ef"],
         ["http://b\u00fccher.example/", "http://xn--bcher-kva.example/", "http://B\u00dcCHER.example:80"],
         ["http://h/a%20b", "http://h/a b", "http://h/x/../a b#c"],
+        ["http://h/%c3%bc?q=%2f", "http://h/%C3%BC?q=%2F", "http://h/\u00fc?q=%2f", "http://h/%C3%bc?q=%2F"],
     ],
 )
 def test_one_stored_form_whichever_way_a_url_arrived(forms: list[str]) -> None:
