@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -87,16 +86,18 @@ class PageWriter:
         with self._lock:
             records = [self._prepared.pop(url) for url in urls if url in self._prepared]
         files = (self._out, self._warc)
-        written: list[_OutputFile] = []
+        written: list[tuple[_OutputFile, int]] = []  # and where each stood before this batch
         try:
             for part, file in enumerate(files):
                 data = b"".join(record[part] for record in records)
                 if file is not None and data:
-                    written.append(file)
+                    written.append((file, file.end))
                     file.append(data)
         except OSError:
-            for file in written:
-                file.cut_back()
+            # Back to before the batch, the files that took it whole too: its outcomes will not be
+            # recorded, so a record of it in one file would be a second one after the resume.
+            for file, start in written:
+                file.cut_back(start)
             raise
         return {key: file.end for key, file in self._files().items()}
 
@@ -122,10 +123,11 @@ class PageWriter:
         response_head = StatusAndHeaders(f"{result.status} {result.reason}".strip(), headers, protocol="HTTP/1.1")
         buffer = io.BytesIO()
         writer = WARCWriter(buffer, gzip=self._warc_gzip)
-        request = writer.create_warc_record(result.final_url, "request", payload=io.BytesIO(b""),
+        # Lengths given: without them warcio copies each payload into a temporary file it never closes.
+        request = writer.create_warc_record(result.final_url, "request", payload=io.BytesIO(b""), length=0,
                                             http_headers=request_head)
         response = writer.create_warc_record(result.final_url, "response", payload=io.BytesIO(result.body),
-                                             http_headers=response_head)
+                                             length=len(result.body), http_headers=response_head)
         writer.write_request_response_pair(request, response)
         return buffer.getvalue()
 
@@ -156,8 +158,11 @@ class _OutputFile:
         self.existed = os.path.exists(path)
         self._handle = open(path, "ab", buffering=0)  # noqa: SIM115 - open for the crawl's life, closed by close()
         self.end = os.fstat(self._handle.fileno()).st_size
+        self._unusable: OSError | None = None  # set when a failed batch could not be cut away
 
     def append(self, data: bytes) -> None:
+        if self._unusable is not None:
+            raise self._unusable
         try:
             fd = self._handle.fileno()
             view = memoryview(data)
@@ -168,10 +173,14 @@ class _OutputFile:
             raise OSError(exc.errno, exc.strerror, self.path) from None
         self.end += len(data)
 
-    def cut_back(self) -> None:
-        """After a failed append: drop what part of it was written (best effort: the disk is failing)."""
-        with contextlib.suppress(OSError):
-            os.ftruncate(self._handle.fileno(), self.end)
+    def cut_back(self, offset: int) -> None:
+        """After a failed batch: drop what was written of it.  Should even that fail, the file takes no
+        more records: appended after the leftovers, they would sit where no offset says."""
+        try:
+            os.ftruncate(self._handle.fileno(), offset)
+        except OSError as exc:
+            self._unusable = OSError(exc.errno, exc.strerror, self.path)
+        self.end = offset
 
     def truncate(self, offset: int) -> None:
         size = os.fstat(self._handle.fileno()).st_size

@@ -455,6 +455,8 @@ class Frontier:
         self._next_seq = 1
         self._last_rowid = 0  # the largest rowid in urls: see add_many()
         self._pending = 0  # complete()/fail() calls (and lone checkpoints) not committed yet
+        self._batching = 0  # open batch() blocks: while there are any, no commit happens
+        self._commit_deferred = False  # a commit was asked for inside a batch
         self._pending_since = 0.0  # time.monotonic() of the first of them
         self._conn: sqlite3.Connection | None = None
         self._owner: _OwnerLock | None = None
@@ -587,6 +589,7 @@ class Frontier:
                 raise  # a bug here, not a problem with the file
             except sqlite3.Error as exc:
                 self._pending = 0
+                self._commit_deferred = False  # what it would have committed is rolled back below
                 with contextlib.suppress(sqlite3.Error):
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
@@ -626,9 +629,35 @@ class Frontier:
             conn.execute("BEGIN IMMEDIATE")
 
     def _commit(self, conn: sqlite3.Connection) -> None:
+        if self._batching:
+            self._commit_deferred = True
+            return
         if conn.in_transaction:
             conn.execute("COMMIT")
         self._pending = 0
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Make the calls in the block durable together: nothing commits until it ends.
+
+        A crawler records one batch of pages with several calls -- fail() for some,
+        release() for others, complete_many() with the outputs' checkpoint last -- and a
+        crash must keep all of them or none: a failure committed before the checkpoint
+        that covers its output record would lose that record on resume.  A block that
+        raises commits nothing on its way out (the next commit will, or a crash undoes it).
+        """
+        with self._lock:
+            self._batching += 1
+            try:
+                yield
+            except BaseException:
+                self._batching -= 1
+                raise
+            self._batching -= 1
+            if not self._batching and self._commit_deferred:
+                self._commit_deferred = False
+                with self._db() as conn:
+                    self._commit(conn)
 
     def _outcome_recorded(self, conn: sqlite3.Connection, n: int = 1) -> None:
         """After complete()/fail() of ``n`` URLs: commit if enough are pending, or for long enough."""
@@ -838,7 +867,7 @@ class Frontier:
             attempts = row[0]
             now = self._clock()
             if retry and attempts < self.max_attempts:
-                delay = self._retry_delay(attempts, retry_after)
+                delay = self.retry_delay_after(attempts, retry_after)
                 conn.execute(_RETRY, (status, error, now, now + delay, url))
                 new_state = "waiting"
             else:
@@ -848,7 +877,9 @@ class Frontier:
             self._outcome_recorded(conn)
             return new_state
 
-    def _retry_delay(self, attempts: int, retry_after: float | None) -> float:
+    def retry_delay_after(self, attempts: int, retry_after: float | None) -> float:
+        """Seconds to wait after the ``attempts``-th failed fetch: retry_delay, doubling up to
+        max_retry_delay, never sooner than a server's Retry-After (robots.txt retries use it too)."""
         delay = min(self.retry_delay * 2.0 ** min(max(attempts - 1, 0), _MAX_BACKOFF_EXPONENT), self.max_retry_delay)
         if retry_after is not None and math.isfinite(retry_after):
             # A Retry-After date already past gives a negative number: no wait.

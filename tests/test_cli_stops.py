@@ -89,7 +89,7 @@ def test_after_a_stop_and_a_resume_each_page_has_one_record_in_out_and_warc(tmp_
         os.killpg(child.pid, signum)  # the parse processes too, as an OOM killer or systemd would
         end_of(child)
         done_at_stop = assert_each_done_url_once(db, out, warc)
-        assert done_at_stop and states(db)["waiting"] > 0
+        assert done_at_stop and len(done_at_stop) < len(site.page_urls())  # stopped mid-way
 
         # A second stop in the middle of the resume, then a resume to the end.
         site.reset_counters()
@@ -247,3 +247,44 @@ def test_a_crawl_whose_fetcher_loop_died_ends_with_one_line(tmp_path: Path) -> N
     assert done.stderr == "niofetcher: error: niofetcher loop failed: RuntimeError: a bug on the loop thread\n"
     assert states(db)["processing"] == 0
     assert_each_done_url_once(db, out)
+
+
+def test_a_batch_that_fails_in_one_file_is_cut_from_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--out took the batch, --warc did not (a full disk): both go back to before the batch, whose
+    outcomes will not be recorded, so that the next batch's checkpoint does not cover its records."""
+    import errno
+
+    from niofetcher import cli_crawl
+    from niofetcher.crawler import CrawledPage
+    from niofetcher.models import FetchResult, URLBean
+
+    def page(url: str) -> CrawledPage:
+        result = FetchResult(
+            bean=URLBean(url), url=url, final_url=url, status=200, reason="OK",
+            headers=[("Content-Type", "text/html")], body=b"<a>", redirects=[], elapsed=0.0, queue_wait=0.0,
+            connection_reused=False, session_reused=False, replayed=False, error=None, error_detail="",
+        )
+        return CrawledPage(result, 1, None, None)
+
+    out, warc = tmp_path / "pages.jsonl", tmp_path / "crawl.warc"
+    original = cli_crawl._OutputFile.append
+    failures = [OSError(errno.ENOSPC, "No space left on device")]
+
+    def warc_fails_once(self: cli_crawl._OutputFile, data: bytes) -> None:
+        if self.option == "--warc" and failures:
+            raise failures.pop()
+        original(self, data)
+
+    monkeypatch.setattr(cli_crawl._OutputFile, "append", warc_fails_once)
+    with cli_crawl.PageWriter(str(out), str(warc), "ua") as writer:
+        writer.restore({})
+        writer.prepare(page("http://a.test/A"))
+        with pytest.raises(OSError, match="No space left"):
+            writer.commit(["http://a.test/A"])
+        assert out.read_bytes() == b"" and warc.read_bytes() == b""
+        writer.prepare(page("http://a.test/B"))
+        offsets = writer.commit(["http://a.test/B"])
+    assert list(jsonl_urls(out)) == ["http://a.test/B"]
+    assert offsets == {"out": out.stat().st_size, "warc": warc.stat().st_size}

@@ -113,3 +113,34 @@ def test_a_killed_writer_leaves_outcomes_and_checkpoint_together(tmp_path: Path,
     assert checkpoint == {"out": done, "warc": 2 * done}
     with Frontier(db) as frontier:
         assert frontier.checkpoint() == checkpoint and frontier.counts()["done"] == done
+
+
+# A crawler's batch: a failure (an error page with an output record) and a completion, the
+# checkpoint last.  The process dies after the failure, before the completion and its checkpoint.
+DIES_MID_BATCH = """
+import os, sys
+from niofetcher.frontier import Frontier
+frontier = Frontier(sys.argv[1], commit_every=1)  # so fail() commits at once, unless batched
+frontier.add(["http://h.test/a", "http://h.test/b"])
+frontier.claim(2)
+frontier.complete_many([], checkpoint={"out": 0})
+frontier.flush()
+batched = sys.argv[2] == "batch"
+with frontier.batch() if batched else open(os.devnull):
+    frontier.fail("http://h.test/a", "HTTP 404", status=404, retry=False)
+    os._exit(9)
+"""
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("mode", ["batch", "no batch"])
+def test_a_batch_is_durable_whole_or_not_at_all(tmp_path: Path, mode: str) -> None:
+    """Without batch() the failure commits alone, before the checkpoint that covers its record (the
+    negative control): the resume would cut that record away and never write it again."""
+    db = tmp_path / "c.sqlite"
+    done = subprocess.run([sys.executable, "-c", DIES_MID_BATCH, str(db), mode], timeout=20, check=False)
+    assert done.returncode == 9
+    with Frontier(str(db)) as frontier:
+        state_of_a = frontier.state("http://h.test/a")
+        assert frontier.checkpoint() == {"out": 0}
+    assert state_of_a == ("waiting" if mode == "batch" else "error")
