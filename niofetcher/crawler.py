@@ -92,7 +92,7 @@ from .errors import ErrorKind
 from .fetcher import NIOFetcher
 from .frontier import Frontier, FrontierError, FrontierURL
 from .models import FetchResult, URLBean
-from .parse import PageLinks, absolute_url, extract
+from .parse import PageLinks, absolute_url, extract, is_html_type
 from .parse_workers import ParseProcessPool
 from .robots import Redirect, RobotsRules, RobotsTable, interpret
 from .urls import Origin, normal_host, parse_target
@@ -520,13 +520,22 @@ class Crawler:
             self._drain_reports(frontier, fetcher, [report])
 
     def _layer(self, frontier: Frontier) -> int | None:
-        """The deepest depth that may be claimed now: the crawl goes breadth-first in layers, so that
-        no page of depth d+1 starts before every page of depth d has reported its links, and each
-        URL is first found on a shortest path (its depth is its distance from the seeds).  Always,
-        not only with max_depth: a recorded depth is a promise of its own (and a URL found again on
-        a shorter path later -- a parent that was retried -- gets the shorter depth from add_many)."""
-        if self._in_progress:
-            return min(item.depth for item in self._in_progress.values())
+        """With max_depth, the deepest depth that may be claimed now: the crawl goes breadth-first in
+        layers, so that no page of depth d+1 starts before every page of depth d has reported its
+        links, and each URL is first found on a shortest path -- max_depth cuts by distance from the
+        seeds, never by the order parses finished in.
+
+        Only with max_depth: a layer waits for its slowest page, so one host's 30-second Crawl-delay
+        would hold every other host back.  Without it a URL found again on a shorter path takes the
+        shorter depth (add_many), which leaves a depth too deep only below a page already done.
+        URLs waiting for their host's robots.txt do not hold a layer back either: a robots.txt
+        answering 503 may be retried minutes later."""
+        if self.config.max_depth is None:
+            return None
+        held = {item.url for items in self._held.values() for item in items}
+        depths = [item.depth for url, item in self._in_progress.items() if url not in held]
+        if depths:
+            return min(depths)
         return frontier.min_due_depth()
 
     def _drain_reports(self, frontier: Frontier, fetcher: NIOFetcher, reports: list[_Report] | None = None) -> None:
@@ -588,7 +597,7 @@ class Crawler:
             held.append(item)
             return
         self._held[origin] = [item]
-        self._fetch_robots(origin, f"{origin.scheme}://{_host_port(origin)}/robots.txt", 0, frontier, fetcher)
+        self._fetch_robots(origin, f"{origin}/robots.txt", 0, frontier, fetcher)
 
     def _fetch_robots(self, origin: Origin, url: str, hops: int, frontier: Frontier, fetcher: NIOFetcher) -> None:
         bean = URLBean(url, priority=_ROBOTS_PRIORITY, meta={"robots": origin, "hops": hops})
@@ -625,7 +634,7 @@ class Crawler:
                 return
             if fetches < self.config.max_attempts:
                 # The same policy as a page's: retry_delay, doubling, never sooner than a Retry-After.
-                delay = frontier._retry_delay(fetches, _retry_after(result))
+                delay = frontier.retry_delay_after(fetches, _retry_after(result))
                 heapq.heappush(self._robots_retries, (time.monotonic() + delay, origin))
                 return
             answer = RobotsRules(refusal=f"robots.txt unavailable: {_error_text(result)}")
@@ -640,11 +649,10 @@ class Crawler:
             return
         cap = self.config.max_crawl_delay
         if delay > cap:
-            log.warning("%s://%s asks for Crawl-delay %g s; using max_crawl_delay, %g s",
-                        origin.scheme, _host_port(origin), delay, cap)
+            log.warning("%s asks for Crawl-delay %g s; using max_crawl_delay, %g s", origin, delay, cap)
             delay = cap
         if delay:
-            fetcher.set_host_delay(f"{origin.scheme}://{_host_port(origin)}/", delay)
+            fetcher.set_host_delay(f"{origin}/", delay)
 
     def _retry_robots(self, frontier: Frontier, fetcher: NIOFetcher) -> float | None:
         """Fetch again each unreachable robots.txt whose retry is due; when the next one is due."""
@@ -655,7 +663,7 @@ class Crawler:
             if self._stop.is_set():
                 self._give_back_held(origin, frontier)
             else:
-                self._fetch_robots(origin, f"{origin.scheme}://{_host_port(origin)}/robots.txt", 0, frontier, fetcher)
+                self._fetch_robots(origin, f"{origin}/robots.txt", 0, frontier, fetcher)
         return retries[0][0] if retries else None
 
     # -- pump: from the fetcher to the parse executor -------------------------------
@@ -663,12 +671,18 @@ class Crawler:
     def _pump(self, fetcher: NIOFetcher, executor: concurrent.futures.Executor) -> None:
         """Pump thread: take the fetcher's results a batch at a time and send each on its way."""
         while True:
+            # Read before get(): a fetcher that had ended before get() came back empty has nothing
+            # more to give once join() agrees (read after get(), a shutdown between the two could
+            # leave its last results behind).
+            ended = self._fetcher_closed.is_set() or fetcher.failure is not None
             first = fetcher.get(timeout=0.1)
-            if first is None:
-                if self._fetcher_closed.is_set():
-                    return  # shut down and drained: nothing can come any more
-                continue
-            self._sort([first, *fetcher.drain()], executor)
+            if first is not None:
+                self._sort([first, *fetcher.drain()], executor)
+            elif ended and fetcher.join(timeout=0):
+                rest = fetcher.drain()  # what was delivered between get() and join()
+                if not rest:
+                    return
+                self._sort(rest, executor)
 
     def _sort(self, results: list[FetchResult], executor: concurrent.futures.Executor) -> None:
         again: list[_Page] = []  # to be tried again: no parsing, no on_page
@@ -799,20 +813,23 @@ class Crawler:
                 offsets = self.output.commit(delivered)
         completed: list[tuple[str, int | None]] = []
         active = self._active
-        for page in pages:
-            origin = page.result.bean.meta["origin"]
-            active[origin] -= 1
-            if not active[origin]:
-                del active[origin]
-            if page.final:
-                self._finished += 1
-                self._bytes += len(page.result.body)
-            if page.final and not page.failure and (page.result.ok or _is_redirect(page.result)):
-                completed.append((page.item.url, page.result.status))
-            else:
-                self._record_failure(page, frontier)
-                del self._in_progress[page.item.url]
-        frontier.complete_many(completed, checkpoint=offsets)
+        # One commit for the batch: a failure committed alone, before the checkpoint that covers its
+        # record, would have that record cut away on resume and never written again.
+        with frontier.batch():
+            for page in pages:
+                origin = page.result.bean.meta["origin"]
+                active[origin] -= 1
+                if not active[origin]:
+                    del active[origin]
+                if page.final:
+                    self._finished += 1
+                    self._bytes += len(page.result.body)
+                if page.final and not page.failure and (page.result.ok or _is_redirect(page.result)):
+                    completed.append((page.item.url, page.result.status))
+                else:
+                    self._record_failure(page, frontier)
+                    del self._in_progress[page.item.url]
+            frontier.complete_many(completed, checkpoint=offsets)
         # Only now: should recording them fail, they are still in progress, and run() gives them back.
         for url, _ in completed:
             del self._in_progress[url]
@@ -867,10 +884,9 @@ def _is_redirect(result: FetchResult) -> bool:
 
 
 def _is_html(result: FetchResult) -> bool:
-    content_type = (result.header("content-type") or "").lower()
-    if content_type:
-        return "html" in content_type
-    return result.body.lstrip()[:1] == b"<"
+    """Whether the page goes to the parser: the parser's own rule, so that no page is sent there to
+    give nothing back."""
+    return is_html_type(result.header("content-type"))
 
 
 def _retry_after(result: FetchResult) -> float | None:
@@ -893,7 +909,3 @@ def _error_text(result: FetchResult) -> str:
         return f"{result.error.value}: {result.error_detail}"
     return f"HTTP {result.status} {result.reason}".strip()
 
-
-def _host_port(origin: Origin) -> str:
-    host = f"[{origin.host}]" if ":" in origin.host else origin.host
-    return f"{host}:{origin.port}"

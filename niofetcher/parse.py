@@ -215,7 +215,7 @@ _PARSER_ERRORS = (etree.LxmlError, ParserRejectedMarkup, LookupError, UnicodeErr
 _HTML_TYPES = frozenset(("text/html", "application/xhtml+xml", ""))  # "": no media type, sniffed as HTML
 
 
-def _is_html_type(content_type: str | None) -> bool:
+def is_html_type(content_type: str | None) -> bool:
     """Whether a page of this Content-Type is parsed; see "Content-Type" in the module docstring."""
     return content_type is None or content_type.partition(";")[0].strip().lower() in _HTML_TYPES
 
@@ -229,7 +229,7 @@ def _utf8(body: bytes | str, content_type: str | None) -> bytes | None:
     """
     if not isinstance(body, (str, bytes, bytearray, memoryview)):
         raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
-    if not _is_html_type(content_type):
+    if not is_html_type(content_type):
         return None
     if isinstance(body, str):
         data = body.encode("utf-8", "replace")

@@ -829,16 +829,16 @@ def test_a_fetcher_loop_that_dies_ends_the_crawl_with_an_error_and_a_rerun_compl
 
 
 @pytest.mark.timeout(30)
-def test_every_recorded_depth_is_the_shortest_distance_from_the_seed_without_max_depth(
+def test_with_max_depth_every_recorded_depth_is_the_shortest_distance_from_the_seed(
     tmp_path: Path, raw_server: MakeServer, no_leaks: LeakBaseline
 ) -> None:
     """A race: ``/x`` is 2 hops away through the slow ``/b`` and 3 through the fast ``/a`` -> ``/c``;
     ``/y`` hangs below ``/x``.  Whichever parse finishes first, the recorded depths must be the
-    breadth-first distances of the site's link graph (they used to be, only with max_depth)."""
+    breadth-first distances of the site's link graph: with max_depth the crawl goes in layers."""
     graph = {"/": ["/a", "/b"], "/a": ["/c"], "/b": ["/x"], "/c": ["/x", "/d"], "/d": ["/y"], "/x": ["/y"], "/y": []}
     site = MiniSite(raw_server, {ROBOTS: NOT_FOUND, **{path: html(*links) for path, links in graph.items()}},
                     delays={"/b": 1.0})
-    crawl(tmp_path, [site.url("/")], fetcher=FetcherConfig(max_connections_per_host=4))
+    crawl(tmp_path, [site.url("/")], max_depth=10, fetcher=FetcherConfig(max_connections_per_host=4))
     distance = reachable("/", graph, lambda url, hops: True)
     rows = frontier_rows(str(tmp_path / "crawl.sqlite"))
     assert {url: row["depth"] for url, row in rows.items()} == {site.url(path): d for path, d in distance.items()}

@@ -270,3 +270,41 @@ def test_a_crawl_with_a_tiny_robots_table_still_obeys_every_host(
     assert set(pages.values()) == {1} and not any("/page/1" in url for url in pages)
     assert len(crawler._robots) <= 4
     assert summary.counts["waiting"] == summary.counts["processing"] == 0
+
+
+# -- one host's waits hold no other host back ----------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("max_depth", [None, 10], ids=["no-max-depth", "max-depth"])
+def test_a_host_whose_robots_txt_must_be_retried_holds_no_other_host_back(
+    tmp_path: Path, no_leaks: LeakBaseline, max_depth: int | None
+) -> None:
+    """The bad host's seed waits in memory for its robots.txt, retried 2 s later; the good host is
+    crawled to its end meanwhile, its deeper layers included (they waited for that retry when a URL
+    held for robots.txt counted in the breadth-first layer)."""
+    with TestSite(hosts=1, pages=5, robots_unavailable=1, log_requests=True, max_seconds=60) as bad, \
+            TestSite(hosts=1, pages=200, log_requests=True, max_seconds=60) as good:
+        config = CrawlConfig(seeds=[bad.base_urls[0], good.base_urls[0]], db_path=str(tmp_path / "crawl.sqlite"),
+                             parse_mode="thread", retry_delay=2.0, max_depth=max_depth)
+        summary = Crawler(config).run()
+        bad_log, good_log = bad.counters().log, good.counters().log
+    assert summary.counts["done"] == 6 + 201
+    robots_fetches = [at for at, path in bad_log if path == ROBOTS]
+    assert len(robots_fetches) == 2
+    assert good_log[-1][0] < robots_fetches[1], "the good host waited for the bad host's robots.txt"
+
+
+@pytest.mark.timeout(60)
+def test_a_host_with_a_crawl_delay_holds_no_other_host_back(tmp_path: Path, no_leaks: LeakBaseline) -> None:
+    """The slow host serves a page a second; the fast host is crawled to its end before the slow
+    one's fourth page (a crawl in breadth-first layers made it wait for each of the slow layers)."""
+    with TestSite(hosts=1, pages=8, links_per_page=8, robots_crawl_delay=1.0, log_requests=True,
+                  max_seconds=60) as slow, TestSite(hosts=1, pages=300, log_requests=True, max_seconds=60) as fast:
+        config = CrawlConfig(seeds=[slow.base_urls[0], fast.base_urls[0]], db_path=str(tmp_path / "crawl.sqlite"),
+                             parse_mode="thread", fetcher=FetcherConfig(max_connections_per_host=4))
+        summary = Crawler(config).run()
+        slow_pages = [at for at, path in slow.counters().log if path != ROBOTS]
+        fast_log = fast.counters().log
+    assert summary.counts["done"] == 9 + 301
+    assert fast_log[-1][0] < slow_pages[3], "the fast host waited for the slow host's pages"
