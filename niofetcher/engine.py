@@ -284,6 +284,9 @@ class Engine:
         self.loop.wake()
 
     def _take_inbox(self) -> None:
+        # What another thread posted before it registered these URLs comes first: a crawler sets a
+        # host's Crawl-delay, then registers its first pages, and they must not start before it.
+        self.loop.run_calls()
         inbox = self.inbox
         table = self.table
         now = self.loop.now

@@ -106,7 +106,7 @@ class Loop:
                     handler.on_writable()
             except Exception as exc:  # noqa: BLE001 - one broken handler must not stop the loop
                 handler.on_internal_error(exc)
-        self._run_calls()
+        self.run_calls()
         self.timers.run_due(self.now)
 
     def _drain_wakeups(self) -> None:
@@ -122,7 +122,8 @@ class Loop:
             pass
         self._wake_pending = False
 
-    def _run_calls(self) -> None:
+    def run_calls(self) -> None:
+        """Run the callbacks posted so far (call_soon_threadsafe), in order."""
         calls = self._calls
         while calls:
             callback, args = calls.popleft()

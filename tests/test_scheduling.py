@@ -7,6 +7,7 @@ checked in the order the servers received the requests.
 
 from __future__ import annotations
 
+import itertools
 import random
 import socket
 import threading
@@ -142,3 +143,40 @@ def test_priority_order_with_one_connection(no_leaks: object, raw_server: MakeSe
     # sorted() is stable: equal priorities keep their registration order.
     expected = [(srv.port, path) for srv, path, _ in sorted(wanted, key=lambda w: -w[2])]
     assert log.entries == [(servers[0].port, "/hold"), *expected]
+
+
+# -- a host delay set just before its URLs are registered ---------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_a_host_delay_set_before_its_urls_are_registered_holds_for_the_first_of_them(
+    no_leaks: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crawler sets a host's Crawl-delay, then registers its pages.  Both land between the loop's
+    running of posted calls and its taking of the inbox (forced here: the loop itself does both right
+    after a run_once); the pages still start a delay apart, not together."""
+    from niofetcher.loop import Loop
+    from niofetcher.testsite import TestSite
+
+    original = Loop.run_once
+    armed: list[NIOFetcher] = []
+    with TestSite(hosts=1, pages=3, log_requests=True, max_seconds=30) as site:
+        urls = [f"{site.base_urls[0]}page/{i}" for i in range(3)]
+
+        def run_once(self: Loop, max_wait: float | None) -> None:
+            original(self, max_wait)
+            if armed:
+                fetcher = armed.pop()
+                fetcher.set_host_delay(site.base_urls[0], 0.5)
+                for url in urls:
+                    assert fetcher.register(url)
+
+        monkeypatch.setattr(Loop, "run_once", run_once)
+        with NIOFetcher(FetcherConfig(max_connections_per_host=4)) as fetcher:
+            armed.append(fetcher)
+            fetcher._engine.loop.wake()
+            results = [fetcher.get(timeout=20) for _ in urls]
+        starts = [at for at, _ in site.counters().log]
+    assert all(r is not None and r.ok for r in results), results
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    assert len(gaps) == 2 and min(gaps) >= 0.45, gaps
