@@ -7,6 +7,8 @@ Helpers importable by test modules (``tests/`` is on ``sys.path``):
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -178,3 +180,14 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
             return predicate()
         time.sleep(interval)
     return True
+
+
+def sigkill_after_requests(child: subprocess.Popen[bytes], served: Callable[[], int], requests: int) -> None:
+    """SIGKILL ``child`` (a crawl) once the site has read ``requests`` requests -- or after 30 s, or at
+    once if it has ended -- and check that the kill is what ended it (its stderr says why not)."""
+    try:
+        wait_until(lambda: served() >= requests or child.poll() is not None, timeout=30, interval=0.005)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        _, stderr = child.communicate(timeout=10)
+    assert child.returncode == -signal.SIGKILL, stderr.decode()

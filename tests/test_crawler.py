@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -45,7 +44,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import LeakBaseline, MakeServer
+from conftest import LeakBaseline, MakeServer, sigkill_after_requests
 from rawserver import ConnInfo, http_response, read_request
 
 import niofetcher.crawler as crawler_module
@@ -742,14 +741,7 @@ def test_a_crawl_killed_with_sigkill_resumes_without_losing_or_refetching_done_p
     with TestSite(hosts=1, pages=400, delay=0.01, max_seconds=60) as site:
         child = subprocess.Popen([sys.executable, "-c", CRAWL_SCRIPT, site.base_urls[0], db, parse_mode],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            deadline = time.monotonic() + 30
-            while site.counters().requests < 150 and child.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-        finally:
-            child.send_signal(signal.SIGKILL)
-            _, stderr = child.communicate(timeout=10)
-        assert child.returncode == -signal.SIGKILL, stderr.decode()
+        sigkill_after_requests(child, lambda: site.counters().requests, 150)
         killed_run = requested_pages(site)
 
         rows = frontier_rows(db)

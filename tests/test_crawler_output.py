@@ -17,20 +17,18 @@ import itertools
 import json
 import logging
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import LeakBaseline
+from conftest import LeakBaseline, sigkill_after_requests
 
 from niofetcher.crawler import CrawlConfig, CrawledPage, Crawler
 from niofetcher.frontier import Frontier, FrontierError
@@ -102,14 +100,7 @@ def test_after_a_sigkill_and_a_resume_every_done_url_has_exactly_one_record(
         for kill_at in (150, 400):  # killed twice, at different points, before the run that finishes
             child = subprocess.Popen([sys.executable, "-c", CRAWL_SCRIPT, seed, str(db), str(out)], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            try:
-                deadline = time.monotonic() + 30
-                while site.counters().requests < kill_at and child.poll() is None and time.monotonic() < deadline:
-                    time.sleep(0.005)
-            finally:
-                child.send_signal(signal.SIGKILL)
-                _, stderr = child.communicate(timeout=10)
-            assert child.returncode == -signal.SIGKILL, stderr.decode()
+            sigkill_after_requests(child, lambda: site.counters().requests, kill_at)
             killed = states(db)
             assert "processing" in killed.values() and "done" in killed.values()  # killed half-way
         finished = subprocess.run([sys.executable, "-c", CRAWL_SCRIPT, seed, str(db), str(out)], env=env,
