@@ -104,7 +104,7 @@ class TreeCPU:
 
 def _serve_corpus(folder: str, hosts: int, pages: int, ready: multiprocessing.Queue) -> None:
     """Runs in a process of its own: a TestSite whose page bodies are the files of ``folder``."""
-    from niofetcher.testsite import TestSite
+    from niofetcher.testing import TestSite
 
     names = sorted(name for name in os.listdir(folder) if name.endswith((".html", ".htm")))
     bodies = []

@@ -1,4 +1,4 @@
-"""Speed of the SQLite crawl frontier (niofetcher.frontier), in its own process.
+"""Speed of the SQLite crawl frontier (niofetcher.crawl.frontier), in its own process.
 
     python benchmarks/frontier_speed.py                    # 100,000 URLs in a temporary file
     python benchmarks/frontier_speed.py --urls 1000000 --path /tmp/big.db
@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from niofetcher.frontier import Frontier
+from niofetcher.crawl.frontier import Frontier
 
 
 def url_of(i: int) -> str:

@@ -6,7 +6,7 @@
 ``benchmarks/_site.py`` runs ``niofetcher testsite``, which cannot tell anyone
 what it counted; the side-by-side benchmark needs the *server's* peak
 connections per host after each client run. This runner starts a
-``niofetcher.testsite.TestSite`` itself (ephemeral loopback ports), prints one
+``niofetcher.testing.TestSite`` itself (ephemeral loopback ports), prints one
 JSON line ``{"bases": [...], "pid": ...}`` once every port listens, then answers
 one JSON line per command read from stdin:
 
@@ -99,7 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     nofile = raise_nofile()
 
-    from niofetcher.testsite import LISTEN_BACKLOG, TestSite
+    from niofetcher.testing import LISTEN_BACKLOG, TestSite
 
     site = TestSite(hosts=args.hosts, pages=args.pages, delay=args.delay / 1000.0, page_size=args.page_size,
                     max_seconds=None, bodies=load_corpus(args.corpus) if args.corpus else None)

@@ -11,8 +11,7 @@ with beautifulsoup4 (or lxml) in worker processes while the loop downloads,
 obeys robots.txt, retries, and resumes after a crash.
 """
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from .config import FetcherConfig
 from .errors import ErrorKind
 from .fetcher import NIOFetcher
@@ -23,19 +22,24 @@ from .urls import Origin
 # The crawler's names load on first use: a program that only fetches does not
 # pay for importing beautifulsoup4, lxml, protego and sqlite3.
 _LAZY = {
-    "CrawlConfig": "crawler", "CrawlSummary": "crawler", "CrawledPage": "crawler", "Crawler": "crawler",
-    "Frontier": "frontier", "FrontierError": "frontier", "FrontierLocked": "frontier",
-    "Form": "parse", "PageLinks": "parse", "extract": "parse",
+    "CrawlConfig": "crawl.crawler", "CrawlSummary": "crawl.crawler", "CrawledPage": "crawl.crawler",
+    "Crawler": "crawl.crawler",
+    "Frontier": "crawl.frontier", "FrontierError": "crawl.frontier", "FrontierLocked": "crawl.frontier",
+    "Form": "crawl.parse", "PageLinks": "crawl.parse", "extract": "crawl.parse",
 }
+# Modules that moved into crawl/ and are still reached as ``from niofetcher import parse``.
+_LAZY_MODULES = {"parse": "crawl.parse"}
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'niofetcher' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    if name in _LAZY_MODULES:
+        value: object = importlib.import_module(f".{_LAZY_MODULES[name]}", __name__)
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    else:
+        raise AttributeError(f"module 'niofetcher' has no attribute {name!r}")
     globals()[name] = value
     return value
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .urls import normal_host
 
 Sockaddr = tuple[Any, ...]  # (host, port) or (host, port, flowinfo, scope_id), as socket.connect() takes it

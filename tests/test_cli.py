@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from niofetcher.testsite import TestSite
+from niofetcher.testing import TestSite
 
 
 def niofetcher(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

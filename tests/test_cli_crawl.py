@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from niofetcher.testsite import TestSite
+from niofetcher.testing import TestSite
 
 ROBOTS = "/robots.txt"
 JSONL_FIELDS = {"url", "final_url", "status", "content_type", "depth", "parent", "links", "error", "fetched_at"}

@@ -41,7 +41,7 @@ from test_cli_crawl import (
     warc_records,
 )
 
-from niofetcher.testsite import TestSite
+from niofetcher.testing import TestSite
 
 
 def jsonl_urls(path: Path) -> Counter[str]:
@@ -256,8 +256,8 @@ def test_a_batch_that_fails_in_one_file_is_cut_from_every_file(
     outcomes will not be recorded, so that the next batch's checkpoint does not cover its records."""
     import errno
 
-    from niofetcher import cli_crawl
-    from niofetcher.crawler import CrawledPage
+    from niofetcher.cli import crawl as cli_crawl
+    from niofetcher.crawl.crawler import CrawledPage
     from niofetcher.models import FetchResult, URLBean
 
     def page(url: str) -> CrawledPage:

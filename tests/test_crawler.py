@@ -47,12 +47,12 @@ import pytest
 from conftest import LeakBaseline, MakeServer, sigkill_after_requests
 from rawserver import ConnInfo, http_response, read_request
 
-import niofetcher.crawler as crawler_module
+import niofetcher.crawl.crawler as crawler_module
 from niofetcher import FetcherConfig
-from niofetcher.crawler import CrawlConfig, CrawledPage, Crawler, CrawlSummary
-from niofetcher.frontier import Frontier
-from niofetcher.parse import PageLinks
-from niofetcher.testsite import PortCounters, TestSite
+from niofetcher.crawl.crawler import CrawlConfig, CrawledPage, Crawler, CrawlSummary
+from niofetcher.crawl.frontier import Frontier
+from niofetcher.crawl.parse import PageLinks
+from niofetcher.testing import PortCounters, TestSite
 
 ROBOTS = "/robots.txt"
 
@@ -646,7 +646,7 @@ def test_a_parse_process_that_dies_loses_no_page(tmp_path: Path, no_leaks: LeakB
         with once:
             if len(log.calls) >= 30 and not killed:
                 parse_processes = [
-                    child for child in psutil.Process().children() if "niofetcher.parse_workers" in " ".join(child.cmdline())
+                    child for child in psutil.Process().children() if "niofetcher.crawl.workers" in " ".join(child.cmdline())
                 ]
                 killed.append(parse_processes[0].pid)
                 parse_processes[0].kill()
@@ -722,7 +722,7 @@ def test_a_page_that_cannot_be_parsed_fails_alone(
 CRAWL_SCRIPT = textwrap.dedent("""
     import sys
     from niofetcher import FetcherConfig
-    from niofetcher.crawler import CrawlConfig, Crawler
+    from niofetcher.crawl.crawler import CrawlConfig, Crawler
     if __name__ == "__main__":  # parse processes import this module again
         seed, db, parse_mode = sys.argv[1:]
         config = CrawlConfig(seeds=[seed], db_path=db, parse_mode=parse_mode,

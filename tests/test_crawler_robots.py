@@ -31,8 +31,8 @@ from conftest import LeakBaseline, MakeServer
 from rawserver import ConnInfo, http_response, read_request
 
 from niofetcher import FetcherConfig
-from niofetcher.crawler import CrawlConfig, Crawler, CrawlSummary
-from niofetcher.testsite import TestSite
+from niofetcher.crawl.crawler import CrawlConfig, Crawler, CrawlSummary
+from niofetcher.testing import TestSite
 
 ROBOTS = "/robots.txt"
 
@@ -232,7 +232,7 @@ def test_max_crawl_delay_must_be_a_non_negative_number_of_seconds(value: Any) ->
 
 
 def test_the_robots_table_ages_out_the_least_recently_used_origins_that_are_not_busy() -> None:
-    from niofetcher.robots import ALLOW_ALL, RobotsTable
+    from niofetcher.crawl.robots import ALLOW_ALL, RobotsTable
     from niofetcher.urls import Origin
 
     a, b, c, d = (Origin("http", f"{name}.test", 80) for name in "abcd")
@@ -256,7 +256,7 @@ def test_a_crawl_with_a_tiny_robots_table_still_obeys_every_host(
     """With room for one origin's rules, a crawl of four hosts (pages linking round the ring) still
     fetches every page once and obeys every host's rules: a busy host is never aged out, and one
     that was is asked for its robots.txt again."""
-    import niofetcher.crawler as crawler_module
+    import niofetcher.crawl.crawler as crawler_module
 
     monkeypatch.setattr(crawler_module, "_ROBOTS_ORIGINS", 1)
     with TestSite(hosts=4, pages=40, robots_disallow=["/page/1"], max_seconds=30) as site:

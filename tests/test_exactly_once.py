@@ -37,7 +37,7 @@ from rawserver import (
 )
 
 from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher, URLBean
-from niofetcher.testsite import TestSite
+from niofetcher.testing import TestSite
 
 OK = "ok"  # the expected outcome of a good URL, in place of an ErrorKind
 UNKNOWN_HOST = "nohost.invalid"

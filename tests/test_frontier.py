@@ -29,15 +29,9 @@ from pathlib import Path
 import pytest
 from conftest import run_threads
 
-from niofetcher.frontier import (
-    _PICK,
-    SCHEMA_VERSION,
-    STATES,
-    Frontier,
-    FrontierError,
-    FrontierURL,
-    normalize_url,
-)
+from niofetcher.crawl.frontier import STATES, Frontier, FrontierError, FrontierURL
+from niofetcher.crawl.frontier.sqlite import _PICK, SCHEMA_VERSION
+from niofetcher.urls import normalize_url
 
 
 class FakeClock:
@@ -501,7 +495,7 @@ def test_release_does_not_count_the_attempt(frontier: Frontier, db: Path) -> Non
 
 CRASH_SCRIPT = """
 import os, sys
-from niofetcher.frontier import Frontier
+from niofetcher.crawl.frontier import Frontier
 f = Frontier(sys.argv[1], commit_every=int(sys.argv[2]))
 f.add(["http://a.test/%d" % i for i in range(10)])
 claimed = f.claim(6)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from niofetcher.frontier import Frontier
+from niofetcher.crawl.frontier import Frontier
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -83,7 +83,7 @@ def test_a_checkpoint_is_committed_by_the_commit_that_commits_its_outcomes(tmp_p
 # some moment, maybe in the middle of a commit.
 WRITER_SCRIPT = """
 import sys
-from niofetcher.frontier import Frontier
+from niofetcher.crawl.frontier import Frontier
 frontier = Frontier(sys.argv[1], commit_every=int(sys.argv[2]))
 frontier.add(["http://a.test/%d" % i for i in range(100000)])
 done = 0
@@ -119,7 +119,7 @@ def test_a_killed_writer_leaves_outcomes_and_checkpoint_together(tmp_path: Path,
 # checkpoint last.  The process dies after the failure, before the completion and its checkpoint.
 DIES_MID_BATCH = """
 import os, sys
-from niofetcher.frontier import Frontier
+from niofetcher.crawl.frontier import Frontier
 frontier = Frontier(sys.argv[1], commit_every=1)  # so fail() commits at once, unless batched
 frontier.add(["http://h.test/a", "http://h.test/b"])
 frontier.claim(2)

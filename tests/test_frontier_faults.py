@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from niofetcher.frontier import STATES, Frontier, FrontierError
+from niofetcher.crawl.frontier import STATES, Frontier, FrontierError
 
 pytestmark = pytest.mark.timeout(60)
 

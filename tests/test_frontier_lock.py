@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from niofetcher.frontier import Frontier, FrontierError, FrontierLocked
+from niofetcher.crawl.frontier import Frontier, FrontierError, FrontierLocked
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(60)
 # With "fork", it first forks a child that holds whatever it inherited until its stdin closes.
 OWNER_SCRIPT = """
 import os, sys, time
-from niofetcher.frontier import Frontier
+from niofetcher.crawl.frontier import Frontier
 frontier = Frontier(sys.argv[1])
 frontier.add(["http://a.test/%d" % i for i in range(5)])
 frontier.claim(3)

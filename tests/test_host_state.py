@@ -27,7 +27,7 @@ import niofetcher.resolver as resolver_module
 import niofetcher.urls as urls_module
 from niofetcher import FetcherConfig, NIOFetcher, Origin
 from niofetcher.pool import HostTable
-from niofetcher.testsite import TestSite
+from niofetcher.testing import TestSite
 
 
 @pytest.fixture

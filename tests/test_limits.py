@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from niofetcher import FetcherConfig, NIOFetcher, Origin
-from niofetcher.testsite import TestSite
+from niofetcher.testing import TestSite
 
 HOSTS = 20
 URLS_PER_HOST = 150  # 3,000 URLs in all

@@ -31,7 +31,7 @@ from niofetcher.engine import Engine, Task
 from niofetcher.http11 import ClientHTTP11
 from niofetcher.loop import Loop
 from niofetcher.pool import HostTable
-from niofetcher.testsite import TestSite
+from niofetcher.testing import TestSite
 
 pytestmark = pytest.mark.timeout(60)
 

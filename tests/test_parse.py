@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from niofetcher.parse import (
+from niofetcher.crawl.parse import (
     EXTRACTORS,
     Form,
     PageLinks,

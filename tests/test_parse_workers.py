@@ -36,8 +36,8 @@ import pytest
 from conftest import LeakBaseline, wait_until
 
 import niofetcher
-from niofetcher.parse_workers import ParseProcessPool, RemoteTraceback
-from niofetcher.testsite import TestSite
+from niofetcher.crawl.workers import ParseProcessPool, RemoteTraceback
+from niofetcher.testing import TestSite
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -108,7 +108,7 @@ def worker_processes() -> list[psutil.Process]:
     found = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if "niofetcher.parse_workers" in " ".join(child.cmdline()):
+            if "niofetcher.crawl.workers" in " ".join(child.cmdline()):
                 found.append(child)
         except psutil.NoSuchProcess:
             continue
@@ -286,7 +286,7 @@ def test_workers_ignore_sigint_and_sigterm(tmp_path: Path, no_leaks: LeakBaselin
 ORPHANING_PARENT = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, sys.argv[1])
-    from niofetcher.parse_workers import ParseProcessPool
+    from niofetcher.crawl.workers import ParseProcessPool
     from test_parse_workers import wait_for
 
     pool = ParseProcessPool(2)
@@ -386,7 +386,7 @@ UNGUARDED_POOL_SCRIPT = """\
 import os, sys
 sys.path.insert(0, {repo!r})
 import niofetcher
-from niofetcher.parse_workers import ParseProcessPool
+from niofetcher.crawl.workers import ParseProcessPool
 
 with open("runs.txt", "a") as runs:
     print(os.getpid(), file=runs)
@@ -421,7 +421,7 @@ def test_a_script_without_main_guard_runs_once_and_its_workers_import_our_niofet
 UNGUARDED_CRAWL_SCRIPT = """\
 import os, sys
 sys.path.insert(0, {repo!r})
-from niofetcher.crawler import CrawlConfig, Crawler
+from niofetcher.crawl.crawler import CrawlConfig, Crawler
 
 with open("runs.txt", "a") as runs:
     print(os.getpid(), file=runs)

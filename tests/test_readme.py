@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from niofetcher.testsite import TestSite
+from niofetcher.testing import TestSite
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 EXAMPLE_ORIGIN = "http://127.0.0.1:8080"

@@ -156,7 +156,7 @@ def test_a_host_delay_set_before_its_urls_are_registered_holds_for_the_first_of_
     running of posted calls and its taking of the inbox (forced here: the loop itself does both right
     after a run_once); the pages still start a delay apart, not together."""
     from niofetcher.loop import Loop
-    from niofetcher.testsite import TestSite
+    from niofetcher.testing import TestSite
 
     original = Loop.run_once
     armed: list[NIOFetcher] = []

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from niofetcher import FetcherConfig, FetchResult, NIOFetcher
-from niofetcher.testsite import TestSite
+from niofetcher.testing import TestSite
 
 SERVICE_TIME = 0.5
 SLACK = 0.15  # connect, scheduling and loopback latency between the client's check and the server's clock

@@ -19,7 +19,7 @@ import pytest
 import trustme
 
 from niofetcher import testsite
-from niofetcher.testsite import PortCounters, TestSite, tls_context_from_files
+from niofetcher.testing import PortCounters, TestSite, tls_context_from_files
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -24,7 +24,7 @@ from conftest import LeakBaseline, MakeServer, collect, run_threads, wait_until
 from rawserver import ConnInfo, Handler, http_response, read_request, serve_keepalive
 
 from niofetcher import FetcherConfig, FetchResult, NIOFetcher, URLBean
-from niofetcher.testsite import TestSite
+from niofetcher.testing import TestSite
 
 
 def without_timers(**settings: Any) -> FetcherConfig:

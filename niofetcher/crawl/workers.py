@@ -1,6 +1,6 @@
 """Parse processes that never import the user's ``__main__``: ``ParseProcessPool``.
 
-    with ParseProcessPool(2, preload=("niofetcher.crawler",)) as pool:
+    with ParseProcessPool(2, preload=("niofetcher.crawl.crawler",)) as pool:
         future = pool.submit(parse_pages, pages, "lxml", scope, False)
 
 Theory of operation
@@ -18,7 +18,7 @@ imports niofetcher, the parsers and whatever ``preload`` names, and reads
 jobs.  A job is a module-level function and its arguments, pickled; a function
 of the user's ``__main__`` cannot be one (the worker has no such module), which
 is the price of the guarantee and no loss for the crawler, whose job is
-``niofetcher.crawler.parse_pages``.
+``niofetcher.crawl.crawler.parse_pages``.
 
 The same package.  The child's ``sys.path`` is the parent's, with the
 directory holding the parent's ``niofetcher`` put first, and it is set by the
@@ -112,7 +112,7 @@ _READ_SIZE = 1 << 20
 # The child's first code: the parent's sys.path (argv[2:]), then the worker loop; argv[1]: modules to preload.
 _BOOTSTRAP = (
     "import sys; sys.path[:] = sys.argv[2:]; "
-    "from niofetcher.parse_workers import _serve; _serve(sys.argv[1])"
+    "from niofetcher.crawl.workers import _serve; _serve(sys.argv[1])"
 )
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)  # the directory holding this niofetcher
 
@@ -145,7 +145,7 @@ class ParseProcessPool(concurrent.futures.Executor):
     Args:
         workers: how many processes, at least 1. All start now; their imports run while the
             caller goes on, and a job submitted meanwhile waits for the first worker ready.
-        preload: modules each worker imports before its first job (``niofetcher.parse``, which
+        preload: modules each worker imports before its first job (``niofetcher.crawl.parse``, which
             imports bs4 and lxml, always is): the modules of the functions it will run.
 
     Raises:
@@ -162,7 +162,7 @@ class ParseProcessPool(concurrent.futures.Executor):
         self._closing = False
         self._broken: str | None = None  # why the pool is broken, once it is
         paths = [_PACKAGE_ROOT, *(p for p in sys.path if p != _PACKAGE_ROOT)]
-        argv = [sys.executable, "-c", _BOOTSTRAP, ",".join(["niofetcher.parse", *preload]), *paths]
+        argv = [sys.executable, "-c", _BOOTSTRAP, ",".join(["niofetcher.crawl.parse", *preload]), *paths]
         self._workers: list[_Worker] = []
         try:
             for _ in range(workers):

@@ -124,7 +124,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .urls import normalize_url
+from ...urls import normalize_url
 
 __all__ = ["SCHEMA_VERSION", "STATES", "Frontier", "FrontierError", "FrontierLocked", "FrontierURL", "normalize_url"]
 

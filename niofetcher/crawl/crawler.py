@@ -87,15 +87,15 @@ from typing import (
 )
 from urllib.parse import urlsplit
 
-from .config import FetcherConfig
-from .errors import ErrorKind
-from .fetcher import NIOFetcher
+from ..config import FetcherConfig
+from ..errors import ErrorKind
+from ..fetcher import NIOFetcher
+from ..models import FetchResult, URLBean
+from ..urls import Origin, normal_host, parse_target
 from .frontier import Frontier, FrontierError, FrontierURL
-from .models import FetchResult, URLBean
 from .parse import PageLinks, absolute_url, extract, is_html_type
-from .parse_workers import ParseProcessPool
 from .robots import Redirect, RobotsRules, RobotsTable, interpret
-from .urls import Origin, normal_host, parse_target
+from .workers import ParseProcessPool
 
 log = logging.getLogger("niofetcher")
 

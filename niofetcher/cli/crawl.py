@@ -17,8 +17,8 @@ from tqdm import tqdm
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from .crawler import CrawlConfig, CrawledPage, Crawler, CrawlSummary
-from .urls import parse_target
+from ..crawl.crawler import CrawlConfig, CrawledPage, Crawler, CrawlSummary
+from ..urls import parse_target
 
 _NOT_IN_WARC = frozenset(("content-encoding", "transfer-encoding", "content-length"))
 

@@ -13,14 +13,14 @@ import tempfile
 from collections.abc import Sequence
 from typing import TextIO
 
-from . import __version__
-from .cli_crawl import PageWriter, ResumeError, StopSignals, print_summary, run_crawl
-from .config import FetcherConfig
-from .crawler import CrawlConfig
-from .fetcher import NIOFetcher
-from .frontier import Frontier, FrontierError
-from .models import FetchResult
-from .urls import parse_target
+from .._version import __version__
+from ..config import FetcherConfig
+from ..crawl.crawler import CrawlConfig
+from ..crawl.frontier import Frontier, FrontierError
+from ..fetcher import NIOFetcher
+from ..models import FetchResult
+from ..urls import parse_target
+from .crawl import PageWriter, ResumeError, StopSignals, print_summary, run_crawl
 
 
 class UsageError(Exception):
@@ -229,7 +229,7 @@ def _result_record(result: FetchResult) -> dict[str, object]:
 def _run_testsite(args: argparse.Namespace) -> int:
     import ssl
 
-    from .testsite import TestSite, tls_context_from_files
+    from ..testing import TestSite, tls_context_from_files
 
     tls = None
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -306,7 +306,7 @@ def _check_database(path: str) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from .testsite import TestSite
+    from ..testing import TestSite
 
     per_host = args.per_host
     with TestSite(hosts=args.hosts, pages=args.pages, delay=args.delay / 1000.0) as site, \

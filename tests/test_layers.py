@@ -1,0 +1,129 @@
+"""The package's layers, read from its source with ``ast``: imports point one way.
+
+The fetcher (the modules directly in ``niofetcher/``) knows nothing of the
+crawler, the command line or the test site; the crawler knows nothing of the
+command line; the test site is the standard library only. A module that breaks
+the rule fails here with the line that does it.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from niofetcher.testing import TestSite
+
+PACKAGE = Path(__file__).resolve().parent.parent / "niofetcher"
+LAYERS = ("crawl", "cli", "testing")
+
+# The test site's first name: a module that is nothing but an alias of
+# niofetcher.testing, so that programs written against it keep working.
+ALIASES = {"niofetcher.testsite"}
+
+# What each layer may not import (the package's own subpackages).
+FORBIDDEN = {
+    "fetcher": {"niofetcher.crawl", "niofetcher.cli", "niofetcher.testing"},
+    "crawl": {"niofetcher.cli", "niofetcher.testing"},
+    "testing": {"niofetcher.crawl", "niofetcher.cli"},
+    "cli": set(),
+}
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer_of(name: str) -> str:
+    parts = name.split(".")
+    if name == "niofetcher.__main__":  # ``python -m niofetcher`` is the command line
+        return "cli"
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "fetcher"
+
+
+def imports_of(path: Path, root: Path = PACKAGE) -> list[tuple[int, str]]:
+    """Every module a file imports, as absolute names, with its line."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.append((node.lineno, target))
+            # ``from . import crawl`` names a subpackage in the alias.
+            found.extend((node.lineno, f"{target}.{alias.name}") for alias in node.names)
+    return found
+
+
+def violations(root: Path = PACKAGE) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        name = module_name(path, root)
+        if name in ALIASES:
+            continue
+        layer = layer_of(name)
+        for line, target in imports_of(path, root):
+            for banned in FORBIDDEN[layer]:
+                if target == banned or target.startswith(banned + "."):
+                    found.append(f"{path.relative_to(root.parent)}:{line}: {layer} imports {target}")
+    return found
+
+
+def test_imports_point_one_way() -> None:
+    assert violations() == []
+
+
+def test_the_test_site_is_standard_library_only() -> None:
+    stdlib = sys.stdlib_module_names
+    outside = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {target}"
+        for path in sorted((PACKAGE / "testing").rglob("*.py"))
+        for line, target in imports_of(path)
+        if not target.startswith("niofetcher") and target.split(".")[0] not in stdlib
+    ]
+    assert outside == []
+
+
+def test_the_checker_sees_a_wrong_import(tmp_path: Path) -> None:
+    """Negative control: a fetcher module that imports the crawler is reported."""
+    fake = tmp_path / "niofetcher"
+    (fake / "crawl").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "crawl" / "__init__.py").write_text("from ..engine import Engine\n")
+    (fake / "engine.py").write_text("import os\nfrom .crawl import frontier\n")
+    (fake / "pool.py").write_text("from . import cli\n")
+    found = violations(fake)
+    assert found == [
+        "niofetcher/engine.py:2: fetcher imports niofetcher.crawl",
+        "niofetcher/engine.py:2: fetcher imports niofetcher.crawl.frontier",
+        "niofetcher/pool.py:1: fetcher imports niofetcher.cli",
+    ]
+
+
+def test_the_fetch_command_does_not_load_the_crawler() -> None:
+    """``niofetcher fetch`` pays only for the fetcher: no parser, robots.txt, progress bar, WARC library or SQLite."""
+    heavy = ("bs4", "lxml", "protego", "tqdm", "warcio", "sqlite3", "_sqlite3")
+    with TestSite(hosts=1, pages=2) as site:
+        url = f"{site.base_urls[0]}page/1"
+        script = (
+            "import sys, contextlib, io\n"
+            "from niofetcher.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    status = main(['fetch', {url!r}])\n"
+            f"print(status, sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r}"
+            " or m.startswith(('niofetcher.crawl', 'niofetcher.cli.crawl'))))\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+        assert site.counters().requests == 1
+    assert done.stdout.strip() == "0 []"
