@@ -256,7 +256,7 @@ def test_a_batch_that_fails_in_one_file_is_cut_from_every_file(
     outcomes will not be recorded, so that the next batch's checkpoint does not cover its records."""
     import errno
 
-    from niofetcher.cli import crawl as cli_crawl
+    from niofetcher.cli import output as cli_output
     from niofetcher.crawl.crawler import CrawledPage
     from niofetcher.models import FetchResult, URLBean
 
@@ -269,16 +269,16 @@ def test_a_batch_that_fails_in_one_file_is_cut_from_every_file(
         return CrawledPage(result, 1, None, None)
 
     out, warc = tmp_path / "pages.jsonl", tmp_path / "crawl.warc"
-    original = cli_crawl._OutputFile.append
+    original = cli_output._OutputFile.append
     failures = [OSError(errno.ENOSPC, "No space left on device")]
 
-    def warc_fails_once(self: cli_crawl._OutputFile, data: bytes) -> None:
+    def warc_fails_once(self: cli_output._OutputFile, data: bytes) -> None:
         if self.option == "--warc" and failures:
             raise failures.pop()
         original(self, data)
 
-    monkeypatch.setattr(cli_crawl._OutputFile, "append", warc_fails_once)
-    with cli_crawl.PageWriter(str(out), str(warc), "ua") as writer:
+    monkeypatch.setattr(cli_output._OutputFile, "append", warc_fails_once)
+    with cli_output.PageWriter(str(out), str(warc), "ua") as writer:
         writer.restore({})
         writer.prepare(page("http://a.test/A"))
         with pytest.raises(OSError, match="No space left"):

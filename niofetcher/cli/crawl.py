@@ -1,364 +1,55 @@
-"""The crawl command's side of a crawl: progress display, JSONL and WARC output, the summary table."""
+"""The ``crawl`` command: the options made into a CrawlConfig, the crawl run, its failures made into one line."""
 
 from __future__ import annotations
 
-import io
-import json
-import os
-import signal
-import sys
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from types import FrameType, TracebackType
-from typing import TextIO
+import argparse
+import sqlite3
 
-from tqdm import tqdm
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
-
-from ..crawl.crawler import CrawlConfig, CrawledPage, Crawler, CrawlSummary
-from ..urls import parse_target
-
-_NOT_IN_WARC = frozenset(("content-encoding", "transfer-encoding", "content-length"))
+from ..crawl.crawler import CrawlConfig
+from ..crawl.frontier import Frontier, FrontierError
+from .args import config_from
+from .errors import CommandFailed, UsageError
+from .output import PageWriter, ResumeError
+from .progress import print_summary, run_crawl
 
 
-class ResumeError(Exception):
-    """Raised by PageWriter.restore() when an output file is not what the frontier recorded of it."""
-
-
-class PageWriter:
-    """The crawl's JSONL (``--out``) and WARC (``--warc``) files, each page's records in them exactly once.
-
-    A CrawlOutput: the delivery threads prepare() each page's records in
-    memory; the coordinator commit()s a batch -- writes its records, fsyncs --
-    and keeps the end offset of each file in the frontier in the transaction
-    that records the batch's outcomes; before a resumed crawl fetches
-    anything, restore() cuts each file back to its recorded offset, dropping
-    the records of pages whose outcome the last run never recorded (it was
-    killed, or its disk filled up, in between).  So every URL the frontier
-    calls done has one record, and none has two, however the last run ended.
-    A file with no recorded offset (a new crawl) is appended to.
-
-    WARC response records hold the body as the fetcher delivered it, decoded:
-    Content-Encoding and Transfer-Encoding are left out of the stored head and
-    Content-Length is the decoded length, so the record stays self-consistent.
-    A .gz file gets a gzip member per record, as warcio writes it.
-    Raises OSError when a file cannot be opened.
-    """
-
-    def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str) -> None:
-        self._user_agent = user_agent
-        self._warc_gzip = bool(warc_path and warc_path.endswith(".gz"))
-        self._lock = threading.Lock()
-        self._prepared: dict[str, tuple[bytes, bytes]] = {}  # URL -> (its JSONL line, its WARC records)
-        self._out: _OutputFile | None = None
-        self._warc: _OutputFile | None = None
-        try:
-            if out_path:
-                self._out = _OutputFile("--out", out_path)
-            if warc_path:
-                self._warc = _OutputFile("--warc", warc_path)
-        except OSError:
-            self.close()
-            raise
-
-    @property
-    def writes(self) -> bool:
-        """False when there is no file to write to: then the crawl needs no output at all."""
-        return self._out is not None or self._warc is not None
-
-    def _files(self) -> dict[str, _OutputFile]:
-        """The open files by their checkpoint key, in the order of a prepared record's parts."""
-        return {key: file for key, file in (("out", self._out), ("warc", self._warc)) if file is not None}
-
-    def prepare(self, page: CrawledPage) -> None:
-        """A delivery thread: build the page's records; they are written when its batch is committed."""
-        line = (json.dumps(page_record(page)) + "\n").encode("utf-8") if self._out is not None else b""
-        warc = self._warc_records(page) if self._warc is not None and page.result.status is not None else b""
-        with self._lock:
-            self._prepared[page.url] = (line, warc)
-
-    def commit(self, urls: Sequence[str]) -> dict[str, int]:
-        """The coordinator: write the prepared records of ``urls``, in that order, fsync, and return the
-        end offset of each file.  When a write fails (a full disk) every file is cut back to where it was,
-        so that it holds no record of a page whose outcome is not recorded, and the OSError is raised."""
-        with self._lock:
-            records = [self._prepared.pop(url) for url in urls if url in self._prepared]
-        files = (self._out, self._warc)
-        written: list[tuple[_OutputFile, int]] = []  # and where each stood before this batch
-        try:
-            for part, file in enumerate(files):
-                data = b"".join(record[part] for record in records)
-                if file is not None and data:
-                    written.append((file, file.end))
-                    file.append(data)
-        except OSError:
-            # Back to before the batch, the files that took it whole too: its outcomes will not be
-            # recorded, so a record of it in one file would be a second one after the resume.
-            for file, start in written:
-                file.cut_back(start)
-            raise
-        return {key: file.end for key, file in self._files().items()}
-
-    def restore(self, offsets: Mapping[str, int]) -> None:
-        """Before the crawl starts: cut each file back to the offset the frontier recorded for it.
-        Raises ResumeError when a file is shorter than that (or missing): it is not this crawl's file."""
-        for key, file in self._files().items():
-            offset = offsets.get(key)
-            if offset is not None:
-                file.truncate(offset)
-
-    def _warc_records(self, page: CrawledPage) -> bytes:
-        """The request and response records of ``page``, as the bytes that go into the file."""
-        result = page.result
-        target = parse_target(result.final_url)
-        request_head = StatusAndHeaders(
-            f"{result.bean.method} {target.path} HTTP/1.1",
-            [("Host", target.host_header), ("User-Agent", self._user_agent)],
-            is_http_request=True,
+def run(args: argparse.Namespace) -> int:
+    """Crawl (or resume the crawl in ``--db``) and print its summary; exit status 1 when pages failed."""
+    fetcher_config = config_from(args, host_delay=args.delay)
+    try:
+        config = CrawlConfig(
+            seeds=args.seeds, db_path=args.db, max_pages=args.max_pages, max_depth=args.max_depth,
+            allowed_domains=args.allowed_domain, include=args.include, exclude=args.exclude,
+            max_attempts=args.max_attempts, obey_robots=not args.no_robots, parse_workers=args.parse_workers,
+            parse_mode=args.parse_mode, extractor=args.extractor, fetcher=fetcher_config,
         )
-        headers = [(k, v) for k, v in result.headers if k.lower() not in _NOT_IN_WARC]
-        headers.append(("Content-Length", str(len(result.body))))
-        response_head = StatusAndHeaders(f"{result.status} {result.reason}".strip(), headers, protocol="HTTP/1.1")
-        buffer = io.BytesIO()
-        writer = WARCWriter(buffer, gzip=self._warc_gzip)
-        # Lengths given: without them warcio copies each payload into a temporary file it never closes.
-        request = writer.create_warc_record(result.final_url, "request", payload=io.BytesIO(b""), length=0,
-                                            http_headers=request_head)
-        response = writer.create_warc_record(result.final_url, "response", payload=io.BytesIO(result.body),
-                                             length=len(result.body), http_headers=response_head)
-        writer.write_request_response_pair(request, response)
-        return buffer.getvalue()
-
-    def close(self) -> None:
-        for file in (self._out, self._warc):
-            if file is not None:
-                file.close()
-        self._out = self._warc = None
-
-    def __enter__(self) -> PageWriter:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    _check_database(args.db)
+    try:
+        writer = PageWriter(args.out, args.warc, fetcher_config.user_agent)
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
+    try:
+        with writer:
+            summary = run_crawl(config, writer, args.progress)
+    except ResumeError as exc:
+        raise UsageError(str(exc)) from None
+    except FrontierError as exc:  # a statement on --db failed (a full disk, an I/O error); it names the file
+        raise CommandFailed(str(exc)) from None
+    except sqlite3.Error as exc:  # the frontier is the crawl's only database
+        raise CommandFailed(f"{exc}: {args.db}") from None
+    except RuntimeError as exc:  # the crawl could not go on: its fetcher loop or one of its threads died
+        raise CommandFailed(str(exc)) from None
+    print_summary(summary)
+    return 0 if not summary.errors else 1
 
 
-class _OutputFile:
-    """One output file, appended to without a buffer of its own: what is not committed is not in it.
-
-    ``end`` is its committed length.  Every OSError names the file as the user gave it (the option and
-    the path), since an error of a write or an fsync names none.
-    """
-
-    def __init__(self, option: str, path: str) -> None:
-        self.option = option
-        self.path = path
-        self.existed = os.path.exists(path)
-        self._handle = open(path, "ab", buffering=0)  # noqa: SIM115 - open for the crawl's life, closed by close()
-        self.end = os.fstat(self._handle.fileno()).st_size
-        self._unusable: OSError | None = None  # set when a failed batch could not be cut away
-
-    def append(self, data: bytes) -> None:
-        if self._unusable is not None:
-            raise self._unusable
-        try:
-            fd = self._handle.fileno()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]  # a write may take only a part
-            os.fsync(fd)
-        except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, self.path) from None
-        self.end += len(data)
-
-    def cut_back(self, offset: int) -> None:
-        """After a failed batch: drop what was written of it.  Should even that fail, the file takes no
-        more records: appended after the leftovers, they would sit where no offset says."""
-        try:
-            os.ftruncate(self._handle.fileno(), offset)
-        except OSError as exc:
-            self._unusable = OSError(exc.errno, exc.strerror, self.path)
-        self.end = offset
-
-    def truncate(self, offset: int) -> None:
-        size = os.fstat(self._handle.fileno()).st_size
-        if offset > size:
-            if not self.existed:
-                os.unlink(self.path)  # created by this run, which does not start after all
-            state = "is missing" if not self.existed else f"has {size} bytes"
-            raise ResumeError(f"cannot resume: {self.option} {self.path} {state}, but this crawl's --db "
-                              f"recorded {offset} bytes written to it (moved, replaced or truncated?)")
-        if offset < size:
-            try:
-                os.ftruncate(self._handle.fileno(), offset)
-            except OSError as exc:
-                raise OSError(exc.errno, exc.strerror, self.path) from None
-        self.end = offset
-
-    def close(self) -> None:
-        self._handle.close()
-
-
-def page_record(page: CrawledPage) -> dict[str, object]:
-    """The JSONL record of one page."""
-    result = page.result
-    return {
-        "url": result.url,
-        "final_url": result.final_url,
-        "status": result.status,
-        "content_type": result.header("content-type"),
-        "depth": page.depth,
-        "parent": page.parent,
-        "links": len(page.links.links) if page.links is not None else 0,
-        "error": result.error.value if result.error is not None else None,
-        "fetched_at": round(time.time(), 3),
-    }
-
-
-def run_crawl(config: CrawlConfig, output: PageWriter | None, progress: str = "auto") -> CrawlSummary:
-    """Run a crawl in a thread while this one shows progress; Ctrl-C or SIGTERM stops it gracefully.
-
-    The signals are taken by a handler (StopSignals), not as a KeyboardInterrupt
-    out of ``Thread.join()``: on CPython before 3.13 a join interrupted that
-    way can mark the still-running thread as stopped (threading.py,
-    bpo-45274), and the crawl is then cut off at interpreter exit.  A later
-    signal abandons the fetches in flight by leaving at once: the frontier is
-    made for that (their rows are 'processing' and go back to 'waiting' on
-    the next open).
-    """
-    # Without an output the parse processes send back only the links the crawl follows.
-    crawler = Crawler(config, output=output if output is not None and output.writes else None)
-    outcome: dict[str, object] = {}
-    finished = threading.Event()
-
-    def crawl() -> None:
-        try:
-            outcome["summary"] = crawler.run()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
-            outcome["error"] = exc
-        finally:
-            finished.set()
-
-    display = _Display(progress)
-
-    def stop() -> None:
-        crawler.stop()
-        display.note("stopping: letting fetches in flight finish (Ctrl-C again to abandon them)")
-
-    thread = threading.Thread(target=crawl, name="niofetcher-crawl")
-    with StopSignals(stop, "niofetcher: abandoned; rerun with the same --db to resume"):
-        thread.start()
-        while not finished.wait(0.25):
-            display.update(crawler)
-        thread.join()
-    display.close(crawler)
-    if "error" in outcome:
-        raise outcome["error"]  # type: ignore[misc]
-    return outcome["summary"]  # type: ignore[return-value]
-
-
-_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None  # as signal.signal() has it
-
-
-class StopSignals:
-    """SIGINT and SIGTERM while a command runs: the first stops it, a later one abandons it.
-
-    SIGTERM is what systemd, Docker and Kubernetes send to stop a service, so
-    it means what Ctrl-C means.  A signal within REPEAT_WINDOW seconds of the
-    first is the same stop, not a second one: ``timeout``, ``make`` and other
-    wrappers forward a terminal's Ctrl-C to their whole process group, so one
-    keypress can arrive twice, even after the command has finished its stop
-    (then signals are ignored until it exits).  A signal after that prints
-    ``abandon`` and leaves at once, with status 130 as a KeyboardInterrupt
-    would.  ``stop``
-    runs in the main thread, between two bytecodes of whatever it was doing;
-    it may raise (KeyboardInterrupt, for a command that unwinds on it).
-    Outside the main thread (where Python cannot take signals) it does nothing.
-    """
-
-    REPEAT_WINDOW = 1.0
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, stop: Callable[[], None], abandon: str) -> None:
-        self._stop = stop
-        self._abandon = abandon
-        self._first: float | None = None  # time.monotonic() of the first signal
-        self._previous: dict[int, _Handler] = {}
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {signum: signal.signal(signum, self._handle) for signum in self.SIGNALS}
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        stopped = self._first is not None
-        for signum, handler in self._previous.items():
-            # Once stopped, the command only winds up and exits: the repeat of a forwarded keypress,
-            # arriving a moment late, must not kill it then (SIGTERM, or SIGINT once the interpreter
-            # has put back the default handlers at exit) nor raise a KeyboardInterrupt into its summary.
-            signal.signal(signum, signal.SIG_IGN if stopped else handler)
-        self._previous = {}
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        now = time.monotonic()
-        if self._first is None:
-            self._first = now
-            self._stop()
-        elif now - self._first >= self.REPEAT_WINDOW:
-            print(self._abandon, file=sys.stderr, flush=True)
-            os._exit(130)
-
-
-class _Display:
-    """A tqdm bar on a terminal, a line every few seconds otherwise, or nothing."""
-
-    def __init__(self, mode: str) -> None:
-        if mode == "auto":
-            mode = "bar" if sys.stderr.isatty() else "lines"
-        self.mode = mode
-        self._bar: tqdm | None = tqdm(unit="page", dynamic_ncols=True) if mode == "bar" else None
-        self._next_line = time.monotonic() + 2.0
-
-    def update(self, crawler: Crawler) -> None:
-        p = crawler.progress()
-        finished = p.done + p.errors
-        if self._bar is not None:
-            self._bar.total = finished + p.in_flight + p.waiting
-            self._bar.n = finished
-            self._bar.set_postfix(in_flight=p.in_flight, errors=p.errors, refresh=False)
-            self._bar.refresh()
-        elif self.mode == "lines" and time.monotonic() >= self._next_line:
-            rate = finished / p.seconds if p.seconds else 0.0
-            print(f"{finished} pages ({p.errors} errors), {p.in_flight} in flight, {p.waiting} waiting, "
-                  f"{rate:.0f} pages/s", file=sys.stderr, flush=True)
-            self._next_line = time.monotonic() + 2.0
-
-    def note(self, text: str) -> None:
-        if self._bar is not None:
-            self._bar.write(text, file=sys.stderr)
-        elif self.mode != "none":
-            print(text, file=sys.stderr, flush=True)
-
-    def close(self, crawler: Crawler) -> None:
-        if self._bar is not None:
-            self.update(crawler)
-            self._bar.close()
-
-
-def print_summary(summary: CrawlSummary, file: TextIO = sys.stdout) -> None:
-    """The table printed at the end of a crawl."""
-    rows = [(state, str(n)) for state, n in summary.counts.items()]
-    rows += [(f"error: {kind}", str(n)) for kind, n in sorted(summary.errors.items())]
-    rows += [
-        ("pages this run", str(summary.pages)),
-        ("pages/s", f"{summary.pages_per_second:.0f}"),
-        ("MB received", f"{summary.bytes / 1e6:.1f}"),
-        ("seconds", f"{summary.seconds:.2f}"),
-    ]
-    width = max(len(name) for name, _ in rows)
-    print("crawl stopped; rerun with the same --db to resume" if summary.stopped else "crawl complete", file=file)
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value:>10}", file=file)
+def _check_database(path: str) -> None:
+    """One clear line for a --db that cannot be used, before anything starts."""
+    try:
+        Frontier(path).close()
+    except FrontierError as exc:
+        raise UsageError(f"cannot use --db {path}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot open --db {path}: {exc.strerror or exc}") from None
