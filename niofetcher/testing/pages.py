@@ -1,0 +1,138 @@
+"""What each host of the test site serves: generated pages, ``/robots.txt`` and its redirects.
+
+All of it is built once, at start, by ``_build_host``: one table of prebuilt
+responses (``messages._Resource``) per host, keyed by path, so that serving a
+request is a dict lookup. The links are the package docstring's graph:
+``_link_targets`` gives a page's same-host links, the ring of hosts the
+cross-host ones. ``/robots.txt`` holds the site's ``robots_disallow`` and
+``robots_crawl_delay`` rules, behind a chain of redirects when asked (hop k of
+host j's chain is ``/robots/j/k``, and every host serves every chain) and
+behind N ``503`` answers (``_InTurn``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .messages import _HTML, _TEXT, _Chunk, _InTurn, _Resource
+
+if TYPE_CHECKING:
+    from .site import TestSite
+
+_FILLER = (
+    "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor "
+    "incididunt ut labore et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud "
+    "exercitation ullamco laboris nisi ut aliquip ex ea commodo consequat. "
+)
+
+
+def _link_targets(page: int, pages: int, count: int) -> list[int]:
+    """The same-host pages that ``page`` links to: ``count`` distinct others when there are that many.
+
+    ``k*i + 1`` for k = 1.. gives the chain i+1 (which alone makes every page
+    reachable) and long jumps (2i+1, 3i+1...) so a crawl fans out quickly; the
+    neighbours i+2, i+3... fill in where those collide.
+    """
+    jumps = ((k * page + 1) % pages for k in range(1, count + 1))
+    neighbours = ((page + k) % pages for k in range(1, pages))
+    targets: list[int] = []
+    for target in (*jumps, *neighbours):
+        if len(targets) == count:
+            break
+        if target != page and target not in targets:
+            targets.append(target)
+    return targets
+
+
+def _links_html(hrefs: Sequence[tuple[str, str]]) -> str:
+    items = "".join(f'<li><a href="{href}">{text}</a></li>\n' for href, text in hrefs)
+    return f'<ul class="testsite-links">\n{items}</ul>\n'
+
+
+def _generated_page(title: str, links: str, page_size: int) -> bytes:
+    """An HTML page padded with filler text to about ``page_size`` bytes."""
+    start = (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+        f"<title>{title}</title></head>\n<body>\n<h1>{title}</h1>\n{links}<p>"
+    )
+    end = "</p>\n</body></html>\n"
+    missing = max(0, page_size - len(start) - len(end))
+    filler = (_FILLER * (missing // len(_FILLER) + 1))[:missing]
+    return (start + filler + end).encode("utf-8")
+
+
+def _split_at_body_end(body: bytes) -> tuple[memoryview, memoryview]:
+    """A corpus page cut before its last ``</body>`` (or at its end), where the site's links go.
+
+    Memoryview slices, not copies: corpus pages reach 1 MB and are served as many pages.
+    """
+    cut = body.lower().rfind(b"</body>")
+    if cut < 0:
+        cut = len(body)
+    view = memoryview(body)
+    return view[:cut], view[cut:]
+
+
+def _robots_txt(disallow: Sequence[str], crawl_delay: float | None = None) -> bytes:
+    lines = ["User-agent: *"]
+    lines += [f"Disallow: {path}" for path in disallow] or ["Disallow:"]
+    if crawl_delay is not None:
+        lines.append(f"Crawl-delay: {crawl_delay:g}")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+_REDIRECT_REASONS = {301: "Moved Permanently", 302: "Found", 303: "See Other", 307: "Temporary Redirect",
+                     308: "Permanent Redirect"}
+
+
+def _build_host(site: TestSite, index: int) -> dict[str, _Resource]:
+    """The prebuilt responses of one host, keyed by path."""
+    pages, count = site.pages, site.links_per_page
+    cross = site.cross_host_links and site.hosts > 1
+    next_base = site.base_urls[(index + 1) % site.hosts]
+    index_links = [(f"/page/{j}", f"page {j}") for j in range(min(count, pages))]
+    if cross:
+        index_links.append((next_base, "next host"))
+    table = {
+        "/": _Resource("200 OK", _HTML, [
+            _generated_page(f"Test site host {index}", _links_html(index_links), site.page_size)
+        ]),
+        **_robots_resources(site, index),
+    }
+    for i in range(pages):
+        hrefs = [(f"/page/{j}", f"page {j}") for j in _link_targets(i, pages, count)]
+        if cross:
+            hrefs.append((f"{next_base}page/{i}", f"page {i} on the next host"))
+        links = _links_html(hrefs)
+        body: list[_Chunk]
+        if site.bodies is None:
+            body = [_generated_page(f"Test site host {index} page {i}", links, site.page_size)]
+        else:
+            before, after = site._body_parts[i % len(site._body_parts)]
+            body = [before, links.encode("utf-8"), after]
+        table[f"/page/{i}"] = _Resource("200 OK", _HTML, body)
+    return table
+
+
+def _robots_resources(site: TestSite, index: int) -> dict[str, _Resource]:
+    """``/robots.txt`` of host ``index`` and the hops of every host's redirect chain (each host
+    serves them all: which host a hop is asked of is the chain's business)."""
+    rules = _Resource("200 OK", _TEXT, [_robots_txt(site.robots_disallow, site.robots_crawl_delay)])
+    status = site.robots_redirect_status
+    hops = site.robots_redirects
+
+    def hop(j: int, k: int) -> _Resource:
+        """Hop ``k`` of host ``j``'s chain: the rules at its end, a redirect to hop k+1 before."""
+        if k == hops:
+            return rules
+        host = (j + k + 1) % site.hosts if site.robots_redirect_cross_host else j
+        location = f"{site.base_urls[host]}robots/{j}/{k + 1}"
+        return _Resource(f"{status} {_REDIRECT_REASONS[status]}", _TEXT, [b"moved\n"], f"Location: {location}\r\n")
+
+    table = {f"/robots/{j}/{k}": hop(j, k) for j in range(site.hosts) for k in range(1, hops + 1)}
+    table["/robots.txt"] = hop(index, 0)
+    if site.robots_unavailable:
+        busy = _Resource("503 Service Unavailable", _TEXT, [b"503 busy\n"])
+        table["/robots.txt"] = _InTurn([busy] * site.robots_unavailable + [table["/robots.txt"]])
+    return table
