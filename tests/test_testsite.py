@@ -862,7 +862,7 @@ def test_tls_data_left_decrypted_in_the_ssl_object_is_read_without_waiting(
 ) -> None:
     # With a read smaller than a TLS record, the rest of the record stays decrypted
     # inside the SSL object, where select() cannot see it: only pending() tells.
-    monkeypatch.setattr(testsite, "RECV_SIZE", 100)
+    monkeypatch.setattr(testsite.server, "RECV_SIZE", 100)
     with TestSite(pages=20, tls=tls_files.server_context()) as site:
         client = TLSClient(site.ports[0], tls_files.client_context())
         try:
