@@ -48,7 +48,7 @@ def profile(scenario: FetchScenario, job: str, site: SiteProcess, options: argpa
     total: float = stats.total_tt  # type: ignore[attr-defined]
     entries: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]
     rows: list[dict[str, Any]] = []
-    groups: collections.Counter[str] = collections.Counter()
+    groups: collections.defaultdict[str, float] = collections.defaultdict(float)
     for (filename, line, func), (_cc, nc, tt, ct, _) in entries.items():
         rows.append({"function": f"{os.path.relpath(filename) if filename.startswith('/') else filename}"
                                  f":{line}({func})", "calls": nc, "tottime": tt, "cumtime": ct})
@@ -57,7 +57,7 @@ def profile(scenario: FetchScenario, job: str, site: SiteProcess, options: argpa
     print(f"\n  niofetcher loop thread under cProfile ({result['pages']:,} pages, "
           f"{result['ok'] / result['seconds']:,.0f} pages/s with the profiler on; {total:.2f} s profiled; "
           f"stats in {path}):")
-    for name, tt in groups.most_common():
+    for name, tt in sorted(groups.items(), key=lambda item: item[1], reverse=True):
         print(f"  {tt:8.3f} s {tt / total:6.1%}  {name}")
     print(f"\n  {'tottime':>8} {'share':>6} {'per page us':>11} {'calls':>9}  function")
     for row in rows[:25]:
