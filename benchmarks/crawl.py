@@ -102,7 +102,7 @@ class TreeCPU:
         self.seconds = self.own_seconds + sum(cpu - self._start.get(pid, 0.0) for pid, cpu in self._last.items())
 
 
-def _serve_corpus(folder: str, hosts: int, pages: int, ready: multiprocessing.Queue) -> None:
+def _serve_corpus(folder: str, hosts: int, pages: int, ready: multiprocessing.Queue[list[str]]) -> None:
     """Runs in a process of its own: a TestSite whose page bodies are the files of ``folder``."""
     from niofetcher.testing import TestSite
 
@@ -156,7 +156,7 @@ def main() -> None:
     args = parser.parse_args()
 
     fetcher_config = FetcherConfig(max_connections_per_host=args.per_host, max_connections=args.per_host * args.hosts)
-    handed_over = []
+    handed_over: list[object] = []
     on_page = handed_over.append if args.on_page else None
     with any_site(args) as (bases, site_pid), tempfile.TemporaryDirectory() as folder:
         db = os.path.join(folder, "crawl.sqlite")

@@ -92,7 +92,7 @@ def main() -> int:
         return 2
     pages = [(f.stem, f.read_bytes()) for f in files]
     if args.pools:
-        return compare_pools(pages, args.extractor or EXTRACTORS, args.workers, args.rounds)
+        return compare_pools(pages, list(args.extractor or EXTRACTORS), args.workers, args.rounds)
     sizes = [len(body) for _, body in pages]
     total_bytes = sum(sizes)
     print(

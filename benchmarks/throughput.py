@@ -27,6 +27,7 @@ import resource
 import sys
 import tempfile
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,11 +46,11 @@ def _site_cpu(pid: int | None) -> float | None:
         times = psutil.Process(pid).cpu_times()
     except Exception:  # noqa: BLE001 - no psutil, or the process is gone: just not shown
         return None
-    return times.user + times.system
+    return float(times.user + times.system)
 
 
 def run(urls: list[str], per_host: int, total: int, ca_file: str | None = None,
-        max_requests: int | None = None, site_pid: int | None = None) -> dict:
+        max_requests: int | None = None, site_pid: int | None = None) -> dict[str, Any]:
     config = FetcherConfig(max_connections_per_host=per_host, max_connections=total, ca_file=ca_file,
                            max_requests_per_connection=max_requests)
     site_cpu0 = _site_cpu(site_pid)

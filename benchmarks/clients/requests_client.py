@@ -69,7 +69,8 @@ def main() -> None:
         for future in futures:
             future.result()
         meter.stop()
-    _common.report("requests", len(jobs), tally, meter, version=requests.__version__, threads=threads)
+    _common.report("requests", len(jobs), tally, meter, threads=threads,
+                   version=requests.__version__)  # type: ignore[attr-defined,unused-ignore]  # typeshed omits it
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def main() -> None:
         request.meta["download_slot"] = request.url.split("/", 3)[2]  # host:port
         return request
 
-    class SiteSpider(CrawlSpider):
+    class SiteSpider(CrawlSpider):  # type: ignore[misc,unused-ignore]  # scrapy is Any without the bench extra
         name = "testsite"
         allowed_domains = ["127.0.0.1"]
         start_urls = [args.seed]
@@ -87,10 +87,10 @@ def main() -> None:
                  process_request=to_slot if per_host else None),
         )
 
-        def parse_start_url(self, response: scrapy.http.Response, **kwargs: object) -> list:
+        def parse_start_url(self, response: scrapy.http.Response, **kwargs: object) -> list[object]:
             return self.parse_page(response)
 
-        def parse_page(self, response: scrapy.http.Response) -> list:
+        def parse_page(self, response: scrapy.http.Response) -> list[object]:
             statuses[response.status] += 1
             if response.status != 200 and len(samples) < 5:
                 samples.append(f"{response.url}: status {response.status}")
