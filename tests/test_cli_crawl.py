@@ -88,6 +88,7 @@ def assert_one_clean_line(stderr: str) -> None:
 def served_body(url: str) -> bytes:
     """The body the site serves for ``url``, asked with the standard library (not the code under test)."""
     parts = urlsplit(url)
+    assert parts.hostname is not None
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
     try:
         conn.request("GET", parts.path)
@@ -208,11 +209,12 @@ def end_of(child: subprocess.Popen[str], timeout: float = 20) -> tuple[str, str]
             child.communicate()
 
 
-def signal_twice(child: subprocess.Popen[str], signum: int) -> None:
-    """One keypress forwarded twice: by the terminal to the group, and by a wrapper to its child."""
-    child.send_signal(signum)
+def two_signals(child: subprocess.Popen[str], first: int, second: int) -> None:
+    """Two signals 50 ms apart: one keypress forwarded twice (by the terminal to the group, and by a wrapper to
+    its child), or a Ctrl-C followed by a SIGTERM."""
+    child.send_signal(first)
     time.sleep(0.05)
-    child.send_signal(signum)
+    child.send_signal(second)
 
 
 STOPS: dict[str, Callable[[subprocess.Popen[str]], None]] = {
@@ -220,9 +222,8 @@ STOPS: dict[str, Callable[[subprocess.Popen[str]], None]] = {
     "ctrl-c-to-the-process-group": lambda child: os.killpg(child.pid, signal.SIGINT),
     "sigterm-to-the-process": lambda child: child.send_signal(signal.SIGTERM),  # docker stop, kubectl delete
     "sigterm-to-the-process-group": lambda child: os.killpg(child.pid, signal.SIGTERM),  # systemctl stop
-    "two-sigints-50ms-apart": lambda child: signal_twice(child, signal.SIGINT),
-    "sigint-then-sigterm-50ms-apart": lambda child: (child.send_signal(signal.SIGINT), time.sleep(0.05),
-                                                     child.send_signal(signal.SIGTERM)),
+    "two-sigints-50ms-apart": lambda child: two_signals(child, signal.SIGINT, signal.SIGINT),
+    "sigint-then-sigterm-50ms-apart": lambda child: two_signals(child, signal.SIGINT, signal.SIGTERM),
 }
 
 

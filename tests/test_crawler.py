@@ -264,7 +264,9 @@ def test_a_crawl_fetches_every_page_of_every_host_exactly_once_and_ends_by_itsel
     for url, page in log.pages.items():
         assert isinstance(page.links, PageLinks) and page.result.ok
         if url != seed.url:  # found on a page crawled before it, one hop deeper
+            assert page.parent is not None
             parent = log.pages[page.parent]
+            assert parent.links is not None
             assert url in parent.links.links and page.depth == parent.depth + 1
 
 
@@ -448,7 +450,8 @@ def test_only_html_is_parsed_for_links(tmp_path: Path, raw_server: MakeServer, n
     crawl(tmp_path, [site.url("/")], log)
     assert site.paths() == Counter({ROBOTS: 1, "/": 1, "/plain.txt": 1, "/page.html": 1, "/from-html": 1})
     assert log.pages[site.url("/plain.txt")].links is None
-    assert log.pages[site.url("/page.html")].links.links == [site.url("/from-html")]
+    links = log.pages[site.url("/page.html")].links
+    assert links is not None and links.links == [site.url("/from-html")]
 
 
 # -- robots.txt ---------------------------------------------------------------------------

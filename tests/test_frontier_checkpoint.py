@@ -55,7 +55,7 @@ def test_a_bad_checkpoint_is_refused_before_anything_is_recorded(tmp_path: Path)
         for bad, error in (({"out": -1}, ValueError), ({"out": True}, TypeError), ({"out": 1.5}, TypeError),
                            ({3: 4}, TypeError)):
             with pytest.raises(error):
-                frontier.complete_many([(item.url, 200)], bad)  # type: ignore[dict-item]
+                frontier.complete_many([(item.url, 200)], bad)  # type: ignore[arg-type]
         assert frontier.state(item.url) == "processing" and frontier.checkpoint() == {}
 
 

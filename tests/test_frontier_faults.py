@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,7 +115,7 @@ class CommitFails:
         self.conn = conn
         self.fail = True
 
-    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
         if sql == "COMMIT" and self.fail:
             raise sqlite3.OperationalError("database or disk is full")
         return self.conn.execute(sql, *args)

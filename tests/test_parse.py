@@ -672,7 +672,7 @@ def test_unknown_extractor_and_bad_body() -> None:
         extract(b"<a href='/x'>", PAGE, extractor="html5lib")
     with pytest.raises(TypeError, match="bytes or str"):
         extract(None, PAGE)  # type: ignore[arg-type]
-    page = extract(bytearray(b"<a href='/x'>x</a>"), PAGE)
+    page = extract(bytearray(b"<a href='/x'>x</a>"), PAGE)  # type: ignore[arg-type]
     assert page.links == ["https://example.org/x"]
     assert extract(b"<a href='/x'>x</a>", PAGE) == extract(b"<a href='/x'>x</a>", PAGE, extractor="lxml")
 

@@ -186,7 +186,7 @@ def test_what_cannot_travel_comes_back_as_an_error_with_its_text(
     no_leaks: LeakBaseline, job: object, expected: str
 ) -> None:
     with ParseProcessPool(1) as pool:
-        future = pool.submit(job)  # type: ignore[arg-type]
+        future = pool.submit(job)  # type: ignore[arg-type,var-annotated]
         assert expected in str(future.exception()), repr(future.exception())
         assert pool.submit(echo, 2).result() == ((2,), {})
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from niofetcher.engine import RequestDefaults, Task
 from niofetcher.models import URLBean
@@ -32,13 +33,14 @@ def table(total: int = 10, per_host: int = 1, delay: float = 0.0):
 
 
 def start_all(t: HostTable, now: float = 0.0):
-    started = []
+    started: list[tuple[Any, Any]] = []
     while True:
         a = t.next_assignment(now)
         if a is None:
             return started
         if a.evict is not None:
             t.connection_closed(a.evict, True, now)
+        conn: Any
         if a.conn is None:
             conn = FakeConn(a.slot)
             t.connection_opened(a.slot)

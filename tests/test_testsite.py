@@ -18,7 +18,7 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 import trustme
 
-from niofetcher import testsite
+from niofetcher import testing as testsite
 from niofetcher.testing import PortCounters, TestSite, tls_context_from_files
 
 pytestmark = pytest.mark.timeout(30)
@@ -239,6 +239,7 @@ def fetch_following_redirects(url: str) -> list[tuple[str, int]]:
     hops = []
     while True:
         parts = urlsplit(url)
+        assert parts.hostname is not None
         connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
         try:
             connection.request("GET", parts.path)
@@ -493,10 +494,13 @@ def test__arrival_keeps_the_kernel_stamp_between_the_previous_wait_and_the_read(
             pytest.skip("no kernel receive timestamps on this platform")
         server.clock_offset = 0.0
 
+        option = testsite._SO_TIMESTAMPNS
+        assert option is not None  # server.timestamps says so
+
         def stamped(when: float) -> list[tuple[int, int, bytes]]:
             seconds = int(when)
             nanoseconds = int((when - seconds) * 1e9)
-            return [(socket.SOL_SOCKET, testsite._SO_TIMESTAMPNS, struct.pack("@qq", seconds, nanoseconds))]
+            return [(socket.SOL_SOCKET, option, struct.pack("@qq", seconds, nanoseconds))]
 
         now = time.monotonic()
         server.arrival_floor = now - 1.0

@@ -14,7 +14,7 @@ import pytest
 import trustme
 from rawserver import ConnInfo, Handler, http_response, ok, redirect, serve_keepalive
 
-from niofetcher import ErrorKind, FetcherConfig, NIOFetcher, Origin
+from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher, Origin
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -178,7 +178,7 @@ def test_exactly_once_over_tls_with_faults_and_abort(raw_server, good_context, c
         sock.recv(10)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
 
-    def slow(sock: ssl.SSLSocket, info: ConnInfo) -> None:
+    def slow(sock: socket.socket, info: ConnInfo) -> None:
         info.sleep(3)
 
     good = raw_server(tls(good_context, serve_keepalive(lambda head: http_response(body=b"ok"))), sock_timeout=3)
@@ -188,7 +188,7 @@ def test_exactly_once_over_tls_with_faults_and_abort(raw_server, good_context, c
     with NIOFetcher(FetcherConfig(ca_file=ca_file, max_connections_per_host=4)) as fetcher:
         for url in urls:
             assert fetcher.register(url)
-        seen = []
+        seen: list[FetchResult] = []
         while len([r for r in seen if r.url.startswith(https(good))]) < 150:
             result = fetcher.get(timeout=10)
             assert result is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from niofetcher import FetcherConfig, NIOFetcher, URLBean
@@ -47,7 +49,7 @@ def test_register_rejects_bad_method_and_type() -> None:
         ("max_pending", 0), ("max_completed", -3),
     ],
 )
-def test_config_rejects_nonsense(field: str, value: object) -> None:
+def test_config_rejects_nonsense(field: str, value: Any) -> None:
     with pytest.raises(ValueError, match=field):
         FetcherConfig(**{field: value})
 
