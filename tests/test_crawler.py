@@ -48,6 +48,7 @@ from conftest import LeakBaseline, MakeServer, sigkill_after_requests
 from rawserver import ConnInfo, http_response, read_request
 
 import niofetcher.crawl.crawler as crawler_module
+import niofetcher.crawl.parsing as parsing_module
 from niofetcher import FetcherConfig
 from niofetcher.crawl.crawler import CrawlConfig, CrawledPage, Crawler, CrawlSummary
 from niofetcher.crawl.frontier import Frontier
@@ -699,14 +700,14 @@ def test_a_crawl_thread_that_dies_ends_the_crawl_with_an_error_and_loses_nothing
 def test_a_page_that_cannot_be_parsed_fails_alone(
     tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_extract = crawler_module.extract
+    real_extract = parsing_module.extract
 
     def choke_on_page_3(body: bytes, url: str, *args: Any, **options: Any) -> PageLinks:
         if url.endswith("/page/3"):
             raise RuntimeError("the parser choked")
         return real_extract(body, url, *args, **options)
 
-    monkeypatch.setattr(crawler_module, "extract", choke_on_page_3)  # thread mode: parsed in this process
+    monkeypatch.setattr(parsing_module, "extract", choke_on_page_3)  # thread mode: parsed in this process
     log = PageLog()
     with TestSite(hosts=1, pages=30, max_seconds=30) as site:
         summary = crawl(tmp_path, [site.base_urls[0]], log)
