@@ -47,8 +47,8 @@ import pytest
 from conftest import LeakBaseline, MakeServer, sigkill_after_requests
 from rawserver import ConnInfo, http_response, read_request
 
-import niofetcher.crawl.crawler as crawler_module
 import niofetcher.crawl.parsing as parsing_module
+import niofetcher.crawl.pipeline as pipeline_module
 from niofetcher import FetcherConfig
 from niofetcher.crawl.crawler import CrawlConfig, CrawledPage, Crawler, CrawlSummary
 from niofetcher.crawl.frontier import Frontier
@@ -671,7 +671,7 @@ def test_a_crawl_thread_that_dies_ends_the_crawl_with_an_error_and_loses_nothing
     """A bug in the pump thread, or an on_page that raises what is not an Exception, used to leave the
     coordinator waiting for ever for pages that would never come (stop() could not end it). Now run()
     raises at once, nothing is left 'processing', and a second crawl finishes the job."""
-    real_is_html = crawler_module._is_html
+    real_is_html = pipeline_module._is_html
     calls = itertools.count()
 
     def is_html_breaking_once(result: Any) -> bool:
@@ -685,7 +685,7 @@ def test_a_crawl_thread_that_dies_ends_the_crawl_with_an_error_and_loses_nothing
 
     log = PageLog(then=exit_once if breakage.startswith("on_page") else None)
     if breakage == "pump thread":
-        monkeypatch.setattr(crawler_module, "_is_html", is_html_breaking_once)
+        monkeypatch.setattr(pipeline_module, "_is_html", is_html_breaking_once)
     with TestSite(hosts=1, pages=100, max_seconds=30) as site:
         with pytest.raises(RuntimeError, match="died"):
             crawl(tmp_path, [site.base_urls[0]], log)

@@ -1,9 +1,9 @@
 """The crawler on top of the fetcher: frontier, link extraction, robots.txt, parse processes.
 
 Nothing in the fetcher imports this package; it imports the fetcher.  The modules, one job each:
-``crawler`` (the coordinator, :class:`Crawler`), ``config`` (what a crawl is given and gives
-back), ``frontier/`` (the backends and the protocol the coordinator knows them by), ``parsing``
-(the parse executor) over ``parse`` (link extraction) and ``workers`` (parse processes),
+``crawler`` (the coordinator, :class:`Crawler`), ``pipeline`` (its pump and delivery threads),
+``config`` (what a crawl is given and gives back), ``frontier/`` (the backends and the protocol
+the coordinator knows them by), ``parsing`` (the parse executor) over ``parse`` (link extraction) and ``workers`` (parse processes),
 ``robots_gate`` (robots.txt per origin) over ``robots`` (what robots.txt means), and ``policy``
 (which fetch is retried, which link followed).
 """

@@ -7,21 +7,18 @@ and at a thousand pages a second those hand-offs, not the work, set the pace.
 The threads are:
 
 - the fetcher's loop thread downloads;
-- the *pump* takes every result the fetcher has finished, in one go, and
-  sends each on its way: robots.txt answers and fetches to retry go straight
-  to the coordinator, HTML pages to the parse executor in a few chunks (one
-  job per chunk, so that every parse worker gets a share), redirects and
-  other final pages on without parsing;
+- the *pump* (``pipeline.py``) takes every result the fetcher has finished,
+  in one go, and sends each on its way: robots.txt answers and fetches to
+  retry go straight to the coordinator, HTML pages to the parse executor
+  (``parsing.py``) in a few jobs, other final pages on without parsing;
 - the parse executor -- ``parse_workers`` processes by default, so that
   parsing uses every core instead of fighting the loop for the GIL, or
   threads -- extracts each page's links and filters them there: scope,
   include/exclude patterns, nofollow, duplicates.  A job carries only the
   bodies, final URLs and Content-Types of its pages; it brings back the
   followed URLs, and the whole PageLinks only when an ``on_page`` will see it;
-- ``parse_workers`` delivery threads call ``on_page`` for every page of a
-  batch, then ``output.prepare`` (a CrawlOutput builds its records in
-  memory), and pass the batch on (without an ``on_page`` or an ``output``
-  there are none, and batches go to the coordinator directly);
+- ``parse_workers`` delivery threads (``pipeline.py``) call ``on_page`` for
+  every page of a batch, then ``output.prepare``, and pass the batch on;
 - the coordinator -- the thread that called ``run()`` -- owns the frontier
   (SQLite) and robots.txt state, claims URLs, registers them and records the
   batches that came back: the new links of all of them in one frontier call,
@@ -59,54 +56,25 @@ import contextlib
 import dataclasses
 import logging
 import queue
-import sqlite3
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from ..errors import ErrorKind
 from ..fetcher import NIOFetcher
-from ..models import FetchResult, URLBean
+from ..models import URLBean
 from ..urls import Origin, normal_host, parse_target
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
-from .frontier import Frontier, FrontierBackend, FrontierError, FrontierURL
-from .parse import PageLinks, absolute_url, is_html_type
-from .parsing import ParseExecutor, ParseOutput, jobs
-from .policy import LinkScope, error_text, is_final, is_redirect, retry_after
+from .frontier import Frontier, FrontierBackend, FrontierURL
+from .parsing import ParseExecutor
+from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
+from .policy import LinkScope, error_text, is_redirect, retry_after
 from .robots_gate import RobotsGate, RobotsReply
 
 __all__ = ["CrawlConfig", "CrawlOutput", "CrawlProgress", "CrawlSummary", "CrawledPage", "Crawler"]
 
 log = logging.getLogger("niofetcher")
-
-# The failures of storage that end a crawl as they are (one line for the user), without a traceback.
-_IO_ERRORS = (FrontierError, sqlite3.Error, OSError)
-
-
-@dataclass(slots=True)
-class _Page:
-    """One fetch of a claimed URL, on its way from the fetcher to the coordinator."""
-
-    item: FrontierURL
-    result: FetchResult
-    final: bool  # False: cancelled, or a retryable failure with attempts left -- it is tried again later
-    links: PageLinks | None = None  # what on_page sees
-    followed: list[str] = field(default_factory=list)  # links the crawl follows (in scope)
-    failure: str = ""  # parsing or on_page raised: the URL ends in 'error' with this reason
-
-
-# Reports to the coordinator: a robots.txt fetch, or a batch of pages.
-@dataclass(slots=True)
-class _Broken:
-    """A crawl thread or a parse callback died: the coordinator must end the crawl, not wait for ever."""
-
-    where: str
-    error: BaseException
-
-
-_Report = RobotsReply | list[_Page] | _Broken
 
 
 class Crawler:
@@ -120,9 +88,6 @@ class Crawler:
         self.on_page = on_page
         self.output = output
         self._stop = threading.Event()
-        self._fetcher_closed = threading.Event()  # set once every result has been delivered
-        self._reports: queue.SimpleQueue[_Report] = queue.SimpleQueue()
-        self._deliveries: queue.SimpleQueue[list[_Page] | None] = queue.SimpleQueue()  # None: stop
         domains = config.allowed_domains
         if domains is None:
             domains = [parse_target(seed).origin.host for seed in config.seeds]
@@ -130,6 +95,8 @@ class Crawler:
             domains=tuple(normal_host(d.lstrip(".")) for d in domains), include=tuple(config.include),
             exclude=tuple(config.exclude), follow_nofollow=config.follow_nofollow,
         )
+        self._pipeline = Pipeline(config, self._scope)
+        self._reports = self._pipeline.reports  # what the pipeline's threads send the coordinator
         self._active: Counter[Origin] = Counter()  # URLs of each origin in the fetcher or after it
         self._robots = RobotsGate(
             config.fetcher.user_agent, config.max_attempts, config.max_crawl_delay,
@@ -181,18 +148,12 @@ class Crawler:
             # Redirects are links the crawler follows itself, through scope and robots.txt like any other.
             fetcher_config = dataclasses.replace(config.fetcher, follow_redirects=False)
             window = min(5000, max(64, 2 * fetcher_config.max_connections))
+            pipeline = self._pipeline
             parser = ParseExecutor(config.parse_mode, config.parse_workers, config.extractor, self._scope,
-                                   failed=lambda exc: self._reports.put(_Broken("a parse job's hand-over", exc)))
+                                   failed=lambda exc: pipeline.report_broken("a parse job's hand-over", exc))
             with parser, NIOFetcher(fetcher_config) as fetcher:
                 self._fetcher = fetcher
-                threads = [self._thread("niofetcher-crawl-pump", self._pump, fetcher, parser)]
-                if self._delivering:
-                    threads += [
-                        self._thread(f"niofetcher-crawl-deliver-{i}", self._deliver)
-                        for i in range(config.parse_workers)
-                    ]
-                for thread in threads:
-                    thread.start()
+                pipeline.start(fetcher, parser, self.on_page, self.output)
                 error: BaseException | None = None
                 try:
                     self._coordinate(frontier, fetcher, window)
@@ -202,7 +163,8 @@ class Crawler:
                 finally:
                     try:
                         with _cleaning_up_after(error):
-                            self._wind_down(fetcher, parser, threads)
+                            self._stop.set()
+                            pipeline.wind_down(fetcher, parser)
                             self._drain_reports(frontier, fetcher)
                     finally:
                         if self._in_progress:  # only after a failure: give them back, nothing fetched is lost
@@ -215,38 +177,6 @@ class Crawler:
             counts=dict(self._counts), errors=dict(self._errors), pages=self._finished, bytes=self._bytes,
             seconds=time.monotonic() - self._started, stopped=stopped,
         )
-
-    def _thread(self, name: str, work: Callable[..., None], *args: object) -> threading.Thread:
-        """A crawl thread that, should it die, tells the coordinator at once instead of leaving it waiting."""
-
-        def guarded() -> None:
-            try:
-                work(*args)
-            except BaseException as exc:
-                if not isinstance(exc, _IO_ERRORS):  # an I/O error is raised by run() as it is
-                    log.exception("%s died", name)
-                self._reports.put(_Broken(name, exc))
-
-        return threading.Thread(target=guarded, name=name)
-
-    def _wind_down(
-        self, fetcher: NIOFetcher, parser: ParseExecutor, threads: list[threading.Thread]
-    ) -> None:
-        """Stop fetching, and let every page fetched so far reach the reports queue."""
-        self._stop.set()
-        fetcher.shutdown(wait=False)  # whatever was not fetched yet comes back cancelled
-        self._fetcher_closed.set()
-        pump, *deliverers = threads
-        try:
-            pump.join()
-            parser.shutdown()  # every job submitted is parsed, and its pages handed over
-        finally:
-            # Even when a second Ctrl-C breaks the wait above: a delivery thread left waiting
-            # for its sentinel would keep the interpreter from ever exiting.
-            for _ in deliverers:
-                self._deliveries.put(None)
-        for thread in deliverers:
-            thread.join()
 
     def _coordinate(self, frontier: FrontierBackend, fetcher: NIOFetcher, window: int) -> None:
         config = self.config
@@ -315,7 +245,7 @@ class Crawler:
             return min(depths)
         return frontier.min_due_depth()
 
-    def _drain_reports(self, frontier: FrontierBackend, fetcher: NIOFetcher, reports: list[_Report] | None = None) -> None:
+    def _drain_reports(self, frontier: FrontierBackend, fetcher: NIOFetcher, reports: list[Report] | None = None) -> None:
         """Record every report that has arrived: robots.txt rules, then all the pages at once."""
         reports = reports or []
         while True:
@@ -323,8 +253,8 @@ class Crawler:
                 reports.append(self._reports.get_nowait())
             except queue.Empty:
                 break
-        pages: list[_Page] = []
-        broken: list[_Broken] = []
+        pages: list[Page] = []
+        broken: list[Broken] = []
         for report in reports:
             if isinstance(report, RobotsReply):
                 start, give_back = self._robots.arrived(report, frontier, fetcher)
@@ -332,7 +262,7 @@ class Crawler:
                 for item in start:
                     del self._in_progress[item.url]
                     self._start(item, frontier, fetcher)
-            elif isinstance(report, _Broken):
+            elif isinstance(report, Broken):
                 broken.append(report)
             else:
                 pages.extend(report)
@@ -340,7 +270,7 @@ class Crawler:
             self._record(pages, frontier)
         if broken:  # what did arrive is recorded; run() gives what is still in progress back to the frontier
             for report in broken:
-                if isinstance(report.error, _IO_ERRORS):
+                if isinstance(report.error, IO_ERRORS):
                     raise report.error
             raise RuntimeError(
                 "crawl stopped: " + "; ".join(f"{b.where} died ({type(b.error).__name__}: {b.error})" for b in broken)
@@ -379,103 +309,9 @@ class Crawler:
             del self._in_progress[item.url]
         frontier.release([item.url for item in held])
 
-    # -- pump: from the fetcher to the parse executor -------------------------------
-
-    def _pump(self, fetcher: NIOFetcher, parser: ParseExecutor) -> None:
-        """Pump thread: take the fetcher's results a batch at a time and send each on its way."""
-        while True:
-            # Read before get(): a fetcher that had ended before get() came back empty has nothing
-            # more to give once join() agrees (read after get(), a shutdown between the two could
-            # leave its last results behind).
-            ended = self._fetcher_closed.is_set() or fetcher.failure is not None
-            first = fetcher.get(timeout=0.1)
-            if first is not None:
-                self._sort([first, *fetcher.drain()], parser)
-            elif ended and fetcher.join(timeout=0):
-                rest = fetcher.drain()  # what was delivered between get() and join()
-                if not rest:
-                    return
-                self._sort(rest, parser)
-
-    def _sort(self, results: list[FetchResult], parser: ParseExecutor) -> None:
-        again: list[_Page] = []  # to be tried again: no parsing, no on_page
-        ready: list[_Page] = []  # final, nothing to parse
-        to_parse: list[_Page] = []
-        config = self.config
-        for result in results:
-            robots = RobotsReply.of(result)
-            if robots is not None:
-                self._reports.put(robots)
-                continue
-            item: FrontierURL = result.bean.meta["frontier"]
-            page = _Page(item, result, final=is_final(result, item.attempts, config.retry_statuses, config.max_attempts))
-            if not page.final:
-                again.append(page)
-            elif is_redirect(result):
-                target = absolute_url(result.header("location") or "", result.url)
-                page.links = PageLinks([target] if target else [], [], [], [], [], [], None, frozenset())
-                page.followed = self._scope.followed(page.links)
-                ready.append(page)
-            elif result.ok and _is_html(result):
-                to_parse.append(page)
-            else:
-                ready.append(page)
-        if again:
-            self._reports.put(again)
-        if ready:
-            self._hand_over(ready)
-        for job in jobs(to_parse, config.parse_workers):
-            self._submit(job, parser)
-
-    def _submit(self, pages: list[_Page], parser: ParseExecutor) -> None:
-        """Send one parse job; its pages are handed over when it is done."""
-        inputs = [(page.result.body, page.result.final_url, page.result.header("content-type")) for page in pages]
-        parser.submit(inputs, self._delivering, lambda outputs: self._parsed(pages, outputs))
-
-    def _parsed(self, pages: list[_Page], outputs: list[ParseOutput]) -> None:
-        for page, (followed, links, failure) in zip(pages, outputs, strict=True):
-            page.followed, page.links, page.failure = followed, links, failure
-        self._hand_over(pages)
-
-    def _hand_over(self, pages: list[_Page]) -> None:
-        """Final pages go to on_page and the output (a delivery thread), then to the coordinator."""
-        if self._delivering:
-            self._deliveries.put(pages)
-        else:
-            self._reports.put(pages)
-
-    @property
-    def _delivering(self) -> bool:
-        """Whether pages go through delivery threads (someone will see them)."""
-        return self.on_page is not None or self.output is not None
-
-    def _deliver(self) -> None:
-        """Delivery thread: hand every page of a batch to on_page, then to the output, then report the batch.
-
-        An exception from on_page fails that page (the embedding program's bug or choice); one from
-        the output ends the crawl (its records could not be kept): the batch is not reported, and
-        run() gives its URLs back.
-        """
-        on_page, output = self.on_page, self.output
-        while (pages := self._deliveries.get()) is not None:
-            for page in pages:
-                if page.failure:
-                    continue
-                crawled = CrawledPage(page.result, page.item.depth, page.item.parent, page.links)
-                if on_page is not None:
-                    try:
-                        on_page(crawled)
-                    except Exception as exc:
-                        log.exception("on_page failed for %s", page.item.url)
-                        page.failure = f"{type(exc).__name__}: {exc}"
-                        continue
-                if output is not None:
-                    output.prepare(crawled)
-            self._reports.put(pages)
-
     # -- coordinator: recording outcomes ------------------------------------------
 
-    def _record(self, pages: list[_Page], frontier: FrontierBackend) -> None:
+    def _record(self, pages: list[Page], frontier: FrontierBackend) -> None:
         """Record a batch of pages: their links first, in one call, then their outcomes, so that a crash
         in between fetches a page again rather than losing its links."""
         pages = [page for page in pages if page.item.url in self._in_progress]
@@ -512,7 +348,7 @@ class Crawler:
         for url, _ in completed:
             del self._in_progress[url]
 
-    def _link_entries(self, page: _Page) -> list[tuple[str, int, str | None, int]]:
+    def _link_entries(self, page: Page) -> list[tuple[str, int, str | None, int]]:
         """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority)."""
         if not page.final or page.failure:
             return []
@@ -521,7 +357,7 @@ class Crawler:
             return []
         return [(url, depth, page.item.url, 0) for url in page.followed]
 
-    def _record_failure(self, page: _Page, frontier: FrontierBackend) -> None:
+    def _record_failure(self, page: Page, frontier: FrontierBackend) -> None:
         result = page.result
         url = page.item.url
         if not page.final:
@@ -544,7 +380,7 @@ def _cleaning_up_after(error: BaseException | None) -> Iterator[None]:
     must not hide the one that ended it, which run() raises."""
     try:
         yield
-    except _IO_ERRORS:
+    except IO_ERRORS:
         if error is None:
             raise
 
@@ -552,9 +388,3 @@ def _cleaning_up_after(error: BaseException | None) -> Iterator[None]:
 def _open_frontier(config: CrawlConfig) -> FrontierBackend:
     """The frontier of a crawl: the one place that names a backend (SQLite, at ``config.db_path``)."""
     return Frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay)
-
-
-def _is_html(result: FetchResult) -> bool:
-    """Whether the page goes to the parser: the parser's own rule, so that no page is sent there to
-    give nothing back."""
-    return is_html_type(result.header("content-type"))
