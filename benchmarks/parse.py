@@ -14,7 +14,7 @@ few KB to 1.6 MB, median ~90 KB. No assertions: this measures, the tests judge.
 
 ``--pools`` compares, in one run, the crawler's old parse processes
 (``ProcessPoolExecutor`` on a forkserver context) with ``ParseProcessPool``,
-both with --workers processes (default 2), on ``niofetcher.crawl.crawler.parse_pages``
+both with --workers processes (default 2), on ``niofetcher.crawl.parsing.parse_pages``
 over the corpus cut into jobs of up to 32 pages, --rounds times over, all
 submitted at once: pages/s, and the parent's CPU per job (what the hand-over
 takes from the crawler's own threads). Then the hand-back alone: one job at a
@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lxml import etree
 
-from niofetcher.crawl.crawler import LinkScope, ParseInput, parse_pages
 from niofetcher.crawl.parse import EXTRACTORS, extract
+from niofetcher.crawl.parsing import ParseInput, parse_pages
+from niofetcher.crawl.policy import LinkScope
 from niofetcher.crawl.workers import ParseProcessPool
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "pages"
@@ -130,7 +131,7 @@ def compare_pools(pages: list[tuple[str, bytes]], extractors: list[str], workers
         "ProcessPoolExecutor": lambda: concurrent.futures.ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("forkserver")
         ),
-        "ParseProcessPool": lambda: ParseProcessPool(workers, preload=("niofetcher.crawl.crawler",)),
+        "ParseProcessPool": lambda: ParseProcessPool(workers, preload=("niofetcher.crawl.parsing",)),
     }
     count = sum(map(len, jobs))
     print(f"{count} pages in {len(jobs)} jobs of up to 32, {workers} workers; reply of a job: {len(reply) / 1e3:.0f} KB")

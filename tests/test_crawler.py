@@ -47,7 +47,8 @@ import pytest
 from conftest import LeakBaseline, MakeServer, sigkill_after_requests
 from rawserver import ConnInfo, http_response, read_request
 
-import niofetcher.crawl.crawler as crawler_module
+import niofetcher.crawl.parsing as parsing_module
+import niofetcher.crawl.pipeline as pipeline_module
 from niofetcher import FetcherConfig
 from niofetcher.crawl.crawler import CrawlConfig, CrawledPage, Crawler, CrawlSummary
 from niofetcher.crawl.frontier import Frontier
@@ -673,7 +674,7 @@ def test_a_crawl_thread_that_dies_ends_the_crawl_with_an_error_and_loses_nothing
     """A bug in the pump thread, or an on_page that raises what is not an Exception, used to leave the
     coordinator waiting for ever for pages that would never come (stop() could not end it). Now run()
     raises at once, nothing is left 'processing', and a second crawl finishes the job."""
-    real_is_html = crawler_module._is_html
+    real_is_html = pipeline_module._is_html
     calls = itertools.count()
 
     def is_html_breaking_once(result: Any) -> bool:
@@ -687,7 +688,7 @@ def test_a_crawl_thread_that_dies_ends_the_crawl_with_an_error_and_loses_nothing
 
     log = PageLog(then=exit_once if breakage.startswith("on_page") else None)
     if breakage == "pump thread":
-        monkeypatch.setattr(crawler_module, "_is_html", is_html_breaking_once)
+        monkeypatch.setattr(pipeline_module, "_is_html", is_html_breaking_once)
     with TestSite(hosts=1, pages=100, max_seconds=30) as site:
         with pytest.raises(RuntimeError, match="died"):
             crawl(tmp_path, [site.base_urls[0]], log)
@@ -702,14 +703,14 @@ def test_a_crawl_thread_that_dies_ends_the_crawl_with_an_error_and_loses_nothing
 def test_a_page_that_cannot_be_parsed_fails_alone(
     tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_extract = crawler_module.extract
+    real_extract = parsing_module.extract
 
     def choke_on_page_3(body: bytes, url: str, *args: Any, **options: Any) -> PageLinks:
         if url.endswith("/page/3"):
             raise RuntimeError("the parser choked")
         return real_extract(body, url, *args, **options)
 
-    monkeypatch.setattr(crawler_module, "extract", choke_on_page_3)  # thread mode: parsed in this process
+    monkeypatch.setattr(parsing_module, "extract", choke_on_page_3)  # thread mode: parsed in this process
     log = PageLog()
     with TestSite(hosts=1, pages=30, max_seconds=30) as site:
         summary = crawl(tmp_path, [site.base_urls[0]], log)

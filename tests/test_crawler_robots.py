@@ -256,9 +256,9 @@ def test_a_crawl_with_a_tiny_robots_table_still_obeys_every_host(
     """With room for one origin's rules, a crawl of four hosts (pages linking round the ring) still
     fetches every page once and obeys every host's rules: a busy host is never aged out, and one
     that was is asked for its robots.txt again."""
-    import niofetcher.crawl.crawler as crawler_module
+    import niofetcher.crawl.robots_gate as robots_gate_module
 
-    monkeypatch.setattr(crawler_module, "_ROBOTS_ORIGINS", 1)
+    monkeypatch.setattr(robots_gate_module, "_ROBOTS_ORIGINS", 1)
     with TestSite(hosts=4, pages=40, robots_disallow=["/page/1"], max_seconds=30) as site:
         config = CrawlConfig(seeds=[site.base_urls[0]], db_path=str(tmp_path / "crawl.sqlite"),
                              parse_mode="thread", fetcher=FetcherConfig(max_connections_per_host=1))

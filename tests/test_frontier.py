@@ -30,7 +30,8 @@ import pytest
 from conftest import run_threads
 
 from niofetcher.crawl.frontier import STATES, Frontier, FrontierError, FrontierURL
-from niofetcher.crawl.frontier.sqlite import _PICK, SCHEMA_VERSION
+from niofetcher.crawl.frontier.schema import PICK as _PICK
+from niofetcher.crawl.frontier.schema import SCHEMA_VERSION
 from niofetcher.urls import normalize_url
 
 

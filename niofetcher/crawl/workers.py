@@ -1,6 +1,6 @@
 """Parse processes that never import the user's ``__main__``: ``ParseProcessPool``.
 
-    with ParseProcessPool(2, preload=("niofetcher.crawl.crawler",)) as pool:
+    with ParseProcessPool(2, preload=("niofetcher.crawl.parsing",)) as pool:
         future = pool.submit(parse_pages, pages, "lxml", scope, False)
 
 Theory of operation
@@ -18,7 +18,7 @@ imports niofetcher, the parsers and whatever ``preload`` names, and reads
 jobs.  A job is a module-level function and its arguments, pickled; a function
 of the user's ``__main__`` cannot be one (the worker has no such module), which
 is the price of the guarantee and no loss for the crawler, whose job is
-``niofetcher.crawl.crawler.parse_pages``.
+``niofetcher.crawl.parsing.parse_pages``.
 
 The same package.  The child's ``sys.path`` is the parent's, with the
 directory holding the parent's ``niofetcher`` put first, and it is set by the

@@ -1,0 +1,131 @@
+"""What a crawl is given and what it gives back: CrawlConfig, CrawledPage, CrawlOutput, CrawlSummary, CrawlProgress."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..config import FetcherConfig
+from ..models import FetchResult
+from ..urls import parse_target
+from .parse import PageLinks
+
+__all__ = ["PARSE_MODES", "CrawlConfig", "CrawlOutput", "CrawlProgress", "CrawlSummary", "CrawledPage"]
+
+#: The values of ``CrawlConfig.parse_mode``: parse processes, or threads of the crawl's own process.
+PARSE_MODES = ("process", "thread")
+
+
+@dataclass(frozen=True)
+class CrawlConfig:
+    """What to crawl and how.  Invalid values raise ValueError."""
+
+    seeds: Sequence[str]
+    db_path: str = ":memory:"
+    max_pages: int | None = None
+    max_depth: int | None = None
+    allowed_domains: Sequence[str] | None = None  # None: the seeds' hosts; subdomains included
+    include: Sequence[str] = ()  # regexes; when given, a URL must match one to be followed
+    exclude: Sequence[str] = ()  # regexes; a URL matching one is not followed
+    max_attempts: int = 3
+    retry_statuses: Sequence[int] = (429, 500, 502, 503, 504)
+    retry_delay: float = 1.0
+    obey_robots: bool = True
+    max_crawl_delay: float = 30.0  # seconds; a longer robots.txt Crawl-delay is capped to it
+    follow_nofollow: bool = False
+    parse_workers: int = 2
+    parse_mode: str = "process"
+    extractor: str = "bs4"
+    fetcher: FetcherConfig = field(default_factory=FetcherConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seeds, str) or not self.seeds:
+            raise ValueError("seeds must be a non-empty sequence of URLs")
+        for seed in self.seeds:
+            parse_target(seed)  # raises ValueError for a bad seed
+        for name in ("max_pages", "max_depth"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name} must be a non-negative int or None, not {value!r}")
+        for name in ("max_attempts", "parse_workers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, not {value!r}")
+        if self.parse_mode not in PARSE_MODES:
+            raise ValueError(f"parse_mode must be one of {PARSE_MODES}, not {self.parse_mode!r}")
+        if self.extractor not in ("bs4", "lxml"):
+            raise ValueError(f"extractor must be 'bs4' or 'lxml', not {self.extractor!r}")
+        if not self.retry_delay > 0:
+            raise ValueError(f"retry_delay must be positive, not {self.retry_delay!r}")
+        max_crawl_delay = self.max_crawl_delay
+        if isinstance(max_crawl_delay, bool) or not isinstance(max_crawl_delay, (int, float)) or not (
+            0 <= max_crawl_delay < float("inf")
+        ):
+            raise ValueError(f"max_crawl_delay must be a non-negative number of seconds, not {max_crawl_delay!r}")
+        for pattern in (*self.include, *self.exclude):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"bad include/exclude pattern {pattern!r}: {exc}") from None
+        if not isinstance(self.fetcher, FetcherConfig):
+            raise ValueError("fetcher must be a FetcherConfig")
+
+
+@dataclass(slots=True)
+class CrawledPage:
+    """What ``on_page`` receives: the final fetch of one URL, its place in the crawl and its links."""
+
+    result: FetchResult
+    depth: int
+    parent: str | None
+    links: PageLinks | None  # None unless the page was HTML and fetched
+
+    @property
+    def url(self) -> str:
+        """The URL as the frontier stores it, which was fetched (``result.url``)."""
+        return self.result.url
+
+
+class CrawlOutput(Protocol):
+    """Files that must hold exactly one record per recorded URL, whatever stops the crawl."""
+
+    def prepare(self, page: CrawledPage) -> None:
+        """A delivery thread: build this page's record and keep it in memory (no I/O)."""
+
+    def commit(self, urls: Sequence[str]) -> dict[str, int]:
+        """The coordinator: write the prepared records of these URLs (one batch), flush and fsync;
+        return each file's end offset (the checkpoint stored with the batch's outcomes)."""
+
+    def restore(self, offsets: Mapping[str, int]) -> None:
+        """Once, in run() before anything is fetched: cut each file back to its committed offset
+        (what to do with a file missing from ``offsets`` -- a first run -- is the output's choice)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlSummary:
+    """How a run ended: URLs per frontier state, errors per kind, speed."""
+
+    counts: dict[str, int]
+    errors: dict[str, int]
+    pages: int  # pages finished (done or error) in this run
+    bytes: int
+    seconds: float
+    stopped: bool  # URLs are still waiting (stop() or max_pages): rerun with the same db_path to go on
+
+    @property
+    def pages_per_second(self) -> float:
+        """Pages finished per second of the run."""
+        return self.pages / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlProgress:
+    """A snapshot for progress displays."""
+
+    done: int
+    errors: int
+    in_flight: int
+    waiting: int
+    seconds: float

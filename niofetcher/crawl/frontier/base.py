@@ -1,0 +1,145 @@
+"""What every frontier backend shares: the states, the claimed URL, the errors, the retry delay,
+and :class:`FrontierBackend`, the protocol the crawler's coordinator knows a frontier by.
+
+Each URL is in exactly one state::
+
+    add() ──► waiting ──claim()──► processing ──complete()──► done
+                 ▲                    │   │
+                 │   fail(), retry    │   └──fail(), no retry or
+                 ├────────────────────┘       attempts used up──► error
+                 │   release(), or reopening after a crash
+                 └────────────────────────────────────────────── processing
+
+*Depth.*  A URL's depth is its shortest distance from a seed: adding a known
+URL at a smaller depth than the recorded one lowers it (and records the
+parent that gave it), whatever the URL's state.  ``claim()`` hands out the
+lower depths first within a priority, so a crawl goes breadth first.
+
+*Crashes.*  Opening a frontier moves leftover 'processing' rows back to
+'waiting'.  Their attempt stays counted: the request may well have reached
+the server, and a URL that kills the crawler every time it is fetched runs
+out of attempts instead of killing every resumed run.  ``release()`` is the
+clean way out (a graceful stop): it gives the attempt back.
+
+The SQLite backend (:class:`~niofetcher.crawl.frontier.sqlite.Frontier`)
+documents how it keeps these promises; a new backend keeps the same ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["STATES", "FrontierBackend", "FrontierError", "FrontierURL", "check_int", "check_time", "retry_delay"]
+
+#: Every state a URL can be in, in the order of its life.
+STATES = ("waiting", "processing", "done", "error")
+
+# Exponents past this would overflow a float; the delay is long capped by then.
+_MAX_BACKOFF_EXPONENT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierURL:
+    """A claimed URL: what the crawler needs to fetch it and to add its links."""
+
+    url: str
+    depth: int
+    priority: int
+    attempts: int  # including this one
+    parent: str | None
+
+
+class FrontierError(ValueError):
+    """Raised when a frontier cannot be used (corrupt, not a frontier, a newer schema) or a
+    statement on it fails (a full disk, an I/O error)."""
+
+
+def retry_delay(attempts: int, retry_after: float | None, first: float, most: float) -> float:
+    """Seconds to wait after the ``attempts``-th failed fetch: ``first``, doubling up to ``most``,
+    never sooner than a server's Retry-After (``retry_after``, when given and finite)."""
+    delay = min(first * 2.0 ** min(max(attempts - 1, 0), _MAX_BACKOFF_EXPONENT), most)
+    if retry_after is not None and math.isfinite(retry_after):
+        # A Retry-After date already past gives a negative number: no wait.
+        delay = max(delay, retry_after)
+    return delay
+
+
+def check_int(name: str, value: object, minimum: int | None = None) -> int:
+    """``value``, checked to be an int (not a bool), at least ``minimum`` when given."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, not {value!r}")
+    return value
+
+
+def check_time(name: str, value: object) -> float:
+    """``value`` as a float, checked to be a finite number of seconds >= 0 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
+class FrontierBackend(Protocol):
+    """What the crawler's coordinator asks of a frontier, and nothing more: a backend (SQLite
+    today, PostgreSQL next) is anything with these methods, keeping the promises above.
+
+    Not ``Frontier``: that name is the SQLite class, which users construct by it.  The
+    coordinator calls a frontier from one thread; see the SQLite class for what each method
+    does in detail.
+    """
+
+    def add(self, urls: Iterable[str], depth: int = 0, parent: str | None = None, priority: int = 0) -> int:
+        """Add URLs found at one depth on one page (or seeds); how many were new."""
+
+    def add_many(self, entries: Iterable[tuple[str, int, str | None, int]]) -> int:
+        """Add ``(url, depth, parent, priority)`` entries in one transaction; how many were new."""
+
+    def claim(self, limit: int, max_depth: int | None = None) -> list[FrontierURL]:
+        """Up to ``limit`` due URLs, no deeper than ``max_depth``, moved to 'processing'."""
+
+    def complete_many(
+        self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None
+    ) -> None:
+        """``(url, status)`` pairs to 'done', all or none, with ``checkpoint`` in the same transaction."""
+
+    def fail(
+        self, url: str, error: str, status: int | None = None, retry: bool = True, retry_after: float | None = None
+    ) -> str:
+        """A failed attempt: the URL waits again (retry, attempts left) or ends 'error'; its new state."""
+
+    def release(self, urls: Iterable[str]) -> None:
+        """Claimed URLs back to 'waiting', the attempt not counted (they were not fetched)."""
+
+    def retry_delay_after(self, attempts: int, retry_after: float | None) -> float:
+        """Seconds to wait after the ``attempts``-th failed fetch (robots.txt retries use it too)."""
+
+    def checkpoint(self) -> dict[str, int]:
+        """The checkpoint entries stored by :meth:`complete_many`, committed."""
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose calls become durable together: nothing commits until it ends."""
+
+    def counts(self) -> dict[str, int]:
+        """URLs per state; all four states are always there."""
+
+    def next_due(self) -> float | None:
+        """The earliest time (unix) a waiting URL is due, None when none waits."""
+
+    def min_due_depth(self) -> int | None:
+        """The smallest depth among waiting URLs that are due now, None when there is none."""
+
+    def close(self) -> None:
+        """Commit what is pending and let go of the frontier.  Closing twice is fine."""
+
+    def __enter__(self) -> FrontierBackend:
+        """The frontier itself."""
+
+    def __exit__(self, *exc_info: object) -> None:
+        """:meth:`close`."""

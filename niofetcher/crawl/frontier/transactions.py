@@ -1,0 +1,162 @@
+"""The connection of a SQLite frontier: one connection behind one lock, and when its changes commit.
+
+*Batched commits.*  ``complete()``, ``complete_many()`` and ``fail()`` leave
+their change in an open transaction until ``commit_every`` outcomes are
+pending or ``commit_interval`` seconds have passed since the first; every
+other method (``add``, ``add_many``, ``claim``, ``release``, ``counts``,
+``next_due``, ``state``, ``checkpoint``, ``flush``, ``close``) commits before it returns.  What a crash can lose is
+therefore only the outcome of the last few fetches: such a URL was committed
+as 'processing', so the next open puts it back to 'waiting' and it is fetched
+again.  A URL is never lost, and a URL whose 'done' was committed is never
+fetched again.  ``commit_every=1`` commits every call.
+
+*Errors.*  When a statement fails (a full disk, an I/O error), the whole open
+transaction is rolled back -- outcomes still pending with it, and their
+checkpoint -- and the counts are read from the file again: the frontier is
+left as the last commit left it, and the error is raised as one
+:class:`FrontierError` line that starts with SQLite's words ("database or
+disk is full: ...").  Nothing is half-done, and close() after it has nothing
+left to commit.
+
+*Threads.*  The crawler calls the frontier from its coordinator thread only,
+but every public method takes one re-entrant lock around one connection
+(opened with ``check_same_thread=False``), so calls from several threads are
+safe: each call is atomic, and a claimed URL is handed to exactly one caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+
+from .base import FrontierError, check_int, check_time
+
+__all__ = ["Transactions"]
+
+
+class Transactions:
+    """The base of the SQLite :class:`~niofetcher.crawl.frontier.sqlite.Frontier`: its connection
+    (``_conn``, opened by the subclass), the lock around it, and the batching of its commits.
+
+    Args:
+        path: the database, for messages.
+        commit_every, commit_interval: how many outcomes may wait uncommitted, and for how long.
+    """
+
+    def __init__(self, path: str, commit_every: int, commit_interval: float) -> None:
+        self._commit_every = check_int("commit_every", commit_every, 1)
+        self._commit_interval = check_time("commit_interval", commit_interval)
+        self.path = path
+        self._lock = threading.RLock()
+        self._pending = 0  # complete()/fail() calls (and lone checkpoints) not committed yet
+        self._batching = 0  # open batch() blocks: while there are any, no commit happens
+        self._commit_deferred = False  # a commit was asked for inside a batch
+        self._pending_since = 0.0  # time.monotonic() of the first of them
+        self._conn: sqlite3.Connection | None = None
+
+    def _load_counts(self, conn: sqlite3.Connection) -> None:
+        """Read again from the file what the subclass keeps in memory: after a rollback it is stale."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        """Hold the lock and the open connection; turn database failures into FrontierError.
+
+        A call that fails leaves nothing of its own behind: a statement that fails (a full disk,
+        an I/O error; even a COMMIT) rolls the whole transaction back, pending outcomes too -- SQLite
+        may have done so already, or undone just the statement, or nothing if the COMMIT failed --
+        and the counts are read from the file again.  Any other exception (a URL that is not
+        claimed, a bad argument) ends a transaction that holds nothing pending, so that no write
+        lock is left held.
+        """
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise FrontierError(f"frontier {self.path} is closed")
+            try:
+                yield conn
+            except sqlite3.ProgrammingError:
+                raise  # a bug here, not a problem with the file
+            except sqlite3.Error as exc:
+                self._pending = 0
+                self._commit_deferred = False  # what it would have committed is rolled back below
+                with contextlib.suppress(sqlite3.Error):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    self._load_counts(conn)
+                raise FrontierError(f"{exc}: frontier {self.path}") from exc
+            except BaseException:
+                if not self._pending and conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+
+    @contextlib.contextmanager
+    def _write(self, conn: sqlite3.Connection) -> Iterator[None]:
+        """Make several statements one unit, inside the open transaction.
+
+        A savepoint rather than a transaction of its own: when the call fails for a reason of its
+        own (not every URL claimed), only its work is undone, not the outcomes still pending.
+        """
+        if not conn.in_transaction:
+            conn.execute("BEGIN IMMEDIATE")
+        conn.execute("SAVEPOINT frontier_call")
+        try:
+            yield
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # _db() rolls everything back after those
+                    conn.execute("ROLLBACK TO frontier_call")
+                    conn.execute("RELEASE frontier_call")
+            raise
+        conn.execute("RELEASE frontier_call")
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """Start the transaction a lone statement joins; BEGIN IMMEDIATE takes the
+        write lock up front, so the lock is never upgraded (an upgrade can fail
+        with 'database is locked' without waiting)."""
+        if not conn.in_transaction:
+            conn.execute("BEGIN IMMEDIATE")
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        if self._batching:
+            self._commit_deferred = True
+            return
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+        self._pending = 0
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Make the calls in the block durable together: nothing commits until it ends.
+
+        A crawler records one batch of pages with several calls -- fail() for some,
+        release() for others, complete_many() with the outputs' checkpoint last -- and a
+        crash must keep all of them or none: a failure committed before the checkpoint
+        that covers its output record would lose that record on resume.  A block that
+        raises commits nothing on its way out (the next commit will, or a crash undoes it).
+        """
+        with self._lock:
+            self._batching += 1
+            try:
+                yield
+            except BaseException:
+                self._batching -= 1
+                raise
+            self._batching -= 1
+            if not self._batching and self._commit_deferred:
+                self._commit_deferred = False
+                with self._db() as conn:
+                    self._commit(conn)
+
+    def _outcome_recorded(self, conn: sqlite3.Connection, n: int = 1) -> None:
+        """After complete()/fail() of ``n`` URLs: commit if enough are pending, or for long enough."""
+        now = time.monotonic()
+        if self._pending == 0:
+            self._pending_since = now
+        self._pending += n
+        if self._pending >= self._commit_every or now - self._pending_since >= self._commit_interval:
+            self._commit(conn)

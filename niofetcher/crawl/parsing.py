@@ -1,0 +1,142 @@
+"""The parse executor of a crawl: parse jobs in parse processes, or in threads, and in the crawl's
+own threads once a parse process has died.
+
+A job is a list of pages -- only the bodies, final URLs and Content-Types, see :data:`ParseInput`
+-- and :func:`parse_pages` runs it wherever it goes: it brings back the followed links of each
+page, and the whole PageLinks only when an ``on_page`` will see it.  Pages travel in jobs, not
+one by one, because a hand-over to a process costs a pickling round trip and a future: at a
+thousand pages a second those costs, not the parsing, would set the pace.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from typing import NamedTuple, TypeVar
+
+from .parse import PageLinks, extract
+from .policy import LinkScope
+from .workers import ParseProcessPool
+
+__all__ = ["ParseExecutor", "ParseInput", "ParseOutput", "jobs", "parse_pages"]
+
+log = logging.getLogger("niofetcher")
+
+_T = TypeVar("_T")
+
+# A parse job's page: what extract() needs of a FetchResult and nothing else (body, final URL, Content-Type) ...
+ParseInput = tuple[bytes, str, str | None]
+# ... and what comes back: the followed URLs, the PageLinks when asked for, why parsing failed ("": it did not).
+ParseOutput = tuple[list[str], PageLinks | None, str]
+
+# Pages per parse job, at most: enough to make a job's overhead small, few enough that a job of
+# large real pages (bs4: tens of ms each) does not hold its pages back for long.
+_MAX_JOB_PAGES = 32
+
+
+def parse_pages(pages: list[ParseInput], extractor: str, scope: LinkScope, keep_links: bool) -> list[ParseOutput]:
+    """One parse job, run in a parse process (or thread): the links of each page, filtered by ``scope``.
+
+    Without ``keep_links`` only the links are extracted (no images, forms, tables, title): nobody
+    would see the rest.  A page that cannot be parsed fails alone, with its reason; the rest of
+    the job goes on.
+    """
+    outputs: list[ParseOutput] = []
+    for body, url, content_type in pages:
+        try:
+            links = extract(body, url, content_type, extractor, links_only=not keep_links)
+            outputs.append((scope.followed(links), links if keep_links else None, ""))
+        except Exception as exc:
+            log.exception("parsing %s failed", url)
+            outputs.append(([], None, f"{type(exc).__name__}: {exc}"))
+    return outputs
+
+
+def jobs(pages: list[_T], workers: int) -> list[list[_T]]:
+    """``pages`` cut into parse jobs: one per worker when they are few, of at most _MAX_JOB_PAGES."""
+    if not pages:
+        return []
+    size = min(_MAX_JOB_PAGES, -(-len(pages) // workers))
+    return [pages[i:i + size] for i in range(0, len(pages), size)]
+
+
+class _Job(NamedTuple):
+    """The arguments of one parse_pages() call."""
+
+    pages: list[ParseInput]
+    extractor: str
+    scope: LinkScope
+    keep_links: bool
+
+
+class ParseExecutor:
+    """Runs the parse jobs of one crawl: ``workers`` processes (``mode="process"``) or threads.
+
+    A job's outputs go to its ``done`` callback, in the thread where the job ended: the process
+    pool's reader thread, or the parse thread.  When a parse process dies the pool is broken for
+    good, and every job from then on -- those it held included -- is parsed in the thread that
+    finds out (slower, but nothing is lost).  A ``done`` that raises is logged and handed to
+    ``failed``: a job's pages must not vanish without the crawl hearing of it.
+    """
+
+    def __init__(
+        self, mode: str, workers: int, extractor: str, scope: LinkScope, failed: Callable[[BaseException], None]
+    ) -> None:
+        self._extractor = extractor
+        self._scope = scope
+        self._failed = failed
+        self._pool_broken = False  # a parse process died: parsing goes on in this process
+        self._executor: concurrent.futures.Executor
+        if mode == "thread":
+            self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="niofetcher-crawl-parse")
+        else:
+            # Processes on niofetcher's own entry point: they never import the user's __main__, so a
+            # crawl script needs no __main__ guard.  They start now and import this module (and so
+            # bs4 and lxml) while robots.txt and the seeds are fetched.
+            self._executor = ParseProcessPool(workers, preload=(__name__,))
+
+    def submit(self, pages: list[ParseInput], keep_links: bool, done: Callable[[list[ParseOutput]], None]) -> None:
+        """Send one parse job; ``done(outputs)`` gets its outputs, one per page, in order."""
+        job = _Job(pages, self._extractor, self._scope, keep_links)
+        try:
+            future = self._executor.submit(parse_pages, *job)
+        except (BrokenProcessPool, RuntimeError) as exc:  # a parse process died, or the pool was shut
+            self._parse_here(job, exc, done)
+            return
+        future.add_done_callback(lambda finished: self._job_done(job, finished, done))
+
+    def shutdown(self) -> None:
+        """Wait until every job submitted is parsed and handed to its ``done``, and stop the workers."""
+        self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> ParseExecutor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def _job_done(
+        self, job: _Job, future: concurrent.futures.Future[list[ParseOutput]],
+        done: Callable[[list[ParseOutput]], None],
+    ) -> None:
+        # exception(), not result() in a try: raising it again would tie the exception, through the
+        # frames of its traceback, to the pool's pipes (a cycle only the garbage collector breaks).
+        try:
+            exc = future.exception()
+            if exc is not None:  # BrokenProcessPool: a parse process died; parse_pages itself raises for nothing
+                self._parse_here(job, exc, done)
+                return
+            done(future.result())
+        except BaseException as exc:
+            log.exception("handing over a parse job failed")
+            self._failed(exc)
+
+    def _parse_here(self, job: _Job, exc: BaseException, done: Callable[[list[ParseOutput]], None]) -> None:
+        """The parse pool is broken: parse in this thread (slower, but nothing is lost)."""
+        if not self._pool_broken:
+            self._pool_broken = True
+            # str(exc): a log record keeping the exception would keep its traceback's frames alive.
+            log.error("parse pool unusable (%s); parsing in the crawler's own threads from now on", str(exc))
+        done(parse_pages(*job))

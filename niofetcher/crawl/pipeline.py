@@ -1,0 +1,227 @@
+"""The crawl's threads between the fetcher and the coordinator: the pump and the delivery threads.
+
+- the *pump* takes every result the fetcher has finished, in one go, and sends each on its way:
+  robots.txt answers and fetches to retry go straight to the coordinator, HTML pages to the parse
+  executor in a few chunks (one job per chunk, so that every parse worker gets a share), redirects
+  and other final pages on without parsing;
+- ``parse_workers`` delivery threads call ``on_page`` for every page of a batch, then
+  ``output.prepare`` (a CrawlOutput builds its records in memory), and pass the batch on (without
+  an ``on_page`` or an ``output`` there are none, and batches go to the coordinator directly).
+
+Everything ends up in :attr:`Pipeline.reports`, which only the coordinator reads: a robots.txt
+fetch, a batch of pages, or the news that a crawl thread died.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..fetcher import NIOFetcher
+from ..models import FetchResult
+from .config import CrawlConfig, CrawledPage, CrawlOutput
+from .frontier import FrontierError, FrontierURL
+from .parse import PageLinks, absolute_url, is_html_type
+from .parsing import ParseExecutor, ParseOutput, jobs
+from .policy import LinkScope, is_final, is_redirect
+from .robots_gate import RobotsReply
+
+__all__ = ["IO_ERRORS", "Broken", "Page", "Pipeline", "Report"]
+
+log = logging.getLogger("niofetcher")
+
+#: The failures of storage that end a crawl as they are (one line for the user), without a traceback.
+IO_ERRORS = (FrontierError, sqlite3.Error, OSError)
+
+
+@dataclass(slots=True)
+class Page:
+    """One fetch of a claimed URL, on its way from the fetcher to the coordinator."""
+
+    item: FrontierURL
+    result: FetchResult
+    final: bool  # False: cancelled, or a retryable failure with attempts left -- it is tried again later
+    links: PageLinks | None = None  # what on_page sees
+    followed: list[str] = field(default_factory=list)  # links the crawl follows (in scope)
+    failure: str = ""  # parsing or on_page raised: the URL ends in 'error' with this reason
+
+
+@dataclass(slots=True)
+class Broken:
+    """A crawl thread or a parse callback died: the coordinator must end the crawl, not wait for ever."""
+
+    where: str
+    error: BaseException
+
+
+#: What the coordinator reads: a robots.txt fetch, a batch of pages, or a dead crawl thread.
+Report = RobotsReply | list[Page] | Broken
+
+
+class Pipeline:
+    """The pump and the delivery threads of one crawl, and the queue of their reports.
+
+    Args:
+        config: the crawl's retry rules and its number of delivery threads.
+        scope: the links a redirect may lead to.
+    """
+
+    def __init__(self, config: CrawlConfig, scope: LinkScope) -> None:
+        self._config = config
+        self._scope = scope
+        self.reports: queue.SimpleQueue[Report] = queue.SimpleQueue()  # read by the coordinator only
+        self._deliveries: queue.SimpleQueue[list[Page] | None] = queue.SimpleQueue()  # None: stop
+        self._fetcher_closed = threading.Event()  # set once every result has been delivered
+        self._on_page: Callable[[CrawledPage], None] | None = None
+        self._output: CrawlOutput | None = None
+        self._delivering = False  # whether pages go through delivery threads (someone will see them)
+        self._threads: list[threading.Thread] = []
+
+    def start(
+        self, fetcher: NIOFetcher, parser: ParseExecutor, on_page: Callable[[CrawledPage], None] | None,
+        output: CrawlOutput | None,
+    ) -> None:
+        """Start the pump on ``fetcher``'s results, and the delivery threads when someone will see
+        the pages (``on_page`` or ``output``)."""
+        self._on_page, self._output = on_page, output
+        self._delivering = on_page is not None or output is not None
+        self._threads = [self._thread("niofetcher-crawl-pump", self._pump, fetcher, parser)]
+        if self._delivering:
+            self._threads += [
+                self._thread(f"niofetcher-crawl-deliver-{i}", self._deliver)
+                for i in range(self._config.parse_workers)
+            ]
+        for thread in self._threads:
+            thread.start()
+
+    def report_broken(self, where: str, error: BaseException) -> None:
+        """Tell the coordinator that ``where`` died: it must end the crawl, not wait for ever."""
+        self.reports.put(Broken(where, error))
+
+    def _thread(self, name: str, work: Callable[..., None], *args: object) -> threading.Thread:
+        """A crawl thread that, should it die, tells the coordinator at once instead of leaving it waiting."""
+
+        def guarded() -> None:
+            try:
+                work(*args)
+            except BaseException as exc:
+                if not isinstance(exc, IO_ERRORS):  # an I/O error is raised by run() as it is
+                    log.exception("%s died", name)
+                self.reports.put(Broken(name, exc))
+
+        return threading.Thread(target=guarded, name=name)
+
+    def wind_down(self, fetcher: NIOFetcher, parser: ParseExecutor) -> None:
+        """Stop fetching, and let every page fetched so far reach :attr:`reports` (the crawl is stopping)."""
+        fetcher.shutdown(wait=False)  # whatever was not fetched yet comes back cancelled
+        self._fetcher_closed.set()
+        pump, *deliverers = self._threads
+        try:
+            pump.join()
+            parser.shutdown()  # every job submitted is parsed, and its pages handed over
+        finally:
+            # Even when a second Ctrl-C breaks the wait above: a delivery thread left waiting
+            # for its sentinel would keep the interpreter from ever exiting.
+            for _ in deliverers:
+                self._deliveries.put(None)
+        for thread in deliverers:
+            thread.join()
+
+    # -- pump: from the fetcher to the parse executor -------------------------------
+
+    def _pump(self, fetcher: NIOFetcher, parser: ParseExecutor) -> None:
+        """Pump thread: take the fetcher's results a batch at a time and send each on its way."""
+        while True:
+            # Read before get(): a fetcher that had ended before get() came back empty has nothing
+            # more to give once join() agrees (read after get(), a shutdown between the two could
+            # leave its last results behind).
+            ended = self._fetcher_closed.is_set() or fetcher.failure is not None
+            first = fetcher.get(timeout=0.1)
+            if first is not None:
+                self._sort([first, *fetcher.drain()], parser)
+            elif ended and fetcher.join(timeout=0):
+                rest = fetcher.drain()  # what was delivered between get() and join()
+                if not rest:
+                    return
+                self._sort(rest, parser)
+
+    def _sort(self, results: list[FetchResult], parser: ParseExecutor) -> None:
+        again: list[Page] = []  # to be tried again: no parsing, no on_page
+        ready: list[Page] = []  # final, nothing to parse
+        to_parse: list[Page] = []
+        config = self._config
+        for result in results:
+            robots = RobotsReply.of(result)
+            if robots is not None:
+                self.reports.put(robots)
+                continue
+            item: FrontierURL = result.bean.meta["frontier"]
+            page = Page(item, result, final=is_final(result, item.attempts, config.retry_statuses, config.max_attempts))
+            if not page.final:
+                again.append(page)
+            elif is_redirect(result):
+                target = absolute_url(result.header("location") or "", result.url)
+                page.links = PageLinks([target] if target else [], [], [], [], [], [], None, frozenset())
+                page.followed = self._scope.followed(page.links)
+                ready.append(page)
+            elif result.ok and _is_html(result):
+                to_parse.append(page)
+            else:
+                ready.append(page)
+        if again:
+            self.reports.put(again)
+        if ready:
+            self._hand_over(ready)
+        for job in jobs(to_parse, config.parse_workers):
+            self._submit(job, parser)
+
+    def _submit(self, pages: list[Page], parser: ParseExecutor) -> None:
+        """Send one parse job; its pages are handed over when it is done."""
+        inputs = [(page.result.body, page.result.final_url, page.result.header("content-type")) for page in pages]
+        parser.submit(inputs, self._delivering, lambda outputs: self._parsed(pages, outputs))
+
+    def _parsed(self, pages: list[Page], outputs: list[ParseOutput]) -> None:
+        for page, (followed, links, failure) in zip(pages, outputs, strict=True):
+            page.followed, page.links, page.failure = followed, links, failure
+        self._hand_over(pages)
+
+    def _hand_over(self, pages: list[Page]) -> None:
+        """Final pages go to on_page and the output (a delivery thread), then to the coordinator."""
+        if self._delivering:
+            self._deliveries.put(pages)
+        else:
+            self.reports.put(pages)
+
+    def _deliver(self) -> None:
+        """Delivery thread: hand every page of a batch to on_page, then to the output, then report the batch.
+
+        An exception from on_page fails that page (the embedding program's bug or choice); one from
+        the output ends the crawl (its records could not be kept): the batch is not reported, and
+        run() gives its URLs back.
+        """
+        on_page, output = self._on_page, self._output
+        while (pages := self._deliveries.get()) is not None:
+            for page in pages:
+                if page.failure:
+                    continue
+                crawled = CrawledPage(page.result, page.item.depth, page.item.parent, page.links)
+                if on_page is not None:
+                    try:
+                        on_page(crawled)
+                    except Exception as exc:
+                        log.exception("on_page failed for %s", page.item.url)
+                        page.failure = f"{type(exc).__name__}: {exc}"
+                        continue
+                if output is not None:
+                    output.prepare(crawled)
+            self.reports.put(pages)
+
+
+def _is_html(result: FetchResult) -> bool:
+    """Whether the page goes to the parser: the parser's own rule, so that no page is sent there to
+    give nothing back."""
+    return is_html_type(result.header("content-type"))

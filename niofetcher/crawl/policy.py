@@ -1,0 +1,103 @@
+"""The crawl's rules for fetches and links: which fetch is tried again, and which links are followed.
+
+Plain functions and plain data: :class:`LinkScope` travels to the parse processes, and the retry
+rules are the same for a page and for robots.txt.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from ..errors import ErrorKind
+from ..models import FetchResult
+from ..urls import normal_host
+from .parse import PageLinks
+
+__all__ = ["LinkScope", "error_text", "is_final", "is_redirect", "retry_after"]
+
+
+def is_final(result: FetchResult, attempts: int, retry_statuses: Sequence[int], max_attempts: int) -> bool:
+    """False for a fetch to try again: cancelled (not the URL's fault), or a retryable failure (an
+    error, or a status in ``retry_statuses``) with attempts left (``attempts`` < ``max_attempts``)."""
+    if result.error is ErrorKind.CANCELLED:
+        return False
+    retryable = result.error is not None or result.status in retry_statuses
+    return not (retryable and attempts < max_attempts)
+
+
+def retry_after(result: FetchResult) -> float | None:
+    """Seconds from a Retry-After header: delta-seconds or an HTTP date (RFC 9110 10.2.3)."""
+    value = result.header("retry-after")
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def error_text(result: FetchResult) -> str:
+    """Why a fetch failed, in one line: the error kind and its detail, or the HTTP status and reason."""
+    if result.error is not None:
+        return f"{result.error.value}: {result.error_detail}"
+    return f"HTTP {result.status} {result.reason}".strip()
+
+
+def is_redirect(result: FetchResult) -> bool:
+    """Whether ``result`` is a redirect the crawler follows: a 301, 302, 303, 307 or 308 with a Location."""
+    return result.error is None and result.status in (301, 302, 303, 307, 308) and bool(result.header("location"))
+
+
+@dataclass(frozen=True, slots=True)
+class LinkScope:
+    """Which links of a page the crawl follows.  Plain data: it travels to the parse processes."""
+
+    domains: tuple[str, ...]  # a link's host must be one of these or a subdomain of one
+    include: tuple[str, ...] = ()  # regexes; when given, a link must match one
+    exclude: tuple[str, ...] = ()  # regexes; a link matching one is not followed
+    follow_nofollow: bool = False
+
+    def followed(self, links: PageLinks) -> list[str]:
+        """The page's links, image-map areas and frames that the crawl follows, each once, in page order."""
+        skip = frozenset() if self.follow_nofollow else links.nofollow
+        candidates = dict.fromkeys((*links.links, *links.areas, *links.frames))
+        return [url for url in candidates if url not in skip and self.in_scope(url)]
+
+    def in_scope(self, url: str) -> bool:
+        """Whether the crawl follows ``url``: its host allowed, included (when ``include`` is given), not excluded."""
+        netloc = _NETLOC.match(url)
+        if netloc is None or not _host_allowed(self.domains, netloc.group(1)):
+            return False
+        include = _compiled(self.include)
+        if include and not any(p.search(url) for p in include):
+            return False
+        return not any(p.search(url) for p in _compiled(self.exclude))
+
+
+# A real page links to a few hosts a hundred times: the host check is made once per netloc.
+_NETLOC = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://([^/?#]*)")
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_allowed(domains: tuple[str, ...], netloc: str) -> bool:
+    try:
+        # A-labels on both sides: a page may spell its links' hosts in Unicode or in punycode.
+        host = normal_host(urlsplit("//" + netloc).hostname or "")
+    except ValueError:  # a broken IPv6 literal, a name IDNA cannot encode
+        return False
+    return any(host == d or host.endswith("." + d) for d in domains)
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in patterns)

@@ -1,0 +1,183 @@
+"""robots.txt in a crawl: fetched per (scheme, host, port) before the first page of that origin,
+and the URLs of an origin held until it is settled.
+
+``robots.py`` says what one fetch of robots.txt means; this module fetches it through the crawl's
+fetcher and keeps the books.  Its redirects are followed, up to five, even to another host; a 4xx
+means "no rules"; a 5xx or a network error means "complete disallow" for now.  URLs of an origin
+wait (in memory, still ``processing`` in the frontier) until its robots.txt has been settled.  An
+unreachable robots.txt is fetched again with the crawl's own retry policy (``retry_delay``,
+doubling, never sooner than a Retry-After), up to ``max_attempts`` fetches; then every URL of that
+origin ends ``error`` ("robots.txt unavailable: HTTP 503").  Its Crawl-delay becomes that origin's
+host delay, capped at ``max_crawl_delay`` (as Heritrix's ``respectCrawlDelayUpToSeconds``): a
+``Crawl-delay: 3600`` must not stall a crawl for an hour a page.
+
+The gate keeps the books and says what to do, the coordinator does it: each method returns the
+held URLs that the coordinator must start now (their robots.txt is settled) or give back to the
+frontier (the crawl is stopping and nothing was settled).  Only the coordinator's thread calls it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ..errors import ErrorKind
+from ..fetcher import NIOFetcher
+from ..models import FetchResult, URLBean
+from ..urls import Origin
+from .frontier import FrontierBackend, FrontierURL
+from .policy import error_text, retry_after
+from .robots import Redirect, RobotsRules, RobotsTable, interpret
+
+__all__ = ["Released", "RobotsGate", "RobotsReply"]
+
+log = logging.getLogger("niofetcher")
+
+_ROBOTS_PRIORITY = 1 << 30  # robots.txt jumps every queue: pages of its host wait for it
+# Origins whose robots.txt rules are kept (and that have nothing in progress): a few thousand
+# Protego parsers are a few MB; a crawl of more hosts than that fetches an aged-out one again.
+_ROBOTS_ORIGINS = 4096
+
+
+@dataclass(slots=True)
+class RobotsReply:
+    """A fetch of robots.txt, on its way from the pump to the coordinator."""
+
+    origin: Origin  # whose robots.txt this is
+    result: FetchResult
+    hops: int  # redirects followed to get here
+
+    @staticmethod
+    def of(result: FetchResult) -> RobotsReply | None:
+        """The reply that ``result`` is, when it is a fetch of robots.txt that the gate asked for."""
+        meta = result.bean.meta
+        if "robots" not in meta:
+            return None
+        return RobotsReply(meta["robots"], result, meta["hops"])
+
+
+class Released(NamedTuple):
+    """Held URLs that the gate lets go of."""
+
+    start: list[FrontierURL]  # their robots.txt is settled: start them (its rules may refuse them)
+    give_back: list[FrontierURL]  # stopping: back to 'waiting', nothing is settled
+
+
+_NOTHING = Released([], [])
+
+
+class RobotsGate:
+    """The robots.txt rules of each origin, the URLs that wait for them, and the fetches of robots.txt.
+
+    Args:
+        user_agent: whose rules apply, and whose Crawl-delay.
+        max_attempts: fetches of an unreachable robots.txt before its origin's URLs end 'error'.
+        max_crawl_delay: the longest Crawl-delay applied, in seconds.
+        busy: whether an origin has URLs in progress (its rules are never aged out then).
+        stopping: set when the crawl stops: no robots.txt is fetched from then on.
+    """
+
+    def __init__(
+        self, user_agent: str, max_attempts: int, max_crawl_delay: float,
+        busy: Callable[[Origin], bool], stopping: threading.Event,
+    ) -> None:
+        self._user_agent = user_agent
+        self._max_attempts = max_attempts
+        self._max_crawl_delay = max_crawl_delay
+        self._stop = stopping
+        self._rules = RobotsTable(_ROBOTS_ORIGINS, busy=busy)
+        self._held: dict[Origin, list[FrontierURL]] = {}  # URLs waiting for their origin's robots.txt
+        self._fetches: dict[Origin, int] = {}  # fetches of an unreachable robots.txt so far
+        self._retries: list[tuple[float, Origin]] = []  # heap: when to fetch robots.txt again
+
+    def __len__(self) -> int:
+        """How many origins' rules are kept (bounded: see :class:`RobotsTable`)."""
+        return len(self._rules)
+
+    def rules(self, origin: Origin) -> RobotsRules | None:
+        """The rules of ``origin``, None while they are not known: then :meth:`hold` its URLs."""
+        return self._rules.get(origin)
+
+    def held_urls(self) -> set[str]:
+        """The URLs waiting for their origin's robots.txt."""
+        return {item.url for items in self._held.values() for item in items}
+
+    def next_retry(self) -> float | None:
+        """When (``time.monotonic()``) the next unreachable robots.txt is due to be fetched again."""
+        return self._retries[0][0] if self._retries else None
+
+    def hold(self, item: FrontierURL, origin: Origin, fetcher: NIOFetcher) -> list[FrontierURL]:
+        """``item`` waits for its origin's robots.txt, which is fetched unless it is on its way already.
+
+        Returns the URLs to give back (stopping: robots.txt could not be asked for), else [].
+        """
+        held = self._held.get(origin)
+        if held is not None:
+            held.append(item)
+            return []
+        self._held[origin] = [item]
+        return self._fetch(origin, f"{origin}/robots.txt", 0, fetcher)
+
+    def arrived(self, reply: RobotsReply, frontier: FrontierBackend, fetcher: NIOFetcher) -> Released:
+        """A robots.txt fetch came back: settle its origin, fetch the next hop, or retry later."""
+        origin, result = reply.origin, reply.result
+        if result.error is ErrorKind.CANCELLED:  # stopping: no answer, no attempt counted
+            return Released([], self._give_back(origin))
+        answer = interpret(result, reply.hops, self._user_agent)
+        if isinstance(answer, Redirect):
+            return Released([], self._fetch(origin, answer.url, answer.hops, fetcher))
+        if answer is None:  # unreachable: complete disallow, and fetch it again later
+            fetches = self._fetches[origin] = self._fetches.get(origin, 0) + 1
+            if self._stop.is_set():
+                return Released([], self._give_back(origin))
+            if fetches < self._max_attempts:
+                # The same policy as a page's: retry_delay, doubling, never sooner than a Retry-After.
+                delay = frontier.retry_delay_after(fetches, retry_after(result))
+                heapq.heappush(self._retries, (time.monotonic() + delay, origin))
+                return _NOTHING
+            answer = RobotsRules(refusal=f"robots.txt unavailable: {error_text(result)}")
+        self._fetches.pop(origin, None)
+        self._apply_crawl_delay(origin, answer, fetcher)
+        self._rules.put(origin, answer)
+        return Released(self._held.pop(origin, []), [])
+
+    def retry_due(self, fetcher: NIOFetcher) -> list[FrontierURL]:
+        """Fetch again each unreachable robots.txt whose retry is due (or give its URLs back when
+        stopping); the URLs to give back."""
+        retries = self._retries
+        given_back: list[FrontierURL] = []
+        now = time.monotonic()
+        while retries and (retries[0][0] <= now or self._stop.is_set()):
+            _, origin = heapq.heappop(retries)
+            if self._stop.is_set():
+                given_back += self._give_back(origin)
+            else:
+                given_back += self._fetch(origin, f"{origin}/robots.txt", 0, fetcher)
+        return given_back
+
+    def _fetch(self, origin: Origin, url: str, hops: int, fetcher: NIOFetcher) -> list[FrontierURL]:
+        bean = URLBean(url, priority=_ROBOTS_PRIORITY, meta={"robots": origin, "hops": hops})
+        if self._stop.is_set() or not fetcher.register(bean):
+            return self._give_back(origin)
+        return []
+
+    def _give_back(self, origin: Origin) -> list[FrontierURL]:
+        """The URLs waiting for ``origin``'s robots.txt, let go of (stopping): nothing is settled."""
+        self._fetches.pop(origin, None)
+        return self._held.pop(origin, [])
+
+    def _apply_crawl_delay(self, origin: Origin, rules: RobotsRules, fetcher: NIOFetcher) -> None:
+        delay = rules.crawl_delay
+        if not delay or delay <= 0:  # none, 0, or NaN
+            return
+        cap = self._max_crawl_delay
+        if delay > cap:
+            log.warning("%s asks for Crawl-delay %g s; using max_crawl_delay, %g s", origin, delay, cap)
+            delay = cap
+        if delay:
+            fetcher.set_host_delay(f"{origin}/", delay)
