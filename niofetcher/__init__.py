@@ -11,6 +11,8 @@ with beautifulsoup4 (or lxml) in worker processes while the loop downloads,
 obeys robots.txt, retries, and resumes after a crash.
 """
 
+from typing import TYPE_CHECKING
+
 from ._version import __version__
 from .config import FetcherConfig
 from .errors import ErrorKind
@@ -19,23 +21,26 @@ from .models import FetcherStats, FetchResult, HostStats, URLBean
 from .protocols import FetchedHandler, Fetcher, URLRegister
 from .urls import Origin
 
+if TYPE_CHECKING:
+    from .crawl import CrawlConfig, CrawledPage, Crawler, CrawlSummary, Frontier, FrontierError, FrontierLocked
+    from .crawl import parse as parse
+    from .crawl.parse import Form, PageLinks, extract
+
 # The crawler's names load on first use: a program that only fetches does not
-# pay for importing beautifulsoup4, lxml, protego and sqlite3.
+# pay for importing beautifulsoup4, lxml, protego and sqlite3.  ``parse`` is the
+# module (``from niofetcher import parse``), the rest are names in these modules.
 _LAZY = {
-    "CrawlConfig": "crawl.crawler", "CrawlSummary": "crawl.crawler", "CrawledPage": "crawl.crawler",
-    "Crawler": "crawl.crawler",
-    "Frontier": "crawl.frontier", "FrontierError": "crawl.frontier", "FrontierLocked": "crawl.frontier",
+    "CrawlConfig": "crawl", "CrawlSummary": "crawl", "CrawledPage": "crawl", "Crawler": "crawl",
+    "Frontier": "crawl", "FrontierError": "crawl", "FrontierLocked": "crawl",
     "Form": "crawl.parse", "PageLinks": "crawl.parse", "extract": "crawl.parse",
 }
-# Modules that moved into crawl/ and are still reached as ``from niofetcher import parse``.
-_LAZY_MODULES = {"parse": "crawl.parse"}
 
 
 def __getattr__(name: str) -> object:
     import importlib
 
-    if name in _LAZY_MODULES:
-        value: object = importlib.import_module(f".{_LAZY_MODULES[name]}", __name__)
+    if name == "parse":
+        value: object = importlib.import_module(".crawl.parse", __name__)
     elif name in _LAZY:
         value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     else:

@@ -11,7 +11,7 @@ import pytest
 
 from niofetcher.cli.args import build_parser
 from niofetcher.config import FetcherConfig
-from niofetcher.crawl.crawler import CrawlConfig
+from niofetcher.crawl import CrawlConfig
 
 # What only the crawl and demo commands use; the parser, --help and --version load none of it.
 HEAVY = ("bs4", "lxml", "protego", "tqdm", "warcio", "sqlite3", "_sqlite3")

@@ -257,7 +257,7 @@ def test_a_batch_that_fails_in_one_file_is_cut_from_every_file(
     import errno
 
     from niofetcher.cli import output as cli_output
-    from niofetcher.crawl.crawler import CrawledPage
+    from niofetcher.crawl import CrawledPage
     from niofetcher.models import FetchResult, URLBean
 
     def page(url: str) -> CrawledPage:

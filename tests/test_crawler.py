@@ -50,7 +50,7 @@ from rawserver import ConnInfo, http_response, read_request
 import niofetcher.crawl.parsing as parsing_module
 import niofetcher.crawl.pipeline as pipeline_module
 from niofetcher import FetcherConfig
-from niofetcher.crawl.crawler import CrawlConfig, CrawledPage, Crawler, CrawlSummary
+from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler, CrawlSummary
 from niofetcher.crawl.frontier import Frontier
 from niofetcher.crawl.parse import PageLinks
 from niofetcher.testing import PortCounters, TestSite
@@ -703,7 +703,7 @@ def test_a_crawl_thread_that_dies_ends_the_crawl_with_an_error_and_loses_nothing
 def test_a_page_that_cannot_be_parsed_fails_alone(
     tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_extract = parsing_module.extract
+    real_extract = parsing_module.extract  # type: ignore[attr-defined]  # the name parse_pages calls
 
     def choke_on_page_3(body: bytes, url: str, *args: Any, **options: Any) -> PageLinks:
         if url.endswith("/page/3"):
@@ -726,7 +726,7 @@ def test_a_page_that_cannot_be_parsed_fails_alone(
 CRAWL_SCRIPT = textwrap.dedent("""
     import sys
     from niofetcher import FetcherConfig
-    from niofetcher.crawl.crawler import CrawlConfig, Crawler
+    from niofetcher.crawl import CrawlConfig, Crawler
     if __name__ == "__main__":  # parse processes import this module again
         seed, db, parse_mode = sys.argv[1:]
         config = CrawlConfig(seeds=[seed], db_path=db, parse_mode=parse_mode,

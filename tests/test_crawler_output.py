@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from conftest import LeakBaseline, sigkill_after_requests
 
-from niofetcher.crawl.crawler import CrawlConfig, CrawledPage, Crawler
+from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler
 from niofetcher.crawl.frontier import Frontier, FrontierError
 from niofetcher.testing import TestSite
 
@@ -69,7 +69,7 @@ CRAWL_SCRIPT = textwrap.dedent("""
     import sys
     from pathlib import Path
     from niofetcher import FetcherConfig
-    from niofetcher.crawl.crawler import CrawlConfig, Crawler
+    from niofetcher.crawl import CrawlConfig, Crawler
     from test_crawler_output import JsonLines
     seed, db, out = sys.argv[1:]
     output = JsonLines(Path(out))

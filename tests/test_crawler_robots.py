@@ -31,7 +31,7 @@ from conftest import LeakBaseline, MakeServer
 from rawserver import ConnInfo, http_response, read_request
 
 from niofetcher import FetcherConfig
-from niofetcher.crawl.crawler import CrawlConfig, Crawler, CrawlSummary
+from niofetcher.crawl import CrawlConfig, Crawler, CrawlSummary
 from niofetcher.testing import TestSite
 
 ROBOTS = "/robots.txt"

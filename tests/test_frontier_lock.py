@@ -35,10 +35,13 @@ frontier.claim(3)
 frontier.flush()
 child = 0
 if sys.argv[2] == "fork":
+    started_r, started_w = os.pipe()
     child = os.fork()
     if child == 0:
+        os.write(started_w, b"!")  # the after-fork hooks have run by now
         sys.stdin.read()
         os._exit(0)
+    os.read(started_r, 1)  # else a SIGKILL could come before the child has run at all
 print(os.getpid(), child, flush=True)
 time.sleep(60)
 """

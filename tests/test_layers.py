@@ -18,9 +18,11 @@ from niofetcher.testing import TestSite
 PACKAGE = Path(__file__).resolve().parent.parent / "niofetcher"
 LAYERS = ("crawl", "cli", "testing")
 
-# The test site's first name: a module that is nothing but an alias of
-# niofetcher.testing, so that programs written against it keep working.
-ALIASES = {"niofetcher.testsite"}
+# The test site's first name, a module that is nothing but an alias of
+# niofetcher.testing, so that programs written against it keep working; and the
+# package itself, the public face, which names the crawler's classes lazily
+# (loaded on first use, and for type checkers only under TYPE_CHECKING).
+ALIASES = {"niofetcher.testsite", "niofetcher"}
 
 # What each layer may not import (the package's own subpackages).
 FORBIDDEN = {

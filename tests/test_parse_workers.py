@@ -421,7 +421,7 @@ def test_a_script_without_main_guard_runs_once_and_its_workers_import_our_niofet
 UNGUARDED_CRAWL_SCRIPT = """\
 import os, sys
 sys.path.insert(0, {repo!r})
-from niofetcher.crawl.crawler import CrawlConfig, Crawler
+from niofetcher.crawl import CrawlConfig, Crawler
 
 with open("runs.txt", "a") as runs:
     print(os.getpid(), file=runs)

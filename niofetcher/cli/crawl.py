@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sqlite3
 
-from ..crawl.crawler import CrawlConfig
+from ..crawl import CrawlConfig
 from ..crawl.frontier import Frontier, FrontierError
 from .args import config_from
 from .errors import CommandFailed, UsageError

@@ -7,7 +7,7 @@ import os
 import tempfile
 
 from ..config import FetcherConfig
-from ..crawl.crawler import CrawlConfig
+from ..crawl import CrawlConfig
 from ..testing import TestSite
 from .progress import print_summary, run_crawl
 

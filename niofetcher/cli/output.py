@@ -13,7 +13,7 @@ from types import TracebackType
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from ..crawl.crawler import CrawledPage
+from ..crawl import CrawledPage
 from ..urls import parse_target
 
 _NOT_IN_WARC = frozenset(("content-encoding", "transfer-encoding", "content-length"))

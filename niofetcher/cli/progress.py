@@ -9,7 +9,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from ..crawl.crawler import CrawlConfig, Crawler, CrawlSummary
+from ..crawl import CrawlConfig, Crawler, CrawlSummary
 from .output import PageWriter
 from .signals import StopSignals
 

@@ -72,8 +72,6 @@ from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
 from .policy import LinkScope, error_text, is_redirect, retry_after
 from .robots_gate import RobotsGate, RobotsReply
 
-__all__ = ["CrawlConfig", "CrawlOutput", "CrawlProgress", "CrawlSummary", "CrawledPage", "Crawler"]
-
 log = logging.getLogger("niofetcher")
 
 

@@ -1,0 +1,18 @@
+"""The project's tool settings cover what they are meant to cover."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11 and newer")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_test_module_is_checked_by_mypy_with_the_relaxed_settings() -> None:
+    """mypy names test modules as top-level modules and cannot match "test_*": pyproject lists them, all of them."""
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    relaxed = next(o["module"] for o in settings["overrides"] if o.get("disallow_untyped_defs") is False)
+    assert sorted(relaxed) == sorted(path.stem for path in (ROOT / "tests").glob("*.py"))
