@@ -18,7 +18,6 @@ closed the connections that have served their time.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import enum
 import itertools
 import logging
@@ -136,7 +135,7 @@ class Engine:
 
     def stats(self) -> dict[str, int]:
         """``pending``, ``open_connections`` and every counter, by their FetcherStats names."""
-        return {"pending": self.pending(), "open_connections": self.table.total_open, **dataclasses.asdict(self.counters)}
+        return {"pending": self.pending(), "open_connections": self.table.total_open, **self.counters.snapshot()}
 
     def host_stats(self) -> dict[Origin, HostStats]:
         """Per (scheme, host, port): the live hosts, then the last ``pool.RECENT_HOSTS`` freed ones."""
