@@ -4,10 +4,10 @@ Theory of operation.  A connection is born bound to the request that caused
 it and walks RESOLVING -> CONNECTING -> HANDSHAKING -> ACTIVE; after a
 response it is either IDLE (kept for reuse, still watched for readability so
 that a server closing it is noticed at once) or CLOSED.  It reports to its
-owner, the engine, through four calls: ``exchange_done`` and
-``exchange_failed`` for the request it carried, ``connection_closed``
-exactly once when it goes away, and ``idle_expired`` when its idle or
-service time runs out.
+owner, the engine, through four calls: ``exchange_done`` (with the
+``Response``) and ``exchange_failed`` (with the head, if one came) for the
+request it carried, ``connection_closed`` exactly once when it goes away,
+and ``idle_expired`` when its idle or service time runs out.
 
 This file is the one boundary where OSError and friends become ErrorKinds.
 
@@ -19,6 +19,7 @@ not touched per received packet.
 
 from __future__ import annotations
 
+import enum
 import errno
 import ipaddress
 import os
@@ -29,36 +30,63 @@ from typing import TYPE_CHECKING, Protocol
 
 from .config import Address, FetcherConfig, IPNetwork, Sockaddr
 from .errors import ErrorKind, FetchFailure
-from .http11 import ClientHTTP11
+from .http11 import ClientHTTP11, Response
 from .loop import READ, WRITE, Loop
+from .models import Counters
+from .request import Task
 from .timers import Timer
 from .transport import WANT_READ, WANT_WRITE, PlainTransport, TLSTransport, Transport
 
 if TYPE_CHECKING:
-    from .engine import Task
     from .pool import HostSlot
 
-RESOLVING, CONNECTING, HANDSHAKING, ACTIVE, IDLE, CLOSED = range(6)
+
+class ConnectionState(enum.IntEnum):
+    """Where a connection is in its life (see the module docstring)."""
+
+    RESOLVING = 0
+    CONNECTING = 1
+    HANDSHAKING = 2
+    ACTIVE = 3
+    IDLE = 4
+    CLOSED = 5
+
+
+# The states as globals, for the per-event paths: on Python 3.11 an Enum member read
+# through its class goes through EnumType.__getattr__, six times the cost of a global.
+RESOLVING, CONNECTING, HANDSHAKING = ConnectionState.RESOLVING, ConnectionState.CONNECTING, ConnectionState.HANDSHAKING
+ACTIVE, IDLE, CLOSED = ConnectionState.ACTIVE, ConnectionState.IDLE, ConnectionState.CLOSED
 _IN_PROGRESS = {errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN, errno.EALREADY}
 _INF = float("inf")
 
 
 class ConnectionOwner(Protocol):
-    def exchange_done(self, conn: Connection, task: Task) -> None: ...
+    """What a connection reports to: the engine."""
 
-    def exchange_failed(self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool) -> None: ...
+    counters: Counters
 
-    def connection_closed(self, conn: Connection, was_idle: bool) -> None: ...
+    def exchange_done(self, conn: Connection, task: Task, response: Response) -> None:
+        """``task``'s response is complete; ``conn`` waits to be made idle or closed."""
 
-    def connection_crashed(self, conn: Connection, exc: Exception) -> None: ...
+    def exchange_failed(
+        self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool, head: Response | None
+    ) -> None:
+        """``task`` failed and ``conn`` is closed; ``replayable``: no byte of a response came on a reused one."""
 
-    def idle_expired(self, conn: Connection, service_time: bool) -> None: ...
+    def connection_closed(self, conn: Connection, was_idle: bool) -> None:
+        """``conn`` closed: told exactly once."""
 
-    def tls_context(self) -> ssl.SSLContext: ...
+    def connection_crashed(self, conn: Connection, exc: Exception) -> None:
+        """A handler of ``conn`` raised ``exc``: a bug, to cost this connection and its request only."""
 
-    def tls_handshake_done(self, resumed: bool) -> None: ...
+    def idle_expired(self, conn: Connection, service_time: bool) -> None:
+        """Idle ``conn`` reached its idle timeout, or its service time (``service_time``)."""
 
-    bytes_received: int
+    def tls_context(self) -> ssl.SSLContext:
+        """The client context for https connections."""
+
+    def tls_handshake_done(self, resumed: bool) -> None:
+        """A handshake completed; ``resumed``: it resumed an earlier session."""
 
 
 class Connection:
@@ -68,6 +96,7 @@ class Connection:
         "_address_index",
         "_addresses",
         "_connect_deadline",
+        "_counters",
         "_denied",
         "_last_connect_error",
         "_out",
@@ -101,6 +130,7 @@ class Connection:
         denied: Sequence[IPNetwork],
     ) -> None:
         self.owner = owner
+        self._counters = owner.counters
         self.loop = loop
         self.config = config
         self.slot = slot
@@ -135,14 +165,13 @@ class Connection:
         self._arm(self._deadline())
 
     def __repr__(self) -> str:
-        states = ("RESOLVING", "CONNECTING", "HANDSHAKING", "ACTIVE", "IDLE", "CLOSED")
-        return f"<Connection {self.slot.origin} {states[self.state]} served={self.requests_done}>"
+        return f"<Connection {self.slot.origin} {self.state.name} served={self.requests_done}>"
 
     # -- opening ------------------------------------------------------------
 
     def connect(self, addresses: Sequence[Address]) -> None:
         """Try the resolved addresses in turn until one accepts."""
-        if self.state != RESOLVING:
+        if self.state is not RESOLVING:
             return  # timed out or cancelled while the lookup ran
         self._addresses = addresses
         self._address_index = 0
@@ -295,22 +324,24 @@ class Connection:
         self.loop.set_interest(self, self.sock, READ)
 
     def on_writable(self) -> None:
+        """The socket is writable: send on, or finish the connect or a handshake step."""
         state = self.state
-        if state == ACTIVE:
+        if state is ACTIVE:
             self._flush()
-        elif state == CONNECTING:
+        elif state is CONNECTING:
             self._finish_connect()
-        elif state == HANDSHAKING:
+        elif state is HANDSHAKING:
             self._continue_handshake()
 
     def on_readable(self) -> None:
+        """The socket is readable: read what there is into the exchange (an idle one closes)."""
         state = self.state
-        if state == HANDSHAKING:
+        if state is HANDSHAKING:
             self._continue_handshake()
             return
         transport = self.transport
         assert transport is not None
-        if state == IDLE:
+        if state is IDLE:
             # EOF or stray bytes on an idle connection: it cannot carry another request.
             self.close()
             return
@@ -328,7 +359,7 @@ class Connection:
                     self.loop.set_interest(self, self.sock, READ | WRITE)  # type: ignore[arg-type]
                 return
             self._received += n
-            self.owner.bytes_received += n
+            self._counters.bytes_received += n
             self.last_activity = loop.now
             if n == 0 and not http.response_started and self.reused:
                 self._fail_replayable("the server closed a reused connection before responding")
@@ -339,13 +370,13 @@ class Connection:
                 self.fail(failure)
                 return
             if complete:
-                self._exchange_complete()
+                self._exchange_complete(http.response)  # type: ignore[arg-type]
                 return
             # Decrypted bytes waiting inside the SSL object do not make the socket readable.
             if not n or not transport.pending():
                 return
 
-    def _exchange_complete(self) -> None:
+    def _exchange_complete(self, response: Response) -> None:
         task = self.task
         assert task is not None
         self.task = None
@@ -359,7 +390,7 @@ class Connection:
             session = transport.session
             if session is not None and session.has_ticket:
                 self.slot.tls_session = session
-        self.owner.exchange_done(self, task)
+        self.owner.exchange_done(self, task, response)
 
     def _broken(self, exc: OSError, sending: bool) -> None:
         if isinstance(exc, ssl.SSLError):
@@ -376,7 +407,12 @@ class Connection:
         self.task = None
         self.close()
         if task is not None:
-            self.owner.exchange_failed(self, task, FetchFailure(ErrorKind.CONNECTION_CLOSED, detail), True)
+            failure = FetchFailure(ErrorKind.CONNECTION_CLOSED, detail)
+            self.owner.exchange_failed(self, task, failure, True, self.http.head())
+
+    def next_cycle(self) -> bool:
+        """After a complete response: True, and ready for another request, if HTTP/1.1 allows reuse."""
+        return self.http.next_cycle()
 
     def make_idle(self) -> None:
         """Keep the connection for reuse; the owner has checked its service time and request count."""
@@ -390,13 +426,13 @@ class Connection:
         """The next moment something may have expired, in the current state."""
         state = self.state
         config = self.config
-        if state == IDLE:
+        if state is IDLE:
             return min(self.idle_since + config.idle_timeout, self.reuse_deadline)
-        if state == CLOSED:
+        if state is CLOSED:
             return _INF
         task = self.task
         deadline = task.deadline if task is not None else _INF
-        if state == ACTIVE:
+        if state is ACTIVE:
             deadline = min(deadline, self.last_activity + config.read_timeout)
             if config.low_speed_limit:
                 deadline = min(deadline, self._speed_mark_at + config.low_speed_time)
@@ -421,9 +457,9 @@ class Connection:
         self._timer = None
         now = self.loop.now
         state = self.state
-        if state == CLOSED:
+        if state is CLOSED:
             return
-        if state == IDLE:
+        if state is IDLE:
             if now >= self.idle_since + self.config.idle_timeout:
                 self.owner.idle_expired(self, service_time=False)
                 return
@@ -442,7 +478,7 @@ class Connection:
         task = self.task
         if task is not None and now >= task.deadline:
             return FetchFailure(ErrorKind.TIMEOUT, f"request_timeout of {config.request_timeout} s passed")
-        if self.state == ACTIVE:
+        if self.state is ACTIVE:
             if now - self.last_activity >= config.read_timeout:
                 return FetchFailure(ErrorKind.READ_TIMEOUT, f"no data for {config.read_timeout} s")
             if config.low_speed_limit and now - self._speed_mark_at >= config.low_speed_time:
@@ -455,7 +491,7 @@ class Connection:
                 self._speed_mark_at = now
                 self._speed_mark_bytes = self._received
         elif now >= self._connect_deadline:
-            if self.state == RESOLVING and not self._addresses:
+            if self.state is RESOLVING and not self._addresses:
                 return FetchFailure(ErrorKind.DNS_ERROR, f"name lookup took longer than {config.connect_timeout} s")
             return FetchFailure(ErrorKind.CONNECT_TIMEOUT, f"not connected within {config.connect_timeout} s")
         return None
@@ -468,13 +504,13 @@ class Connection:
         self.task = None
         self.close()
         if task is not None:
-            self.owner.exchange_failed(self, task, failure, False)
+            self.owner.exchange_failed(self, task, failure, False, self.http.head())
 
     def close(self) -> None:
         """Release the socket and the timer; tells the owner once."""
-        if self.state == CLOSED:
+        if self.state is CLOSED:
             return
-        was_idle = self.state == IDLE
+        was_idle = self.state is IDLE
         self.state = CLOSED
         if self._timer is not None:
             self._timer.cancel()

@@ -1,8 +1,11 @@
 """The loop thread's side of the fetcher: requests, connections, redirects, results.
 
-Everything here runs in the one loop thread; the only entries from other
-threads are ``inbox`` (a deque, appended to by ``register``) and calls posted
-through ``loop.call_soon_threadsafe``.
+Everything here runs in the one loop thread, except the engine's face to
+``NIOFetcher``: ``submit`` (appends to the inbox, a deque), ``pending``,
+``wake``, ``post`` (runs a callback on the loop thread: ``finish_up``,
+``stop``, ``cancel_pending`` and ``set_host_delay`` are posted), ``stats``
+and ``host_stats`` (snapshots taken without stopping the loop) and
+``failure``.
 
 One loop iteration: wait for readiness; handle every ready socket and due
 timer; take new registrations; let the scheduler start whatever can start;
@@ -15,154 +18,45 @@ closed the connections that have served their time.
 from __future__ import annotations
 
 import collections
+import enum
+import itertools
 import logging
 import math
 import ssl
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from .config import Address, FetcherConfig
-from .connection import IDLE, Connection
-from .content import ACCEPT_ENCODING
+from .connection import Connection, ConnectionState
 from .errors import ErrorKind, FetchFailure
-from .http11 import RequestHeaders, validated_headers
+from .http11 import Response
 from .loop import Loop
-from .models import FetchResult, URLBean
+from .models import Counters, FetchResult, HostStats, URLBean
 from .pool import HostSlot, HostTable
+from .request import DONE, IDEMPOTENT_METHODS, ROUTING, RUNNING, WAITING, RequestDefaults, Task
 from .resolver import ResolverPool
 from .transport import tls_context
-from .urls import Target, parse_target
+from .urls import Origin, Target, parse_target
 
 log = logging.getLogger("niofetcher")
 
 REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
-IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
-_CROSS_ORIGIN_DROPPED = frozenset(("authorization", "cookie", "proxy-authorization"))
-_BODY_HEADERS = frozenset(("content-length", "content-type", "content-encoding", "transfer-encoding"))
 _INF = math.inf
-HOST_HEADERS_CACHE = 4096  # Host headers whose validated request headers are kept
-
-# Where a task is, so that a fault anywhere on its way settles it exactly once:
-# WAITING in the inbox or a host queue; RUNNING on a connection (counted in
-# in_flight); ROUTING once its exchange has ended and the engine decides
-# between a result, a redirect and a replay; DONE once its result is made.
-WAITING, RUNNING, ROUTING, DONE = range(4)
 
 
-class Task:
-    """One registration on its way through the fetcher, redirects and a replay included."""
+class Phase(enum.IntEnum):
+    """How far the engine is in its life.  It only ever moves forward."""
 
-    __slots__ = (
-        "_defaults",
-        "_headers",
-        "_wire_headers",
-        "active_time",
-        "bean",
-        "body",
-        "connection_reused",
-        "deadline",
-        "dispatched_at",
-        "first_dispatch_at",
-        "method",
-        "needs_fresh_connection",
-        "priority",
-        "redirects",
-        "registered_at",
-        "replayed",
-        "seq",
-        "session_reused",
-        "state",
-        "target",
-        "url",
-    )
-
-    def __init__(
-        self, bean: URLBean, target: Target, seq: int, registered_at: float, defaults: RequestDefaults,
-    ) -> None:
-        self.bean = bean
-        self.seq = seq
-        self.priority = bean.priority
-        method = bean.method
-        self.method = method if method in IDEMPOTENT_METHODS or method == "POST" else method.upper()
-        self.body = bean.body
-        self.target = target
-        self.url = bean.url
-        self.registered_at = registered_at
-        self.first_dispatch_at: float | None = None
-        self.dispatched_at = 0.0
-        self.active_time = 0.0  # time spent dispatched, summed over redirects and replays
-        self.deadline = _INF
-        # A tuple until the first redirect: an empty list per pending URL would be
-        # one more object for the garbage collector to walk while millions wait.
-        self.redirects: Sequence[tuple[int, str]] = ()
-        self.replayed = False
-        self.needs_fresh_connection = False
-        self.connection_reused = False
-        self.session_reused = False
-        self.state = WAITING
-        # Shared with every other task until this one has headers of its own:
-        # a million pending URLs must not mean a million copies of the defaults.
-        self._defaults = defaults
-        headers = defaults.headers
-        if bean.headers:
-            headers = dict(headers)
-            for name, value in bean.headers.items():
-                headers[name.lower()] = (name, value)
-        self._headers = headers
-        self._wire_headers: RequestHeaders | None = None
-
-    def wire_headers(self) -> RequestHeaders:
-        """The request headers for the current target, Host first, validated.  Raises FetchFailure."""
-        wire = self._wire_headers
-        if wire is None:
-            defaults = self._defaults
-            host_header = self.target.host_header
-            if self._headers is defaults.headers and not self.body:
-                wire = defaults.for_host(host_header)
-            else:
-                wire = validated_headers(_header_list(host_header, self._headers, self.body))
-            self._wire_headers = wire
-        return wire
-
-    def drop_body(self) -> None:
-        """A redirect turned the request into a GET: its body and the headers describing it go."""
-        self.body = b""
-        self._headers = {k: v for k, v in self._headers.items() if k not in _BODY_HEADERS}
-        self._wire_headers = None
-
-    def retarget(self, url: str, target: Target) -> None:
-        if target.origin != self.target.origin:
-            self._headers = {k: v for k, v in self._headers.items() if k not in _CROSS_ORIGIN_DROPPED}
-        self.url = url
-        self.target = target
-        self._wire_headers = None
+    RUNNING = 0  # taking work and starting it
+    DRAINING = 1  # shutdown(wait=True) began: the registered work starts even while max_completed results wait
+    CANCELLING = 2  # ending: nothing new starts or replays, a connection closes after its response
+    STOPPED = 3  # the loop has ended: every task delivered, every socket and thread closed
 
 
-class RequestDefaults:
-    """The headers every request carries, and their validated wire form per Host, built once."""
-
-    __slots__ = ("_by_host", "headers")
-
-    def __init__(self, headers: dict[str, tuple[str, str]]) -> None:
-        self.headers = headers
-        self._by_host: dict[str, RequestHeaders] = {}
-
-    def for_host(self, host_header: str) -> RequestHeaders:
-        """Loop thread only."""
-        wire = self._by_host.get(host_header)
-        if wire is None:
-            if len(self._by_host) >= HOST_HEADERS_CACHE:  # a crawl of many hosts: keep it small, not clever
-                self._by_host.clear()
-            wire = self._by_host[host_header] = validated_headers(_header_list(host_header, self.headers, b""))
-        return wire
-
-
-def _header_list(host_header: str, headers: dict[str, tuple[str, str]], body: bytes) -> list[tuple[str, str]]:
-    wire = [("Host", host_header)]
-    wire.extend(pair for key, pair in headers.items() if key != "host")
-    if body and "content-length" not in headers and "transfer-encoding" not in headers:
-        wire.append(("Content-Length", str(len(body))))
-    return wire
+# Read per loop iteration and per response: a global costs a sixth of reading it through the class.
+_CANCELLING = Phase.CANCELLING
 
 
 Deliver = Callable[[list[FetchResult]], None]
@@ -184,50 +78,93 @@ class Engine:
     the host table and the connections may be what broke.
     """
 
+    # Part of the face: make the loop look at its inbox, and at the room its consumer made
+    # (max_completed).  It is the loop's own method, bound in __init__: register() calls it
+    # once per URL, and a wrapper would cost one Python call more each time.
+    wake: Callable[[], None]
+
     def __init__(
         self, config: FetcherConfig, deliver: Deliver, completed_backlog: Callable[[], int],
         close_intake: Callable[[], None],
     ) -> None:
         self.config = config
         self.loop = Loop()
+        self.wake = self.loop.wake
         self.table = HostTable(
             config.max_connections, config.max_connections_per_host, config.host_delay,
             config.host_delay_jitter, self.loop.timers.call_at, lambda: self.loop.now,
         )
         self.resolver = ResolverPool(config, self.loop.call_soon_threadsafe)
-        self.inbox: collections.deque[Task] = collections.deque()
         self.connections: set[Connection] = set()
-        self.running = True
-        self.stopping = False
-        self.finishing = False  # shutdown(wait=True) began: max_completed no longer holds work back
+        self.counters = Counters()  # read by FetcherStats
+        self.phase = Phase.RUNNING
+        self.failure: BaseException | None = None  # what ended the loop thread, if not a shutdown
+        self._inbox: collections.deque[Task] = collections.deque()
+        self._seq = itertools.count()
+        self._request_defaults = RequestDefaults.from_config(config)
         self._deliver = deliver
         self._completed_backlog = completed_backlog
         self._close_intake = close_intake
         self._finished: list[FetchResult] = []
         self._live: set[Task] = set()  # taken from the inbox, no result made yet
-        self.failure: BaseException | None = None  # what ended the loop thread, if not a shutdown
         self._denied = config.denied_networks()
-        self.request_defaults = RequestDefaults(_base_headers(config))
-        # counters read by FetcherStats
-        self.in_flight = 0
-        self.connections_opened = 0
-        self.reused_requests = 0
-        self.replayed_requests = 0
-        self.closed_service_time = 0
-        self.closed_idle = 0
-        self.bytes_received = 0
-        self.tls_handshakes = 0
-        self.tls_resumed = 0
         self._tls_context: ssl.SSLContext | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<Engine {self.phase.name} [in flight: {self.counters.in_flight} | pending: {self.pending()} "
+            f"| connections: {len(self.connections)}]>"
+        )
+
+    # -- the face: any thread -------------------------------------------------
+
+    def submit(self, bean: URLBean, target: Target) -> None:
+        """Queue a registration for the loop; ``wake()`` makes it look.
+
+        A caller that limits ``pending()`` must hold one lock over both calls.
+        """
+        self._inbox.append(Task(bean, target, next(self._seq), time.monotonic(), self._request_defaults))
+
+    def pending(self) -> int:
+        """Registrations not dispatched yet: in the inbox or a host queue."""
+        return len(self._inbox) + self.table.pending
+
+    def post(self, callback: Callable[..., None], *args: Any) -> None:
+        """Run ``callback(*args)`` on the loop thread, after what was posted before it."""
+        self.loop.call_soon_threadsafe(callback, *args)
+
+    def stats(self) -> dict[str, int]:
+        """``pending``, ``open_connections`` and every counter, by their FetcherStats names."""
+        return {"pending": self.pending(), "open_connections": self.table.total_open, **self.counters.snapshot()}
+
+    def host_stats(self) -> dict[Origin, HostStats]:
+        """Per (scheme, host, port): the live hosts, then the last ``pool.RECENT_HOSTS`` freed ones."""
+        table = self.table
+        # Live ones first: a slot freed between the two copies is then in both, not in neither.
+        live = list(table.slots.values())
+        slots = [*table.recent.values(), *live]
+        return {
+            slot.origin: HostStats(
+                pending=len(slot.queue),
+                in_flight=slot.in_flight,
+                open_connections=slot.open,
+                peak_connections=slot.peak_open,
+                requests_served=slot.served,
+                mean_queue_wait=slot.wait_sum / slot.dispatched if slot.dispatched else 0.0,
+                max_queue_wait=slot.wait_max,
+            )
+            for slot in slots
+        }
 
     # -- the loop -----------------------------------------------------------
 
     def run(self) -> None:
+        """The loop thread's body: loop until stopped or broken, then cancel and release everything."""
         loop = self.loop
         try:
-            while self.running:
+            while self.phase < _CANCELLING:
                 loop.run_once(None)
-                if self.inbox:
+                if self._inbox:
                     self._take_inbox()
                 self._dispatch()
                 if self._finished:
@@ -251,7 +188,7 @@ class Engine:
         so the orderly cancel is only tried: whatever it leaves, the registry of
         live tasks and the inbox still reach, and sockets are closed by force.
         """
-        self.stopping = True
+        self._advance(Phase.CANCELLING)
         self._close_intake()  # before the inbox is swept: nothing may land there after it
         failure = self.failure
         detail = "fetcher shut down" if failure is None else f"niofetcher loop failed: {_describe(failure)}"
@@ -263,38 +200,54 @@ class Engine:
             for conn in self.connections:
                 if conn.sock is not None:
                     conn.sock.close()
-        while self.inbox:
-            self._finish_error(self.inbox.popleft(), cancelled)
+        while self._inbox:
+            self._finish_error(self._inbox.popleft(), cancelled)
         for task in list(self._live):
             self._finish_error(task, cancelled)
         self._deliver_finished()
         self.resolver.close()
         self.loop.close()
+        self.phase = Phase.STOPPED
+
+    def _advance(self, phase: Phase) -> None:
+        self.phase = max(self.phase, phase)
+
+    # -- posted by NIOFetcher: run on the loop thread ---------------------------
 
     def finish_up(self) -> None:
-        """Loop thread: shutdown(wait=True) began; the registered work starts whatever waits undrained."""
-        self.finishing = True
+        """shutdown(wait=True) began: the registered work starts whatever waits undrained."""
+        self._advance(Phase.DRAINING)
 
     def stop(self) -> None:
-        """Loop thread: end the loop; whatever is unfinished is cancelled."""
-        self.stopping = True
-        self.running = False
+        """End the loop; whatever is unfinished is cancelled."""
+        self._advance(Phase.CANCELLING)
 
-    def wake(self) -> None:
-        self.loop.wake()
+    def set_host_delay(self, origin: Origin, seconds: float) -> None:
+        """From now on, at least ``seconds`` between request starts to ``origin``."""
+        self.table.set_delay(origin, seconds, self.loop.now)
+
+    def cancel_pending(self, detail: str = "cancelled before it started") -> None:
+        """Cancel what waits in the inbox and the host queues; in-flight work goes on."""
+        cancelled = FetchFailure(ErrorKind.CANCELLED, detail)
+        for task in self.table.drain_pending():
+            self._finish_error(task, cancelled)
+        while self._inbox:
+            self._finish_error(self._inbox.popleft(), cancelled)
+
+    # -- the loop ---------------------------------------------------------------
 
     def _take_inbox(self) -> None:
         # What another thread posted before it registered these URLs comes first: a crawler sets a
         # host's Crawl-delay, then registers its first pages, and they must not start before it.
         self.loop.run_calls()
-        inbox = self.inbox
+        inbox = self._inbox
         table = self.table
         now = self.loop.now
         while inbox:
-            # Enqueue before popping: register() counts inbox + table for max_pending
+            # Enqueue before popping: pending() counts inbox + table for max_pending
             # without the loop's cooperation, and must never see a task in neither.
             task = inbox[0]
-            if self.stopping:
+            if self.phase >= _CANCELLING:
                 self._finish_error(task, FetchFailure(ErrorKind.CANCELLED, "fetcher shut down"))
             else:
                 self._live.add(task)
@@ -302,14 +255,17 @@ class Engine:
             inbox.popleft()
 
     def _dispatch(self) -> None:
-        if self.stopping:
+        if self.phase >= _CANCELLING:
             return
         limit = self.config.max_completed
+        if limit is not None and self.phase is Phase.DRAINING:
+            limit = None  # "finish all registered work" must not wait on results nobody drains
         now = self.loop.now
         table = self.table
+        counters = self.counters
         request_timeout = self.config.request_timeout
         while True:
-            if limit is not None and not self.finishing and self._completed_backlog() + len(self._finished) >= limit:
+            if limit is not None and self._completed_backlog() + len(self._finished) >= limit:
                 return  # the consumer wakes us when it drains
             assignment = table.next_assignment(now)
             if assignment is None:
@@ -320,12 +276,12 @@ class Engine:
             task.dispatched_at = now
             task.deadline = now + request_timeout - task.active_time if request_timeout is not None else _INF
             task.state = RUNNING
-            self.in_flight += 1
+            counters.in_flight += 1
             try:
                 if evict is not None:
                     evict.close()
                 if conn is not None:
-                    self.reused_requests += 1
+                    counters.reused_requests += 1
                     task.connection_reused = True
                     conn.start(task)
                 else:
@@ -334,7 +290,7 @@ class Engine:
                     conn = Connection(self, self.loop, self.config, slot, task, self._denied)
                     table.connection_opened(slot)
                     self.connections.add(conn)
-                    self.connections_opened += 1
+                    counters.connections_opened += 1
                     origin = slot.origin
                     self.resolver.lookup(origin.host, origin.port, _resolved_callback(conn), now)
             except Exception as exc:  # noqa: BLE001 - a fault in starting one request costs that request only
@@ -345,30 +301,30 @@ class Engine:
 
     # -- connection events (ConnectionOwner) --------------------------------
 
-    def exchange_done(self, conn: Connection, task: Task) -> None:
-        http = conn.http
-        status = http.status
-        assert status is not None
-        result_parts = (status, http.reason, http.headers, http.body)
+    def exchange_done(self, conn: Connection, task: Task, response: Response) -> None:
+        """``conn`` brought ``task``'s response: a result or the next hop; the connection idles or closes."""
+        status = response.status
         self._exchange_ended(task, conn.slot)
         self._keep_or_close(conn)
-        location = _header(http.headers, "location") if status in REDIRECT_STATUSES else None
+        location = _header(response.headers, "location") if status in REDIRECT_STATUSES else None
         if location is not None and self.config.follow_redirects:
             self._redirect(task, status, location)
         else:
-            self._finish(task, *result_parts, conn=conn)
+            self._finish(task, status, response.reason, response.headers, response.body, conn=conn)
         conn.carried = None  # routed: a later fault on this connection is not this task's
 
-    def exchange_failed(self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool) -> None:
+    def exchange_failed(
+        self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool, head: Response | None
+    ) -> None:
+        """``task`` failed on ``conn`` (closed by now), after ``head`` if one came: a replay or a result."""
         self._exchange_ended(task, conn.slot, served=False)
-        http = conn.http
-        if replayable and not task.replayed and not self.stopping and task.method in IDEMPOTENT_METHODS:
+        if replayable and not task.replayed and self.phase < _CANCELLING and task.method in IDEMPOTENT_METHODS:
             task.replayed = True
             task.needs_fresh_connection = True
-            self.replayed_requests += 1
+            self.counters.replayed_requests += 1
             self._requeue(task)
-        elif http.status is not None:
-            self._finish(task, http.status, http.reason, http.headers, b"", conn=conn, failure=failure)
+        elif head is not None:
+            self._finish(task, head.status, head.reason, head.headers, head.body, conn=conn, failure=failure)
         else:
             self._finish_error(task, failure, conn=conn)
         conn.carried = None
@@ -393,22 +349,24 @@ class Engine:
 
     def _task_crashed(self, task: Task, slot: HostSlot, exc: Exception, conn: Connection | None = None) -> None:
         """End ``task`` after a fault, unless it already has a result or waits for its next hop."""
-        if task.state == RUNNING:
+        if task.state is RUNNING:
             self._exchange_ended(task, slot, served=False)
-        if task.state == ROUTING:
+        if task.state is ROUTING:
             self._finish_error(task, FetchFailure(ErrorKind.PROTOCOL_ERROR, f"internal error: {_describe(exc)}"), conn)
 
     def connection_closed(self, conn: Connection, was_idle: bool) -> None:
+        """``conn`` has closed (once per connection)."""
         # The host table first: should it fail, the connection is still in ``connections``, and
         # connection_crashed ends the loop rather than leave the host counting a socket it lost.
         self.table.connection_closed(conn, was_idle, self.loop.now)
         self.connections.discard(conn)
 
     def idle_expired(self, conn: Connection, service_time: bool) -> None:
+        """Idle ``conn`` has served its time (``service_time``) or idled too long: it closes."""
         if service_time:
-            self.closed_service_time += 1
+            self.counters.closed_service_time += 1
         else:
-            self.closed_idle += 1
+            self.counters.closed_idle += 1
         conn.close()
 
     def tls_context(self) -> ssl.SSLContext:
@@ -418,21 +376,23 @@ class Engine:
         return self._tls_context
 
     def tls_handshake_done(self, resumed: bool) -> None:
-        self.tls_handshakes += 1
-        self.tls_resumed += resumed
+        """A TLS handshake completed; ``resumed``: it resumed an earlier session."""
+        counters = self.counters
+        counters.tls_handshakes += 1
+        counters.tls_resumed += resumed
 
     def _exchange_ended(self, task: Task, slot: HostSlot, served: bool = True) -> None:
         task.state = ROUTING
-        self.in_flight -= 1
+        self.counters.in_flight -= 1
         self.table.exchange_ended(slot, served, self.loop.now)
 
     def _keep_or_close(self, conn: Connection) -> None:
         """After a response: back to the idle pool, unless it may not serve another request."""
-        if self.stopping or not conn.http.next_cycle():
+        if self.phase >= _CANCELLING or not conn.next_cycle():
             conn.close()
             return
         if conn.reuse_deadline <= self.loop.now:
-            self.closed_service_time += 1
+            self.counters.closed_service_time += 1
             conn.close()
             return
         most = self.config.max_requests_per_connection
@@ -485,7 +445,7 @@ class Engine:
         self, task: Task, status: int, reason: str, headers: list[tuple[str, str]], body: bytes,
         conn: Connection | None = None, failure: FetchFailure | None = None,
     ) -> None:
-        if task.state == DONE:
+        if task.state is DONE:
             # Only after a loop failure, when the orderly cancel met a table or a
             # connection that was wrong, can a task be reached twice; it has its result.
             log.error("niofetcher: a second result for %s dropped", task.url)
@@ -518,18 +478,10 @@ class Engine:
 
     # -- shutdown -------------------------------------------------------------
 
-    def cancel_pending(self, detail: str = "cancelled before it started") -> None:
-        """Loop thread: cancel what waits in the inbox and the host queues; in-flight work goes on."""
-        cancelled = FetchFailure(ErrorKind.CANCELLED, detail)
-        for task in self.table.drain_pending():
-            self._finish_error(task, cancelled)
-        while self.inbox:
-            self._finish_error(self.inbox.popleft(), cancelled)
-
     def _cancel_everything(self, cancelled: FetchFailure) -> None:
         self.cancel_pending(cancelled.detail)
         for conn in list(self.connections):
-            if conn.state == IDLE or conn.task is None:
+            if conn.state is ConnectionState.IDLE or conn.task is None:
                 conn.close()
             else:
                 conn.fail(cancelled)
@@ -552,18 +504,6 @@ def _describe(exc: BaseException) -> str:
     """``TypeName: message`` for an error detail: a message alone (a KeyError's key) says little."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _base_headers(config: FetcherConfig) -> dict[str, tuple[str, str]]:
-    headers = {
-        "user-agent": ("User-Agent", config.user_agent),
-        "accept": ("Accept", "*/*"),
-    }
-    if config.decode_content:
-        headers["accept-encoding"] = ("Accept-Encoding", ACCEPT_ENCODING)
-    for name, value in config.headers.items():
-        headers[name.lower()] = (name, value)
-    return headers
 
 
 def _header(headers: list[tuple[str, str]], name: str) -> str | None:

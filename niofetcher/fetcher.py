@@ -1,21 +1,22 @@
 """NIOFetcher: the thread-safe face of the loop.
 
 Other threads register URLs and take results here; the loop thread lives in
-``engine.py``.  Results cross over in batches under one condition variable,
-so the loop takes the lock once per loop iteration, not once per result.
+``engine.py``, and this class reaches it only through the engine's face
+(``submit``, ``pending``, ``wake``, ``post``, ``stats``, ``host_stats``,
+``failure``, and the calls it posts).  Results cross over in batches under
+one condition variable, so the loop takes the lock once per loop iteration,
+not once per result.
 """
 
 from __future__ import annotations
 
 import collections
-import itertools
 import threading
-import time
 from collections.abc import Iterator
 from types import TracebackType
 
 from .config import FetcherConfig
-from .engine import Engine, Task
+from .engine import Engine
 from .models import FetcherStats, FetchResult, HostStats, URLBean
 from .urls import Origin, parse_target
 
@@ -35,7 +36,6 @@ class NIOFetcher:
         self._cond = threading.Condition(self._lock)
         self._completed: collections.deque[FetchResult] = collections.deque()
         self._engine = Engine(self.config, self._deliver, self._completed.__len__, self._close_intake)
-        self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
         self._loop_ended = False
@@ -101,10 +101,10 @@ class NIOFetcher:
         engine = self._engine
         if wait:
             # "Finish all registered work" must not wait on results nobody drains (max_completed).
-            engine.loop.call_soon_threadsafe(engine.finish_up)
+            engine.post(engine.finish_up)
             self.join(timeout)
         if thread.is_alive():
-            engine.loop.call_soon_threadsafe(engine.stop)
+            engine.post(engine.stop)
         thread.join()
 
     def __enter__(self) -> NIOFetcher:
@@ -144,10 +144,9 @@ class NIOFetcher:
             if self._closed:
                 return False
             limit = self.config.max_pending
-            if limit is not None and len(engine.inbox) + engine.table.pending >= limit:
+            if limit is not None and engine.pending() >= limit:
                 return False
-            task = Task(bean, target, next(self._seq), time.monotonic(), engine.request_defaults)
-            engine.inbox.append(task)
+            engine.submit(bean, target)
             self._registered += 1
             self._unfinished += 1
         engine.wake()
@@ -162,7 +161,7 @@ class NIOFetcher:
             if self._closed or self._thread is None:
                 return
         engine = self._engine
-        engine.loop.call_soon_threadsafe(engine.cancel_pending)
+        engine.post(engine.cancel_pending)
 
     def set_host_delay(self, url: str, seconds: float) -> None:
         """From now on, at least ``seconds`` between request starts to this URL's (scheme, host, port)."""
@@ -170,7 +169,7 @@ class NIOFetcher:
             raise ValueError(f"host delay must be a non-negative number of seconds, not {seconds!r}")
         origin = parse_target(url).origin
         engine = self._engine
-        engine.loop.call_soon_threadsafe(lambda: engine.table.set_delay(origin, float(seconds), engine.loop.now))
+        engine.post(engine.set_host_delay, origin, float(seconds))
 
     # -- out ----------------------------------------------------------------
 
@@ -233,22 +232,9 @@ class NIOFetcher:
     # -- numbers ------------------------------------------------------------
 
     def stats(self) -> FetcherStats:
-        engine = self._engine
+        """A snapshot of the counters, taken without stopping the loop."""
         return FetcherStats(
-            registered=self._registered,
-            completed=self._delivered,
-            failed=self._failed,
-            pending=len(engine.inbox) + engine.table.pending,
-            in_flight=engine.in_flight,
-            open_connections=engine.table.total_open,
-            connections_opened=engine.connections_opened,
-            reused_requests=engine.reused_requests,
-            replayed_requests=engine.replayed_requests,
-            closed_service_time=engine.closed_service_time,
-            closed_idle=engine.closed_idle,
-            bytes_received=engine.bytes_received,
-            tls_handshakes=engine.tls_handshakes,
-            tls_resumed=engine.tls_resumed,
+            registered=self._registered, completed=self._delivered, failed=self._failed, **self._engine.stats()
         )
 
     def host_stats(self) -> dict[Origin, HostStats]:
@@ -257,19 +243,4 @@ class NIOFetcher:
         Hosts with work queued, in flight or connections open are all here; of the
         hosts done with (their state freed), the last 1,024 (``pool.RECENT_HOSTS``).
         """
-        table = self._engine.table
-        # Live ones first: a slot freed between the two copies is then in both, not in neither.
-        live = list(table.slots.values())
-        slots = [*table.recent.values(), *live]
-        return {
-            slot.origin: HostStats(
-                pending=len(slot.queue),
-                in_flight=slot.in_flight,
-                open_connections=slot.open,
-                peak_connections=slot.peak_open,
-                requests_served=slot.served,
-                mean_queue_wait=slot.wait_sum / slot.dispatched if slot.dispatched else 0.0,
-                max_queue_wait=slot.wait_max,
-            )
-            for slot in slots
-        }
+        return self._engine.host_stats()

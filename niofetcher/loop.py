@@ -29,11 +29,14 @@ class Pollable(Protocol):
 
     interest: int
 
-    def on_readable(self) -> None: ...
+    def on_readable(self) -> None:
+        """The descriptor is readable (and READ is in ``interest``)."""
 
-    def on_writable(self) -> None: ...
+    def on_writable(self) -> None:
+        """The descriptor is writable (and WRITE is in ``interest``)."""
 
-    def on_internal_error(self, exc: Exception) -> None: ...
+    def on_internal_error(self, exc: Exception) -> None:
+        """One of the calls above raised ``exc``: a bug that must cost this handler only."""
 
 
 class Loop:
@@ -55,6 +58,7 @@ class Loop:
     # -- any thread ---------------------------------------------------------
 
     def call_soon_threadsafe(self, callback: Callable[..., None], *args: Any) -> None:
+        """Any thread: run ``callback(*args)`` on the loop thread soon, in the order posted."""
         self._calls.append((callback, args))
         self.wake()
 
@@ -130,6 +134,7 @@ class Loop:
             callback(*args)
 
     def close(self) -> None:
+        """Loop thread, once it is done: release the selector and the wake-up pair."""
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()

@@ -44,11 +44,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .request import Task
 from .urls import Origin
 
 if TYPE_CHECKING:
-    from .connection import Connection
-    from .engine import Task
+    from .connection import Connection  # which names HostSlot only in annotations too
 
 ScheduleAt = Callable[[float, Callable[[Any], None], Any], Any]
 Clock = Callable[[], float]
@@ -117,6 +117,7 @@ class HostTable:
         self._clock = clock
 
     def slot(self, origin: Origin) -> HostSlot:
+        """The slot of ``origin``: its live one, its recent one back, or a new one."""
         slot = self.slots.get(origin)
         if slot is None:
             slot = self.recent.pop(origin, None)
@@ -139,12 +140,14 @@ class HostTable:
     # -- events -------------------------------------------------------------
 
     def enqueue(self, task: Task, now: float) -> None:
+        """Queue ``task`` on its origin's slot."""
         slot = self.slot(task.target.origin)
         heapq.heappush(slot.queue, (-task.priority, task.seq, task))
         self.pending += 1
         self.refresh(slot, now)
 
     def set_delay(self, origin: Origin, delay: float, now: float) -> None:
+        """From now on, ``delay`` seconds between request starts to ``origin`` (remembered without a slot)."""
         delays = self._set_delays
         if delay == self.default_delay:
             delays.pop(origin, None)
@@ -160,17 +163,20 @@ class HostTable:
             self.refresh(slot, now)
 
     def connection_opened(self, slot: HostSlot) -> None:
+        """A connection of ``slot``'s began (it counts from its name lookup on)."""
         slot.open += 1
         self.total_open += 1
         slot.peak_open = max(slot.peak_open, slot.open)
 
     def connection_idle(self, conn: Connection, now: float) -> None:
+        """``conn`` waits for its next request."""
         slot = conn.slot
         slot.idle.append(conn)
         self._idle_lru[conn] = None
         self.refresh(slot, now)
 
     def connection_closed(self, conn: Connection, was_idle: bool, now: float) -> None:
+        """``conn`` is gone; ``was_idle``: from the idle pool."""
         slot = conn.slot
         if was_idle:
             slot.idle.remove(conn)
@@ -182,6 +188,7 @@ class HostTable:
             self._free_if_unused(slot, now)
 
     def exchange_ended(self, slot: HostSlot, served: bool, now: float) -> None:
+        """A request of ``slot``'s left its connection; ``served``: with a complete response."""
         slot.in_flight -= 1
         if served:
             slot.served += 1
@@ -285,6 +292,3 @@ class HostTable:
         self._ready.clear()
         self.pending = 0
         return tasks
-
-    def idle_connections(self) -> list[Connection]:
-        return list(self._idle_lru)

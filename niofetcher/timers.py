@@ -26,6 +26,7 @@ class Timer:
         self.arg = arg
 
     def cancel(self) -> None:
+        """The callback will not run; the heap drops the entry when it surfaces."""
         self.callback = None
         self.arg = None
 
@@ -40,6 +41,7 @@ class TimerHeap:
         self._seq = itertools.count()
 
     def call_at(self, when: float, callback: Callable[[Any], None], arg: Any = None) -> Timer:
+        """Call ``callback(arg)`` once ``when`` has passed (the loop's monotonic clock)."""
         timer = Timer(when, callback, arg)
         heapq.heappush(self._heap, (when, next(self._seq), timer))
         return timer

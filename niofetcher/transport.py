@@ -75,6 +75,7 @@ class TLSTransport:
         self.sock: socket.socket = self._ssl
 
     def handshake(self) -> int:
+        """One step of the TLS handshake: 0 when done, else WANT_READ/WANT_WRITE."""
         try:
             self._ssl.do_handshake()
         except ssl.SSLWantReadError:
@@ -84,6 +85,7 @@ class TLSTransport:
         return 0
 
     def recv_into(self, buffer: memoryview) -> int:
+        """Decrypted bytes read into ``buffer`` (0 = the peer closed), or WANT_READ/WANT_WRITE."""
         try:
             return self._ssl.recv_into(buffer)
         except ssl.SSLWantReadError:
@@ -96,6 +98,7 @@ class TLSTransport:
             return 0
 
     def send(self, data: memoryview) -> int:
+        """Bytes of ``data`` taken, or WANT_WRITE/WANT_READ."""
         try:
             return self._ssl.send(data)
         except ssl.SSLWantWriteError:
@@ -104,14 +107,17 @@ class TLSTransport:
             return WANT_READ
 
     def pending(self) -> int:
+        """Bytes decrypted inside the SSL object and not read yet."""
         return self._ssl.pending()
 
     @property
     def session_reused(self) -> bool:
+        """The handshake resumed an earlier session."""
         return bool(self._ssl.session_reused)
 
     @property
     def session(self) -> ssl.SSLSession | None:
+        """The TLS session, to resume on the next connection (costly to read: see Connection)."""
         return self._ssl.session
 
 

@@ -21,8 +21,8 @@ import pytest
 from conftest import LeakBaseline, wait_until
 from test_pool import start_all, table, task
 
-import niofetcher.engine as engine_module
 import niofetcher.pool as pool_module
+import niofetcher.request as request_module
 import niofetcher.resolver as resolver_module
 import niofetcher.urls as urls_module
 from niofetcher import FetcherConfig, NIOFetcher, Origin
@@ -35,7 +35,7 @@ def small_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Bounds small enough to be passed many times over by a test of a few thousand hosts."""
     monkeypatch.setattr(pool_module, "RECENT_HOSTS", 64)
     monkeypatch.setattr(resolver_module, "DNS_CACHE_SIZE", 128)
-    monkeypatch.setattr(engine_module, "HOST_HEADERS_CACHE", 64)
+    monkeypatch.setattr(request_module, "HOST_HEADERS_CACHE", 64)
 
 
 def a(host: str) -> Origin:
@@ -167,7 +167,7 @@ def fetch_hosts(fetcher: NIOFetcher, port: int, names: range) -> None:
 
 def state_bytes(snapshot: tracemalloc.Snapshot) -> int:
     """Memory still held that the fetcher's per-host and per-request code allocated."""
-    files = [f"*niofetcher/{name}.py" for name in ("pool", "resolver", "urls", "engine", "fetcher", "http11")]
+    files = [f"*niofetcher/{name}.py" for name in ("pool", "resolver", "urls", "engine", "request", "fetcher", "http11")]
     return sum(stat.size for stat in snapshot.filter_traces([tracemalloc.Filter(True, f) for f in files]).statistics("filename"))
 
 

@@ -27,10 +27,11 @@ from rawserver import hang, redirect
 
 from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher
 from niofetcher.connection import Connection
-from niofetcher.engine import Engine, Task
+from niofetcher.engine import Engine
 from niofetcher.http11 import ClientHTTP11
 from niofetcher.loop import Loop
 from niofetcher.pool import HostTable
+from niofetcher.request import Task
 from niofetcher.testing import TestSite
 
 pytestmark = pytest.mark.timeout(60)
@@ -103,7 +104,7 @@ PLACES: dict[str, tuple[Callable[[pytest.MonkeyPatch, Exception], None], Callabl
         lambda site, extra: f"{site.base_urls[0]}page/11?{FAULT}",
     ),
     "exchange_done": (
-        lambda mp, exc: fault_for(mp, Engine, "exchange_done", lambda engine, conn, task: task.url, exc),
+        lambda mp, exc: fault_for(mp, Engine, "exchange_done", lambda engine, conn, task, *_: task.url, exc),
         lambda site, extra: f"{site.base_urls[1]}page/12?{FAULT}",
     ),
     "redirect": (

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from niofetcher.engine import RequestDefaults, Task
 from niofetcher.models import URLBean
 from niofetcher.pool import HostTable
+from niofetcher.request import RequestDefaults, Task
 from niofetcher.urls import parse_target
 
 _seq = itertools.count()

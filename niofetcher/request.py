@@ -1,0 +1,176 @@
+"""A registration on its way through the fetcher, and the request headers it carries.
+
+``Task`` is what every layer passes around: the fetcher makes one per
+accepted ``register()``, the host table queues it, a connection sends it and
+the engine routes what comes back.  It lives here, below all of them, so that
+none of them imports another to name it.
+
+The header policy is here too.  Every request carries the configuration's
+headers (User-Agent, Accept, Accept-Encoding when decoding, then the user's),
+overridden by the bean's own, with Host first and Content-Length added for a
+body that has no framing of its own.  A redirect to another origin drops the
+credentials (Authorization, Cookie, Proxy-Authorization); one that turns the
+request into a GET drops the body and the headers that describe it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+
+from .config import FetcherConfig
+from .content import ACCEPT_ENCODING
+from .http11 import RequestHeaders, validated_headers
+from .models import URLBean
+from .urls import Target
+
+IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
+HOST_HEADERS_CACHE = 4096  # Host headers whose validated request headers are kept
+_CROSS_ORIGIN_DROPPED = frozenset(("authorization", "cookie", "proxy-authorization"))
+_BODY_HEADERS = frozenset(("content-length", "content-type", "content-encoding", "transfer-encoding"))
+_INF = math.inf
+
+
+class TaskState(enum.IntEnum):
+    """Where a task is, so that a fault anywhere on its way settles it exactly once."""
+
+    WAITING = 0  # in the inbox or a host queue
+    RUNNING = 1  # on a connection (counted in in_flight)
+    ROUTING = 2  # its exchange has ended; the engine decides between a result, a redirect and a replay
+    DONE = 3  # its result is made
+
+
+# The states as globals, for the loop's hot paths: on Python 3.11 an Enum member read
+# through its class goes through EnumType.__getattr__, six times the cost of a global.
+WAITING, RUNNING, ROUTING, DONE = TaskState.WAITING, TaskState.RUNNING, TaskState.ROUTING, TaskState.DONE
+
+
+class Task:
+    """One registration on its way through the fetcher, redirects and a replay included."""
+
+    __slots__ = (
+        "_defaults",
+        "_headers",
+        "_wire_headers",
+        "active_time",
+        "bean",
+        "body",
+        "connection_reused",
+        "deadline",
+        "dispatched_at",
+        "first_dispatch_at",
+        "method",
+        "needs_fresh_connection",
+        "priority",
+        "redirects",
+        "registered_at",
+        "replayed",
+        "seq",
+        "session_reused",
+        "state",
+        "target",
+        "url",
+    )
+
+    def __init__(
+        self, bean: URLBean, target: Target, seq: int, registered_at: float, defaults: RequestDefaults,
+    ) -> None:
+        self.bean = bean
+        self.seq = seq
+        self.priority = bean.priority
+        method = bean.method
+        self.method = method if method in IDEMPOTENT_METHODS or method == "POST" else method.upper()
+        self.body = bean.body
+        self.target = target
+        self.url = bean.url
+        self.registered_at = registered_at
+        self.first_dispatch_at: float | None = None
+        self.dispatched_at = 0.0
+        self.active_time = 0.0  # time spent dispatched, summed over redirects and replays
+        self.deadline = _INF
+        # A tuple until the first redirect: an empty list per pending URL would be
+        # one more object for the garbage collector to walk while millions wait.
+        self.redirects: Sequence[tuple[int, str]] = ()
+        self.replayed = False
+        self.needs_fresh_connection = False
+        self.connection_reused = False
+        self.session_reused = False
+        self.state = WAITING
+        # Shared with every other task until this one has headers of its own:
+        # a million pending URLs must not mean a million copies of the defaults.
+        self._defaults = defaults
+        headers = defaults.headers
+        if bean.headers:
+            headers = dict(headers)
+            for name, value in bean.headers.items():
+                headers[name.lower()] = (name, value)
+        self._headers = headers
+        self._wire_headers: RequestHeaders | None = None
+
+    def wire_headers(self) -> RequestHeaders:
+        """The request headers for the current target, Host first, validated.  Raises FetchFailure."""
+        wire = self._wire_headers
+        if wire is None:
+            defaults = self._defaults
+            host_header = self.target.host_header
+            if self._headers is defaults.headers and not self.body:
+                wire = defaults.for_host(host_header)
+            else:
+                wire = validated_headers(_header_list(host_header, self._headers, self.body))
+            self._wire_headers = wire
+        return wire
+
+    def drop_body(self) -> None:
+        """A redirect turned the request into a GET: its body and the headers describing it go."""
+        self.body = b""
+        self._headers = {k: v for k, v in self._headers.items() if k not in _BODY_HEADERS}
+        self._wire_headers = None
+
+    def retarget(self, url: str, target: Target) -> None:
+        """Point the task at its next hop; credentials stay behind when the origin changes."""
+        if target.origin != self.target.origin:
+            self._headers = {k: v for k, v in self._headers.items() if k not in _CROSS_ORIGIN_DROPPED}
+        self.url = url
+        self.target = target
+        self._wire_headers = None
+
+
+class RequestDefaults:
+    """The headers every request carries, and their validated wire form per Host, built once."""
+
+    __slots__ = ("_by_host", "headers")
+
+    def __init__(self, headers: dict[str, tuple[str, str]]) -> None:
+        self.headers = headers
+        self._by_host: dict[str, RequestHeaders] = {}
+
+    @classmethod
+    def from_config(cls, config: FetcherConfig) -> RequestDefaults:
+        """User-Agent, Accept and (when decoding) Accept-Encoding, then the configuration's own headers."""
+        headers = {
+            "user-agent": ("User-Agent", config.user_agent),
+            "accept": ("Accept", "*/*"),
+        }
+        if config.decode_content:
+            headers["accept-encoding"] = ("Accept-Encoding", ACCEPT_ENCODING)
+        for name, value in config.headers.items():
+            headers[name.lower()] = (name, value)
+        return cls(headers)
+
+    def for_host(self, host_header: str) -> RequestHeaders:
+        """Loop thread only."""
+        wire = self._by_host.get(host_header)
+        if wire is None:
+            if len(self._by_host) >= HOST_HEADERS_CACHE:  # a crawl of many hosts: keep it small, not clever
+                self._by_host.clear()
+            wire = self._by_host[host_header] = validated_headers(_header_list(host_header, self.headers, b""))
+        return wire
+
+
+def _header_list(host_header: str, headers: dict[str, tuple[str, str]], body: bytes) -> list[tuple[str, str]]:
+    wire = [("Host", host_header)]
+    wire.extend(pair for key, pair in headers.items() if key != "host")
+    if body and "content-length" not in headers and "transfer-encoding" not in headers:
+        wire.append(("Content-Length", str(len(body))))
+    return wire
