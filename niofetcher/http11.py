@@ -103,7 +103,6 @@ class ClientHTTP11:
 
     def start_request(self, method: str, target: str, headers: RequestHeaders, body: bytes) -> bytes:
         """Begin an exchange; returns the bytes to send.  Raises FetchFailure for an unsendable request."""
-        self._reset()
         conn = self._h11
         try:
             head = conn.send(h11.Request(method=method, target=target, headers=headers))
@@ -202,4 +201,7 @@ class ClientHTTP11:
             # never be read as the answer to the next request.
             return False
         conn.start_next_cycle()
+        # Forget the last exchange now, not when the next request starts: a request
+        # refused before it starts (its headers) must not report the last response's head.
+        self._reset()
         return True

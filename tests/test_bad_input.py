@@ -48,7 +48,8 @@ from rawserver import (
     truncated_body,
 )
 
-from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher
+from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher, URLBean
+from niofetcher.testing import TestSite
 
 # Generous: only the case under test shortens the timeout it is about.
 BASE_CONFIG: dict[str, Any] = {"connect_timeout": 3.0, "read_timeout": 3.0, "request_timeout": 10.0}
@@ -396,3 +397,23 @@ def test_bytes_past_the_end_of_a_response_never_answer_the_next_request(
                 f"{path}: {result.error} {result.error_detail!r} status={result.status} body={result.body!r}"
             )
     assert request_paths(srv) == [b"/1", b"/2", b"/3"]
+
+
+@pytest.mark.timeout(15)
+def test_a_request_refused_on_a_reused_connection_reports_no_earlier_response(no_leaks: object) -> None:
+    """Headers h11 refuses fail that URL alone, with no status or headers of the page fetched before it on the
+    same keep-alive connection, and the next URL is fetched."""
+    with TestSite(hosts=1, pages=3) as site, NIOFetcher(FetcherConfig(max_connections_per_host=1)) as fetcher:
+        base = site.base_urls[0]
+        fetcher.register(f"{base}page/1")
+        first = fetcher.get(timeout=10)
+        assert first is not None and first.status == 200
+        fetcher.register(URLBean(f"{base}page/2", headers={"X-Bad": "a\r\nb"}))
+        refused = fetcher.get(timeout=10)
+        fetcher.register(f"{base}page/0")
+        after = fetcher.get(timeout=10)
+    assert refused is not None and refused.error is ErrorKind.PROTOCOL_ERROR
+    assert "Illegal header value" in refused.error_detail
+    assert (refused.status, refused.headers, refused.body) == (None, [], b"")
+    assert after is not None and after.status == 200
+    assert site.counters().requests == 2

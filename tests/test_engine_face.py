@@ -73,17 +73,22 @@ def test__an_exchange_ends_in_an_immutable_response() -> None:
         response.status = 500  # type: ignore[misc]
 
 
-def test__the_phase_only_moves_forward() -> None:
+def phase_of(engine: Engine) -> Phase:
+    """The phase, read afresh (an assert on ``engine.phase`` narrows its type for the lines after)."""
+    return engine.phase
+
+
+def test_the_phase_only_moves_forward() -> None:
     engine = Engine(FetcherConfig(), lambda results: None, lambda: 0, lambda: None)
     try:
         assert engine.phase is Phase.RUNNING and engine.failure is None
         engine.wake()
         engine.finish_up()
-        assert engine.phase is Phase.DRAINING
+        assert phase_of(engine) is Phase.DRAINING
         engine.stop()
         engine.finish_up()  # a shutdown(wait=True) posted after another thread's stop
-        assert engine.phase is Phase.CANCELLING
+        assert phase_of(engine) is Phase.CANCELLING
     finally:
         engine.close_unstarted()
-    assert engine.phase is Phase.STOPPED
+    assert phase_of(engine) is Phase.STOPPED
     assert repr(engine) == "<Engine STOPPED [in flight: 0 | pending: 0 | connections: 0]>"
