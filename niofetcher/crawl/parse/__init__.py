@@ -130,7 +130,7 @@ from bs4 import BeautifulSoup, ParserRejectedMarkup, SoupStrainer  # type: ignor
 from bs4.element import NavigableString, PreformattedString, Tag
 from lxml import etree  # type: ignore[import-untyped,unused-ignore]
 
-from ..content import charset_of, sniff_charset
+from ...content import charset_of, sniff_charset
 
 __all__ = ["EXTRACTORS", "Form", "PageLinks", "extract"]
 
