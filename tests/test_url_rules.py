@@ -1,31 +1,44 @@
-"""Non-ASCII URLs everywhere (issue 9 case 2; DESIGN.md "URLs"), over real loopback sockets.
+"""The URL rules (niofetcher/urls.py): the request target, the stored form and the absolute link, held to the table.
 
-One stored form (``normalize_url``) whichever way a URL arrived, and the
-request target (``parse_target``) that form sends: IDNA A-label hosts, UTF-8
-percent-encoding of non-ASCII and spaces with existing escapes kept, dot
-segments removed.  End to end: a registered non-ASCII URL, a redirect whose
+The module docstring of niofetcher.urls has one table of what each of the
+three forms accepts, refuses and guarantees.  First each form alone: its
+fast path against its general path (hypothesis, and every href of the real
+corpus), its own cases.  Then "the three forms" runs the same inputs through
+all three and checks each row of the table, and hypothesis checks the
+agreements it states.  Last, end to end (issue 9 case 2, DESIGN.md "URLs"),
+over real loopback sockets: a registered non-ASCII URL, a redirect whose
 ``Location`` holds raw UTF-8 (or Latin-1) bytes, a Unicode host name mapped
-by ``resolve`` in either form, and the ``fetch`` command; each judged by what
-the server received.
+by ``resolve`` in either form, and the ``fetch`` command; each judged by
+what the server received.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from conftest import MakeServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lxml import etree
 from rawserver import Handler, RawServer, http_response, ok, serve_keepalive
+from test_parse import NO_CORPUS, PAGES
 
 from niofetcher import FetcherConfig, FetchResult, NIOFetcher
 from niofetcher.urls import (
+    Origin,
+    Target,
+    _absolute_general,
     _normalize_split,
+    _parse_target_general,
+    absolute_url,
+    bracketed,
     normalize_url,
     parse_target,
     remove_dot_segments,
@@ -57,6 +70,63 @@ def _fetch_one(url: str, **config: Any) -> FetchResult:
 def _no_dns(host: str, port: int) -> list[tuple[int, tuple[Any, ...]]]:
     """A resolver for tests: no name may leave the machine (the ``resolve`` map must answer)."""
     raise OSError(f"no DNS in tests: {host}")
+
+
+# -- the request target -------------------------------------------------------
+
+_SCHEMES = ["http", "https", "HTTP", "hTtPs", "ftp", "", "http:", "https:/"]
+_HOSTS = ["example.com", "Example.COM.", "a_b-c.d", "127.0.0.1", "[::1]", "", ".", "..", "h%41", "user@h",
+          "u:p@h", "h h", "xn--bcher-kva.example", "b\u00fccher.example", "B\u00dcCHER.Example.", "\u00fc..x",
+          "a\u00a0\u00fc", "xn--\u00fc", "\uff21.test", "h\x1fx"]
+_PORTS = ["", ":", ":0", ":80", ":080", ":443", ":65535", ":65536", ":99999", ":123456", ":8a", ":-1"]
+_PATHS = ["", "/", "/a/b", "/a b", "/caf\u00e9", "/a?b=c", "/a?", "?q", "/a#f", "#f", "/a?b#c d", "/%20",
+          "/a\tb", "/a\nb", "/a\rb", "\\x", "/a?b?c", "/[x]", "/a#b#c", "/\x7f", "//x", "/a\x00b", "/\udcff",
+          "?\ud800", "#\udcff", "/.", "/..", "/./", "/../", "/.well-known", "/a/../b", "/a/./b", "/..a", "/...",
+          "/\u00fcn\u00ef", "?q=\u00fc", "#\u00fc", "/%C3%BC", "/%2E%2E/", "/a%zz", "/\u20ac?\u20ac=/./"]
+
+
+def _outcome(parse: object, url: str) -> Target | str:
+    try:
+        return parse(url)  # type: ignore[operator,no-any-return]
+    except ValueError as exc:
+        return f"ValueError: {exc}"
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    scheme=st.sampled_from(_SCHEMES), host=st.sampled_from(_HOSTS), port=st.sampled_from(_PORTS),
+    path=st.lists(st.sampled_from(_PATHS), max_size=3).map("".join),
+    padding=st.sampled_from(["", " ", "\t", "\n", "\x1f", "\xa0"]),
+)
+def test_fast_path_agrees_with_urlsplit(scheme: str, host: str, port: str, path: str, padding: str) -> None:
+    url = f"{padding}{scheme}://{host}{port}{path}{padding}"
+    assert _outcome(parse_target, url) == _outcome(_parse_target_general, url)
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("http://Example.com", Target(Origin("http", "example.com", 80), "example.com", "/")),
+    # DESIGN.md "URLs": non-ASCII as UTF-8 %XX escapes, escapes kept, dot segments removed, IDNA hosts.
+    ("http://127.0.0.1:8080/\u00fcn\u00ef", Target(Origin("http", "127.0.0.1", 8080), "127.0.0.1:8080", "/%C3%BCn%C3%AF")),
+    ("http://h/%C3%BC/\u00fc?q=\u20ac%20 x#\u00fc", Target(Origin("http", "h", 80), "h", "/%C3%BC/%C3%BC?q=%E2%82%AC%20%20x")),
+    ("http://h/a/b/../../c/./d/..", Target(Origin("http", "h", 80), "h", "/c/")),
+    ("http://h/a/..?x=/../", Target(Origin("http", "h", 80), "h", "/?x=/../")),  # the query keeps its dots
+    ("http://h/.well-known/x", Target(Origin("http", "h", 80), "h", "/.well-known/x")),
+    ("https://B\u00fccher.Example.:8443/x",
+     Target(Origin("https", "xn--bcher-kva.example", 8443), "xn--bcher-kva.example:8443", "/x")),
+    ("HTTPS://example.com.:8443/a?b=c#frag",
+     Target(Origin("https", "example.com", 8443), "example.com:8443", "/a?b=c")),
+    ("http://127.0.0.1:080/x?", Target(Origin("http", "127.0.0.1", 80), "127.0.0.1", "/x")),
+])
+def test_plain_urls(url: str, expected: Target) -> None:
+    assert parse_target(url) == expected
+
+
+@pytest.mark.parametrize("url", ["http://h:65536/", "http://./", "ftp://h/", "http://", "http:///x", 42,
+                                 "http://h/a\x00b", "http://h/\udcff", "http://h/?q=\ud800", "http://h/#\udcff",
+                                 "http://\u00fc..x/", "http://" + "\u00fc" * 64 + ".x/", "http://xn--\u00fc.x/"])
+def test_bad_urls_raise(url: object) -> None:
+    with pytest.raises(ValueError):
+        parse_target(url)  # type: ignore[arg-type]
 
 
 # -- the stored form --------------------------------------------------------
@@ -170,6 +240,178 @@ def test__normal_form_shortcut_agrees_with_the_long_way(parts: tuple[str, str, s
     assert normalize_url(expected) == expected
     # The stored form asks the server for exactly what the URL as it came asks for.
     assert parse_target(expected) == parse_target(url)
+
+
+# -- the absolute link ---------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not PAGES, reason=NO_CORPUS)
+def test__absolute_fast_path_agrees_with_general() -> None:
+    """Every href, src and action in the corpus: the fast path answers as urljoin would."""
+    raws: set[str] = set()
+    for path in PAGES:
+        root = etree.fromstring(path.read_bytes(), etree.HTMLParser(encoding="utf-8", huge_tree=True))
+        if root is None:
+            continue
+        for el in root.iter("a", "area", "img", "frame", "iframe", "form", "base"):
+            for attr in ("href", "src", "action"):
+                value = el.get(attr)
+                if value is not None:
+                    raws.add(value)
+    raws |= {"/", "//", "///x", "/./a", "/a/../b", "/a?", "/a?#", "https://a.b", "https://a.b?x", "//h/p?q#f"}
+    assert len(raws) > 1000
+    for base in ("https://example.org/articles/x/", "http://example.org", "https://Ex.ORG:8443/a/b;p?q#f", ""):
+        base = absolute_url(base, "") or ""
+        for raw in raws:
+            stripped = raw.strip("".join(map(chr, range(0x21))))
+            assert absolute_url(raw, base) == _absolute_general(stripped, base), (raw, base)
+
+
+_PORT_HREFS = ["/x", "/x?a=1#f", "//127.0.0.1:8080/y", "http://127.0.0.1:8080", "http://h:0/", "http://h:080/z",
+               "http://h:65535/", "http://h:65536/", "http://h:99999/", "https://h:/", "http://h:8a/", "z", "../z"]
+
+
+@pytest.mark.parametrize("base", ["http://127.0.0.1:8080/a/b", "http://h:65536/a", "https://h:443/", "http://h/"])
+@pytest.mark.parametrize("href", _PORT_HREFS)
+def test_absolute_fast_path_agrees_with_general_on_ports(href: str, base: str) -> None:
+    """Test sites and many intranets have ports in every URL: the fast path takes them, and agrees."""
+    assert absolute_url(href, base) == _absolute_general(href, base)
+
+
+# -- the three forms, held to the table of niofetcher.urls ------------------------
+
+REFUSED = "refused"  # ValueError from parse_target and normalize_url, None from absolute_url
+# The characters absolute_url percent-encodes (WHATWG path and query sets) and the other two keep.
+_ONLY_ABSOLUTE_ENCODES = re.compile(r"[\"<>`{}']").search
+
+
+def _target(url: str) -> tuple[str, str, str] | str:
+    try:
+        target = parse_target(url)
+    except ValueError:
+        return REFUSED
+    return str(target.origin), target.host_header, target.path
+
+
+def _normal(url: str) -> str:
+    try:
+        return normalize_url(url)
+    except ValueError:
+        return REFUSED
+
+
+def _absolute(url: str) -> str:
+    return absolute_url(url, "") or REFUSED
+
+
+# One URL a row, through the three functions: (url, parse_target, normalize_url, absolute_url(url, "")).
+THE_TABLE = [
+    # scheme and host lower case; IDNA A-labels; trailing dots dropped, but kept by absolute_url as written
+    ("http://example.com/a", ("http://example.com:80", "example.com", "/a"), "http://example.com/a",
+     "http://example.com/a"),
+    ("HTTP://Example.COM/Path?Q=A", ("http://example.com:80", "example.com", "/Path?Q=A"),
+     "http://example.com/Path?Q=A", "http://example.com/Path?Q=A"),
+    ("http://b\u00fccher.example/", ("http://xn--bcher-kva.example:80", "xn--bcher-kva.example", "/"),
+     "http://xn--bcher-kva.example/", "http://xn--bcher-kva.example/"),
+    ("http://B\u00dcCHER.Example./x", ("http://xn--bcher-kva.example:80", "xn--bcher-kva.example", "/x"),
+     "http://xn--bcher-kva.example/x", "http://xn--bcher-kva.example./x"),
+    ("http://example.com./x", ("http://example.com:80", "example.com", "/x"), "http://example.com/x",
+     "http://example.com./x"),
+    ("http://fa\u00df.de/", ("http://fass.de:80", "fass.de", "/"), "http://fass.de/", "http://fass.de/"),  # IDNA 2003
+    # non-ASCII and spaces as UTF-8 escapes; escapes in upper case, but kept as written by absolute_url
+    ("http://h/\u00fcn\u00ef", ("http://h:80", "h", "/%C3%BCn%C3%AF"), "http://h/%C3%BCn%C3%AF",
+     "http://h/%C3%BCn%C3%AF"),
+    ("http://h/?q=\u20ac", ("http://h:80", "h", "/?q=%E2%82%AC"), "http://h/?q=%E2%82%AC", "http://h/?q=%E2%82%AC"),
+    ("http://h/a b?c d", ("http://h:80", "h", "/a%20b?c%20d"), "http://h/a%20b?c%20d", "http://h/a%20b?c%20d"),
+    ("http://h/%c3%bc?q=%2f", ("http://h:80", "h", "/%C3%BC?q=%2F"), "http://h/%C3%BC?q=%2F", "http://h/%c3%bc?q=%2f"),
+    ("http://h/%2E%2E/a", ("http://h:80", "h", "/%2E%2E/a"), "http://h/%2E%2E/a", "http://h/%2E%2E/a"),
+    # the WHATWG sets: characters only absolute_url encodes
+    ('http://h/"q"?a=<b>', ("http://h:80", "h", '/"q"?a=<b>'), 'http://h/"q"?a=<b>', "http://h/%22q%22?a=%3Cb%3E"),
+    # dot segments: removed, but kept by absolute_url in an absolute href (urljoin removes them from relative ones)
+    ("http://h/a/../b/./c", ("http://h:80", "h", "/b/c"), "http://h/b/c", "http://h/a/../b/./c"),
+    ("http://h/a/..", ("http://h:80", "h", "/"), "http://h/", "http://h/a/.."),
+    # IPv6 literals: bare in the Origin, in brackets everywhere else, lower case
+    ("http://[::1]:8080/x", ("http://[::1]:8080", "[::1]:8080", "/x"), "http://[::1]:8080/x", "http://[::1]:8080/x"),
+    ("http://[FE80::1]/", ("http://[fe80::1]:80", "[fe80::1]", "/"), "http://[fe80::1]/", "http://[fe80::1]/"),
+    # ports: explicit in the Origin, the default one dropped from the Host header and the stored form
+    ("http://h:80/x", ("http://h:80", "h", "/x"), "http://h/x", "http://h:80/x"),
+    ("https://h:443/", ("https://h:443", "h", "/"), "https://h/", "https://h:443/"),
+    ("http://h:443/", ("http://h:443", "h:443", "/"), "http://h:443/", "http://h:443/"),
+    ("http://h:0080/x", ("http://h:80", "h", "/x"), "http://h/x", "http://h:0080/x"),
+    ("http://h:08080/x", ("http://h:8080", "h:8080", "/x"), "http://h:8080/x", "http://h:08080/x"),
+    # userinfo: never sent, kept in the stored form (escaped) and by absolute_url (as written)
+    ("http://User:Pass@H/x", ("http://h:80", "h", "/x"), "http://User:Pass@h/x", "http://User:Pass@h/x"),
+    ("http://\u00fcser@h/", ("http://h:80", "h", "/"), "http://%C3%BCser@h/", "http://\u00fcser@h/"),
+    # fragment and empty query dropped; tab inside removed, C0 and space at the ends stripped
+    ("http://h/x#frag", ("http://h:80", "h", "/x"), "http://h/x", "http://h/x"),
+    ("http://h/x?", ("http://h:80", "h", "/x"), "http://h/x", "http://h/x"),
+    ("http://h/a\tb", ("http://h:80", "h", "/ab"), "http://h/ab", "http://h/ab"),
+    ("  http://h/x \n", ("http://h:80", "h", "/x"), "http://h/x", "http://h/x"),
+    # refused by all three
+    ("ftp://h/", REFUSED, REFUSED, REFUSED),
+    ("mailto:a@b.test", REFUSED, REFUSED, REFUSED),
+    ("http://", REFUSED, REFUSED, REFUSED),
+    ("http://h:65536/", REFUSED, REFUSED, REFUSED),
+    ("http://[::1/", REFUSED, REFUSED, REFUSED),
+    ("http://h h/", REFUSED, REFUSED, REFUSED),
+    ("http://xn--\u00fc.x/", REFUSED, REFUSED, REFUSED),
+    # where they part: WHATWG forbidden host code points; NUL; the host "."
+    ("http://a^b/", ("http://a^b:80", "a^b", "/"), "http://a^b/", REFUSED),
+    ("http://h/a\x00b", REFUSED, REFUSED, "http://h/a%00b"),
+    ("http://./", REFUSED, REFUSED, "http://./"),
+]
+
+
+@pytest.mark.parametrize(("url", "target", "normal", "absolute"), THE_TABLE)
+def test_the_three_forms(url: str, target: tuple[str, str, str] | str, normal: str, absolute: str) -> None:
+    assert (_target(url), _normal(url), _absolute(url)) == (target, normal, absolute)
+    if normal != REFUSED:
+        assert _normal(normal) == normal  # a normal form stays as it is
+        assert _target(normal) == target  # and asks for what the URL asked for
+    if absolute != REFUSED and normal != REFUSED:
+        assert _absolute(absolute) == absolute  # an absolute link stays as it is
+        if not _ONLY_ABSOLUTE_ENCODES(url):
+            assert _normal(absolute) == normal
+
+
+@pytest.mark.parametrize("host", ["h", "[::1]", "[fe80::a]", "xn--bcher-kva.test", "127.0.0.1"])
+def test_one_bracket_rule(host: str) -> None:
+    bare = host.strip("[]")
+    assert bracketed(bare) == host
+    assert str(Origin("http", bare, 8080)) == f"http://{host}:8080"
+    assert parse_target(f"http://{host}:8080/").host_header == f"{host}:8080"
+    assert normalize_url(f"http://{host}:8080/") == absolute_url(f"http://{host}:8080/", "") == f"http://{host}:8080/"
+
+
+_more_parts = st.tuples(
+    st.sampled_from(["http", "HTTPS"]),
+    st.sampled_from(["a.test", "A.Test.", "[::1]", "[FE80::1]", "U:P@H", "b\u00fccher.test", "a^b", "a|b", "h%41", ".",
+                     "fa\u00df.de"]),
+    st.sampled_from(["", ":", ":0", ":80", ":080", ":443", ":8443"]),
+    st.text(alphabet="/abcAB%?#&=.:@ \t\n\x7f\xa0\u00e9[]\\\"<>`{}'^|~2cf", max_size=12),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(_url_parts, _more_parts))
+def test_absolute_links_land_in_the_stored_form_of_their_url(parts: tuple[str, str, str, str]) -> None:
+    """The table's agreements, on any URL: what absolute_url gives, the other two take, and store as the URL itself."""
+    url = "{}://{}{}{}".format(*parts)
+    absolute, normal = _absolute(url), _normal(url)
+    if absolute == REFUSED:
+        # refused for its host alone: a WHATWG forbidden code point the other two let through
+        assert normal == REFUSED or set(urlsplit(normal).hostname or "") & set("%^|<>"), url
+        return
+    assert absolute.startswith(("http://", "https://")) and "#" not in absolute
+    assert _absolute(absolute) == absolute
+    if _normal(absolute) == REFUSED:
+        assert normal == REFUSED and (urlsplit(absolute).hostname or "").strip(".") == "", url  # the host "."
+        return
+    assert _target(absolute) == _target(_normal(absolute))
+    if normal != REFUSED and not _ONLY_ABSOLUTE_ENCODES(url.partition("#")[0]):
+        assert _normal(absolute) == normal, url
+        assert _target(absolute) == _target(url)
 
 
 # -- on the wire ------------------------------------------------------------

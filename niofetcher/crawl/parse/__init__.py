@@ -14,11 +14,15 @@ with one C-level ``iter()`` over the tags we want and is about eight times
 faster. Both sit on the same libxml2 HTML parser, so they see the same tree;
 what keeps them from drifting apart is that neither produces a URL. Each one
 only *harvests* raw attribute values, field tuples and cell texts into a
-``_Harvest``, and a single function, ``_finish``, turns a harvest into
+``Harvest``, and a single function, ``_finish``, turns a harvest into
 ``PageLinks``: it resolves ``<base href>``, makes every URL absolute with
-``absolute_url`` (the one URL cleanup), drops what is not http(s), removes
-duplicates and builds the forms. The tests hold the two extractors equal on
-every page of the real corpus.
+``niofetcher.urls.absolute_url`` (the one URL cleanup), drops what is not
+http(s), removes duplicates and builds the forms. The tests hold the two
+extractors equal on every page of the real corpus.
+
+The modules: this one (the values, ``extract``, decoding, ``_finish``);
+``harvest`` (what both extractors gather, and how a field or a text is
+read); ``links_bs4`` and ``links_lxml`` (the two extractors).
 
 Decoding happens once, here, for both extractors (``_utf8``): the charset of
 Content-Type, else a BOM or ``<meta charset>`` (``content.charset_of`` and
@@ -33,7 +37,8 @@ UnicodeDammit decoding anyway, only a guess passed on to libxml2, and the
 real corpus page ``qq.html`` (declares gb2312, is UTF-8) came out as a
 title and nothing else that way. A ``str`` body is encoded as UTF-8.
 
-URL decisions (all in ``absolute_url``, so they hold for both extractors):
+URL decisions (all in ``niofetcher.urls.absolute_url``, so they hold for both extractors; the
+table in ``niofetcher.urls`` sets them beside the request target and the stored form):
 
 * Leading and trailing C0 controls and spaces are stripped and tabs and
   newlines inside removed, as browsers do; then ``urljoin`` against the base.
@@ -114,25 +119,25 @@ iframe form table title base`` subtrees (a kept subtree is kept whole, which
 is how a table keeps its rows and a form its fields) and the tree is walked
 once. The lxml extractor never builds a Python object for an element it does
 not read. URLs are resolved once per distinct raw value, most of them by a
-regex fast path (``_FAST``) instead of urljoin.
+regex fast path (``niofetcher.urls._FAST``) instead of urljoin.
 """
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
-from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
-from bs4 import BeautifulSoup, ParserRejectedMarkup, SoupStrainer  # type: ignore[attr-defined,unused-ignore]
-from bs4.element import NavigableString, PreformattedString, Tag
+from bs4 import ParserRejectedMarkup  # type: ignore[attr-defined,unused-ignore]
 from lxml import etree  # type: ignore[import-untyped,unused-ignore]
 
 from ...content import charset_of, sniff_charset
+from ...urls import C0_CONTROL_OR_SPACE, absolute_url
+from .harvest import Harvest
+from .links_bs4 import harvest_bs4
+from .links_lxml import harvest_lxml
 
-__all__ = ["EXTRACTORS", "Form", "PageLinks", "extract"]
+# absolute_url lives in niofetcher.urls; it stays importable from here for the code that found it here.
+__all__ = ["EXTRACTORS", "Form", "PageLinks", "absolute_url", "extract"]
 
 EXTRACTORS = ("bs4", "lxml")
 
@@ -196,17 +201,23 @@ def extract(
     if harvester is None:
         raise ValueError(f"extractor must be one of {EXTRACTORS}, not {extractor!r}")
     data = _utf8(body, content_type)
-    harvest = _Harvest()
+    harvest = Harvest()
     if data is not None:
         try:
             harvester(data, harvest, links_only)
         except _PARSER_ERRORS:
             # libxml2 recovers from nearly everything; what it gives up on
             # ("Document is empty", an encoding it cannot use) has no links.
-            harvest = _Harvest()
+            harvest = Harvest()
     if links_only:
         harvest.images.clear()  # Beautiful Soup meets the <img> inside a link; it was not asked for
     return _finish(harvest, base_url)
+
+
+_HARVESTERS: dict[str, Callable[[bytes, Harvest, bool], None]] = {
+    "bs4": harvest_bs4,
+    "lxml": harvest_lxml,
+}
 
 
 # -- input -------------------------------------------------------------------
@@ -264,436 +275,8 @@ def _transcode(data: bytes, encoding: str) -> bytes:
     return text.encode("utf-8", "replace")
 
 
-# -- the harvest: raw values, shared by both extractors ------------------------
 
-_SIMPLE_TAGS = frozenset(("a", "area", "img", "frame", "iframe", "base"))
-_FIELD_TAGS = frozenset(("input", "select", "textarea", "button"))
-_CELL_TAGS = frozenset(("td", "th"))
-# Everything either extractor looks at. Beautiful Soup is strained to the tags
-# that can start a subtree of interest: fields live in forms, rows and cells
-# in tables, and a kept subtree is kept whole.
-_TAGS = tuple(sorted(_SIMPLE_TAGS | _FIELD_TAGS | _CELL_TAGS | {"form", "table", "tr", "title"}))
-# One regex rule rather than a list of names: bs4 tries every rule of a list
-# on every start tag; the regex saves ~10% of a bs4 parse.
-_STRAINER = SoupStrainer(re.compile(r"\A(?:{})\Z".format("|".join(sorted(_SIMPLE_TAGS | {"form", "table", "title"})))))
-# links_only: the tags that hold what a crawler follows (and <base>, which says where it leads).
-_LINK_TAGS = ("a", "area", "base", "frame", "iframe")
-_LINK_STRAINER = SoupStrainer(re.compile(r"\A(?:{})\Z".format("|".join(_LINK_TAGS))))
-
-# Text left out of a cell, title or option: code, and a nested table (reported on its own).
-_NO_TEXT = frozenset(("script", "style", "template", "table"))
-# Elements whose start and end separate words (text_content() would glue "a<br>b" into "ab").
-_BLOCK = frozenset(
-    ["address", "article", "aside", "blockquote", "br", "caption", "dd", "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "legend", "li", "main", "nav", "ol", "p", "pre", "section", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul"]
-)
-
-_Get = Callable[[str], str | None]
-
-
-class _Harvest:
-    """Raw attribute values and texts in document order; ``_finish`` makes URLs of them."""
-
-    __slots__ = ("areas", "base", "forms", "frames", "images", "links", "tables", "title")
-
-    def __init__(self) -> None:
-        self.base: str | None = None  # the first <base href>
-        self.title: str | None = None
-        self.links: list[tuple[str, bool]] = []  # (href, nofollow)
-        self.areas: list[tuple[str, bool]] = []
-        self.images: list[str] = []
-        self.frames: list[str] = []
-        self.forms: list[tuple[str | None, str | None, list[tuple[str, str, str]]]] = []
-        self.tables: list[list[list[str]]] = []
-
-    def simple(self, tag: str, get: _Get) -> None:
-        """An element whose attributes are all we need: a, area, img, frame, iframe, base."""
-        if tag == "a" or tag == "area":
-            href = get("href")
-            if href is not None:
-                rel = get("rel")
-                nofollow = rel is not None and "nofollow" in rel.lower().split()
-                (self.links if tag == "a" else self.areas).append((href, nofollow))
-        elif tag == "img":
-            src = get("src")
-            if src is not None:
-                self.images.append(src)
-        elif tag == "base":
-            href = get("href")
-            if self.base is None and href is not None:
-                self.base = href
-        else:  # frame, iframe
-            src = get("src")
-            if src is not None:
-                self.frames.append(src)
-
-    def form(self, get: _Get) -> list[tuple[str, str, str]]:
-        """A form starts; returns the list its fields go into."""
-        fields: list[tuple[str, str, str]] = []
-        self.forms.append((get("action"), get("method"), fields))
-        return fields
-
-    def table(self) -> list[list[str]]:
-        rows: list[list[str]] = []
-        self.tables.append(rows)
-        return rows
-
-    def set_title(self, text: str) -> None:
-        if self.title is None:
-            self.title = _collapse(text)
-
-
-_Option = tuple[str | None, bool, str]  # a select's option: (value attribute, selected, text)
-
-
-def _field(
-    tag: str, get: _Get, text: Callable[[], str], options: Callable[[], list[_Option]]
-) -> tuple[str, str, str]:
-    """(name, type, value) of an input, select, textarea or button.
-
-    ``text`` (a textarea's) and ``options`` (a select's) are only called when needed.
-    """
-    name = get("name") or ""
-    if tag == "input":
-        kind = (get("type") or "").strip().lower() or "text"
-        value = get("value")
-        if value is None:
-            value = "on" if kind in ("checkbox", "radio") else ""
-        return name, kind, value
-    if tag == "button":
-        return name, (get("type") or "").strip().lower() or "submit", get("value") or ""
-    if tag == "textarea":
-        value = text()
-        return name, "textarea", value.removeprefix("\n")
-    # select: the first selected option, else the first option (a browser's default for a single select)
-    opts = options()
-    chosen = next((o for o in opts if o[1]), opts[0] if opts else None)
-    if chosen is None:
-        return name, "select", ""
-    value_attr, _, option_text = chosen
-    return name, "select", value_attr if value_attr is not None else _collapse(option_text)
-
-
-def _collapse(text: str) -> str:
-    """Whitespace runs (str.split's idea of whitespace, NBSP included) to one space, stripped."""
-    return " ".join(text.split())
-
-
-# -- extractor: Beautiful Soup + lxml ------------------------------------------
-
-_LOOKS_LIKE_HTML = re.compile(rb"<[^ +]html", re.IGNORECASE)
-
-
-def _harvest_bs4(data: bytes, harvest: _Harvest, links_only: bool = False) -> None:
-    if data.startswith(b"<?xml") and not _LOOKS_LIKE_HTML.search(data, 0, 500):
-        # Beautiful Soup would warn "XMLParsedAsHTMLWarning" (an error under
-        # pytest's filterwarnings=error, and warnings filters are process-wide,
-        # so no catch_warnings from parse threads). A leading newline changes
-        # nothing for libxml2 and silences the check.
-        data = b"\n" + data
-    soup = BeautifulSoup(
-        data,
-        "lxml",
-        parse_only=_LINK_STRAINER if links_only else _STRAINER,
-        from_encoding="utf-8",
-        multi_valued_attributes=None,  # rel="a b" stays one string, as lxml gives it
-    )
-    forms: dict[int, list[tuple[str, str, str]]] = {}  # id(form tag) -> its fields
-    tables: dict[int, list[list[str]]] = {}  # id(table tag) -> its rows
-    rows: dict[int, list[str]] = {}  # id(tr tag) -> its cells
-    loose: dict[int, list[str]] = {}  # id(table tag) -> the implicit row collecting stray cells
-    for node in soup.descendants:
-        if not isinstance(node, Tag):
-            continue
-        tag = node.name
-        if tag in _SIMPLE_TAGS:
-            harvest.simple(tag, _bs4_get(node))
-        elif links_only:
-            continue  # a table or form inside a link: not wanted
-        elif tag in _CELL_TAGS:
-            owner = _bs4_ancestor(node, _ROW_OR_TABLE)
-            if owner is None:
-                continue
-            if owner.name == "tr":
-                cells = rows.get(id(owner))
-            else:
-                cells = loose.get(id(owner))
-                if cells is None and id(owner) in tables:
-                    cells = loose[id(owner)] = []
-                    tables[id(owner)].append(cells)
-            if cells is not None:
-                cells.append(_collapse(_bs4_text(node)))
-        elif tag == "tr":
-            table = _bs4_ancestor(node, _TABLE)
-            if table is not None and id(table) in tables:
-                cells = rows[id(node)] = []
-                tables[id(table)].append(cells)
-                loose.pop(id(table), None)
-        elif tag == "table":
-            tables[id(node)] = harvest.table()
-        elif tag in _FIELD_TAGS:
-            form = _bs4_ancestor(node, _FORM)
-            if form is not None and id(form) in forms:
-                forms[id(form)].append(
-                    _field(
-                        tag, _bs4_get(node), functools.partial(_bs4_text, node), functools.partial(_bs4_options, node)
-                    )
-                )
-        elif tag == "form":
-            forms[id(node)] = harvest.form(_bs4_get(node))
-        elif tag == "title":
-            harvest.set_title(_bs4_text(node))
-
-
-_ROW_OR_TABLE = frozenset(("tr", "table"))
-_TABLE = frozenset(("table",))
-_FORM = frozenset(("form",))
-
-
-def _bs4_get(tag: Tag) -> _Get:
-    """The attribute getter: with multi_valued_attributes=None every value is a str."""
-    return cast(_Get, tag.attrs.get)
-
-
-def _bs4_ancestor(tag: Tag, names: frozenset[str]) -> Tag | None:
-    parent = tag.parent
-    while parent is not None:
-        if parent.name in names:
-            return parent
-        parent = parent.parent
-    return None
-
-
-def _bs4_text(tag: Tag) -> str:
-    """The text under ``tag``: no comments, no _NO_TEXT subtrees, _BLOCK elements as word breaks."""
-    parts: list[str] = []
-    stack: list[Iterator[Any]] = [iter(tag.contents)]
-    after: list[str] = [""]
-    while stack:
-        child = next(stack[-1], None)
-        if child is None:
-            stack.pop()
-            parts.append(after.pop())
-        elif isinstance(child, Tag):
-            name = child.name
-            block = name in _BLOCK
-            if block:
-                parts.append(" ")
-            if name not in _NO_TEXT:
-                after.append(" " if block else "")
-                stack.append(iter(child.contents))
-        elif isinstance(child, NavigableString) and not isinstance(child, PreformattedString):
-            parts.append(child)  # PreformattedString: comments, CDATA, doctype, processing instructions
-    return "".join(parts)
-
-
-def _bs4_options(select: Tag) -> list[_Option]:
-    return [
-        (_bs4_get(node)("value"), _bs4_get(node)("selected") is not None, _bs4_text(node))
-        for node in select.descendants
-        if isinstance(node, Tag) and node.name == "option"
-    ]
-
-
-# -- extractor: lxml directly --------------------------------------------------
-
-
-def _harvest_lxml(data: bytes, harvest: _Harvest, links_only: bool = False) -> None:
-    # lxml.html's HTMLParser is this parser plus HtmlElement classes we do not use.
-    # huge_tree lifts libxml2's tree depth limit from 256 to 2048: unclosed
-    # <font> or <div> tags pile up that deep on real, broken pages.
-    parser = etree.HTMLParser(encoding="utf-8", huge_tree=True)
-    root = etree.fromstring(data, parser)
-    last = parser.error_log.last_error
-    if last is not None and last.level == etree.ErrorLevels.FATAL:
-        # libxml2 gave up part-way (2048 levels deep) and the tree ends there.
-        # Beautiful Soup drives the same parser through SAX events, which have
-        # no depth limit: let it harvest this page, slowly but completely.
-        _harvest_bs4(data, harvest, links_only)
-        return
-    if root is None:
-        return
-    # Dicts keyed by element keep each proxy alive, so iterancestors() hands back the same object.
-    forms: dict[Any, list[tuple[str, str, str]]] = {}
-    tables: dict[Any, list[list[str]]] = {}
-    rows: dict[Any, list[str]] = {}
-    loose: dict[Any, list[str]] = {}
-    for el in root.iter(*(_LINK_TAGS if links_only else _TAGS)):
-        tag = el.tag
-        if tag in _SIMPLE_TAGS:
-            harvest.simple(tag, el.get)
-        elif tag in _CELL_TAGS:
-            owner = next(el.iterancestors("tr", "table"), None)
-            if owner is None:
-                continue
-            if owner.tag == "tr":
-                cells = rows.get(owner)
-            else:
-                cells = loose.get(owner)
-                if cells is None and owner in tables:
-                    cells = loose[owner] = []
-                    tables[owner].append(cells)
-            if cells is not None:
-                cells.append(_collapse(_lxml_text(el)))
-        elif tag == "tr":
-            table = next(el.iterancestors("table"), None)
-            if table is not None and table in tables:
-                cells = rows[el] = []
-                tables[table].append(cells)
-                loose.pop(table, None)
-        elif tag == "table":
-            tables[el] = harvest.table()
-        elif tag in _FIELD_TAGS:
-            form = next(el.iterancestors("form"), None)
-            if form is not None and form in forms:
-                forms[form].append(
-                    _field(tag, el.get, functools.partial(_lxml_text, el), functools.partial(_lxml_options, el))
-                )
-        elif tag == "form":
-            forms[el] = harvest.form(el.get)
-        elif tag == "title":
-            harvest.set_title(_lxml_text(el))
-
-
-def _lxml_text(el: Any) -> str:
-    """The text under ``el``, exactly as ``_bs4_text`` reads it from the same tree."""
-    parts: list[str] = [el.text or ""]
-    stack: list[Iterator[Any]] = [iter(el)]
-    after: list[str] = [""]
-    while stack:
-        child = next(stack[-1], None)
-        if child is None:
-            stack.pop()
-            parts.append(after.pop())
-            continue
-        tag = child.tag
-        if tag.__class__ is str:
-            block = tag in _BLOCK
-            if block:
-                parts.append(" ")
-            if tag not in _NO_TEXT:
-                if child.text:
-                    parts.append(child.text)
-                after.append((" " + (child.tail or "")) if block else (child.tail or ""))
-                stack.append(iter(child))
-                continue
-        # a comment, a processing instruction or a _NO_TEXT element: only its tail is text
-        if child.tail:
-            parts.append(child.tail)
-    return "".join(parts)
-
-
-def _lxml_options(select: Any) -> list[_Option]:
-    return [(o.get("value"), o.get("selected") is not None, _lxml_text(o)) for o in select.iter("option")]
-
-
-_HARVESTERS: dict[str, Callable[[bytes, _Harvest, bool], None]] = {
-    "bs4": _harvest_bs4,
-    "lxml": _harvest_lxml,
-}
-
-
-# -- output: the one place URLs are made ---------------------------------------
-
-_C0_OR_SPACE = "".join(map(chr, range(0x21)))
-_TAB_OR_NEWLINE = {9: None, 10: None, 13: None}
-# WHATWG percent-encode sets (path; special-scheme query), plus everything non-ASCII.
-_PATH_UNSAFE = re.compile(r'[^\x21-\x7e]|["<>`{}]')
-_QUERY_UNSAFE = re.compile(r"[^\x21-\x7e]|[\"<>']")
-_PATH_SAFE = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in '"<>`{}#?')
-_QUERY_SAFE = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in "\"<>'#")
-# WHATWG forbidden host code points, less ":" (IPv6 hosts come without brackets).
-_BAD_HOST = re.compile(r"[\x00-\x20#%/<>?@\[\\\]^|\x7f]")
-
-
-# The shape of most URLs on real pages, already in the form the general path
-# below would give them: lower-case http(s), a plain lower-case host, maybe a
-# port, no userinfo, nothing to percent-encode, no empty "?". For these the
-# answer is the match itself (fragment cut, "/" for an empty path), about eight
-# times cheaper than urljoin + urlsplit + urlunsplit; tests/test_parse.py
-# checks that both paths agree on every href of the corpus and on ports.
-_FAST = re.compile(
-    r"(https?://[a-z0-9][a-z0-9._-]*(?::([0-9]{1,5}))?)"
-    r"(/[A-Za-z0-9\-._~!$&'()*+,;=:@%/]*)?"
-    r"(\?[A-Za-z0-9\-._~!$&()*+,;=:@%/?]+)?"
-    r"(?:#.*)?\Z",
-    re.DOTALL,
-)
-_DOT_SEGMENT = re.compile(r"/\.\.?(?:[/?#]|\Z)")
-
-
-@functools.lru_cache(maxsize=64)
-def _origin_of(base: str) -> str | None:
-    """"scheme://host" of a base the fast path may prefix to a root-relative href."""
-    match = _FAST.match(base)
-    return match.group(1) if match else None
-
-
-def absolute_url(href: str, base: str) -> str | None:
-    """``href`` resolved against ``base`` as a fetchable http(s) URL without fragment, or None.
-
-    The only function that makes URLs; see "URL decisions" in the module docstring.
-    """
-    href = href.strip(_C0_OR_SPACE)
-    # Fast path: absolute, protocol-relative and root-relative hrefs of the common shape.
-    if href.startswith(("https://", "http://")):
-        joined: str | None = href
-    elif href.startswith("//"):
-        joined = base[: base.find(":") + 1] + href if base.startswith(("https:", "http:")) else None
-    elif href.startswith("/") and not _DOT_SEGMENT.search(href):
-        origin = _origin_of(base) if base else None
-        joined = origin + href if origin else None
-    else:
-        joined = None
-    if joined is not None:
-        match = _FAST.match(joined)
-        if match:
-            origin, port, path, query = match.groups()
-            if port is None or int(port) <= 65535:  # a port out of range makes it no URL: the general path says so
-                return f"{origin}{path or '/'}{query or ''}"
-    return _absolute_general(href, base)
-
-
-def _absolute_general(href: str, base: str) -> str | None:
-    """``absolute_url`` for any href (already stripped): urljoin, then check and percent-encode."""
-    if "\t" in href or "\n" in href or "\r" in href:
-        href = href.translate(_TAB_OR_NEWLINE)
-    try:
-        parts = urlsplit(urljoin(base, href) if base else href)
-        scheme = parts.scheme
-        if scheme != "http" and scheme != "https":
-            return None
-        host = parts.hostname  # lower-cased, without brackets or port
-        port = parts.port  # ValueError unless empty or 0-65535
-    except ValueError:
-        return None
-    if not host:
-        return None
-    netloc = parts.netloc
-    if not host.isascii():
-        try:
-            host = host.encode("idna").decode("ascii")
-        except UnicodeError:
-            return None
-        netloc = ""
-    if _BAD_HOST.search(host):
-        return None
-    if not netloc or netloc != netloc.lower():
-        userinfo = parts.netloc.rpartition("@")[0]
-        netloc = f"[{host}]" if ":" in host else host
-        if port is not None:
-            netloc = f"{netloc}:{port}"
-        if userinfo:
-            netloc = f"{userinfo}@{netloc}"
-    path = parts.path or "/"
-    if _PATH_UNSAFE.search(path):
-        path = quote(path, safe=_PATH_SAFE)
-    query = parts.query
-    if query and _QUERY_UNSAFE.search(query):
-        query = quote(query, safe=_QUERY_SAFE)
-    return urlunsplit((scheme, netloc, path, query, ""))
-
-
-def _finish(harvest: _Harvest, base_url: str) -> PageLinks:
+def _finish(harvest: Harvest, base_url: str) -> PageLinks:
     """Raw harvest -> PageLinks: base, absolute URLs, http(s) only, no duplicates, forms."""
     page = absolute_url(base_url, "") if isinstance(base_url, str) else None
     against = page or ""
@@ -721,7 +304,7 @@ def _finish(harvest: _Harvest, base_url: str) -> PageLinks:
 
     forms: list[Form] = []
     for action_raw, method_raw, fields in harvest.forms:
-        action = absolute(action_raw) if action_raw and action_raw.strip(_C0_OR_SPACE) else page
+        action = absolute(action_raw) if action_raw and action_raw.strip(C0_CONTROL_OR_SPACE) else page
         if action is None:
             continue
         method = (method_raw or "").strip().upper()
