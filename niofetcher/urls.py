@@ -1,27 +1,85 @@
-"""The URL rules, in one place: what is valid, what a request sends, what the frontier stores.
+r"""The URL rules, in one place: what a request sends, what the frontier stores, what a link resolves to.
 
-A URL is an absolute http or https URL with a host (DESIGN.md, "URLs").  Each
-rule has one implementation here, shared by the two ways a URL is used:
+A URL is an absolute http or https URL with a host (DESIGN.md, "URLs").  It
+takes one of three forms, each made by one function of this module:
 
 - :func:`parse_target` gives the fetcher its request target (the Origin key
   of the connection table, the Host header and the path);
-- :func:`normalize_url` gives the form a URL is stored and de-duplicated in.
+- :func:`normalize_url` gives the form a URL is stored and de-duplicated in;
+- :func:`absolute_url` gives the link an href of a page (or a ``Location``)
+  leads to, as a browser would send it.
 
-The rules:
+What each accepts, refuses and guarantees.  "=" means as the column before.
 
-- scheme and host are lower-cased (RFC 3986 6.2.2.1), trailing dots of the host
-  dropped, and a non-ASCII host name becomes IDNA A-labels (:func:`normal_host`);
-- path and query are percent-encoded as UTF-8 wherever they hold a character a
-  request line cannot carry (non-ASCII, space, control characters); existing
-  ``%XX`` escapes are kept as they are, so ``/%C3%BC`` and ``/ü`` are one URL;
-- dot segments are removed from the path (RFC 3986 5.2.4: ``/a/../b`` is ``/b``);
-- an empty path is "/", the fragment and the scheme's default port are dropped;
+==================  =======================  ===========================  ===================================
+rule                parse_target(url)        normalize_url(url)           absolute_url(href, base)
+==================  =======================  ===========================  ===================================
+accepts             an absolute http(s)      =                            any reference, resolved against
+                    URL with a host                                       ``base`` by urljoin (``base=""``:
+                                                                          ``href`` must be absolute)
+refuses, by         ValueError (a non-str    ValueError; TypeError for    None (never raises for the text of
+                    too)                     a non-str                    a page; a lone surrogate in the
+                                                                          path or query: UnicodeEncodeError)
+... what            not http(s), no host,    =                            =, and a host with a WHATWG
+                    a port not 0-65535, a                                 forbidden code point
+                    broken IPv6 literal, a                                (``% ^ | < >``); but it %-encodes
+                    host with a space, a                                  NUL and keeps the host ".", which
+                    control, ``/ \ @ [ ]``,                               the other two refuse
+                    a name IDNA cannot
+                    encode, NUL, a lone
+                    surrogate
+ends                C0 controls and space    =                            =
+                    stripped
+tab, CR, LF inside  removed                  =                            =
+scheme              lower case               =                            =
+host                lower case, IDNA         =                            lower case, IDNA A-labels;
+                    A-labels, trailing                                    a netloc in lower-case ASCII is
+                    dots dropped                                          kept as written (trailing dot,
+                                                                          port, userinfo)
+IPv6 literal        Origin.host bare, Host   in brackets, lower case      in brackets, lower case
+                    header in brackets
+port                Origin: explicit; Host   default dropped, any other   as written (``:80`` stays)
+                    header: default dropped  as a number (``:08080``)
+userinfo            not sent                 kept, %-encoded as a path    kept as written
+path                at least "/"             =                            =
+dot segments        removed (RFC 3986        =                            removed from a relative href
+                    5.2.4); ``%2E`` is no                                 (urljoin); kept in an absolute one
+                    dot
+%-encoded as UTF-8  any character but        =                            that, and ``" < > ` { }`` (path),
+                    visible ASCII                                         ``" < > '`` (query): WHATWG sets
+``%xx`` escapes     kept, in upper case      =                            kept as written
+query               kept; an empty "?"       =                            =
+                    dropped
+fragment            dropped                  =                            =
+==================  =======================  ===========================  ===================================
+
+Where they agree, they agree exactly (tests/test_url_rules.py holds them to
+this table):
+
+- ``parse_target(normalize_url(u)) == parse_target(u)``: the stored form asks
+  for what the URL asked for, and ``normalize_url`` of a normal form is
+  that form;
+- when ``absolute_url(u, "")`` and ``normalize_url(u)`` both give a URL,
+  ``normalize_url(absolute_url(u, "")) == normalize_url(u)``, unless ``u``
+  holds one of the characters only absolute_url encodes (``" < > ` { } '``).
+  A link therefore lands in the frontier in the form its URL typed as a seed
+  has, whichever the spelling of host, port, escapes or dot segments.
+
+The rules behind the table:
+
+- a non-ASCII host name becomes IDNA A-labels (:func:`normal_host`; Python's
+  IDNA 2003 codec, so ``faß.de`` is ``fass.de``);
+- an existing ``%XX`` escape is kept, so ``/%C3%BC`` and ``/ü`` are one URL;
+- an IPv6 literal goes in brackets wherever a host meets a port or a scheme
+  (:func:`bracketed`);
 - a redirect ``Location`` is decoded as UTF-8 first, Latin-1 only when that
   fails (:func:`decode_location`), as wget and curl read nginx's raw bytes.
 
-Both functions have a fast path for URLs no rule changes (nearly all of them)
-and a general one built on urlsplit; tests/test_urls.py and
-tests/test_url_forms.py check with hypothesis that the two always agree.
+Each function has a fast path for the URLs no rule changes (nearly all of
+them, one regular expression each, because each form's "nothing to change"
+differs) and a general one built on urlsplit (and urljoin); the tests check
+with hypothesis and on every href of the real corpus that the two always
+agree.
 """
 
 from __future__ import annotations
@@ -29,7 +87,7 @@ from __future__ import annotations
 import functools
 import re
 from typing import NamedTuple
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -42,8 +100,7 @@ class Origin(NamedTuple):
     port: int
 
     def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}"
+        return f"{self.scheme}://{bracketed(self.host)}:{self.port}"
 
 
 class Target(NamedTuple):
@@ -98,14 +155,16 @@ def _upper_escape(match: re.Match[str]) -> str:
 
 _escape = re.compile(r"%[0-9a-fA-F]{2}")
 
-# A dot segment ("/./", "/../", or one at the end of the path).  Tried only where
-# "/." occurs, so that "/.well-known/" costs a search and not the long way round.
-_dot_segment = re.compile(r"/\.\.?(?:[/?#]|$)").search
+# A dot segment ("/./", "/../", or one at the end of the path), for all three
+# forms.  Tried only where "/." occurs, so that "/.well-known/" costs a search
+# and not the long way round.  (No string it is tried on ends in a newline, so
+# "\Z" and "$" are the same here.)
+_dot_segment = re.compile(r"/\.\.?(?:[/?#]|\Z)").search
 
-# What is stripped from both ends of a URL: C0 controls and space, as the WHATWG
-# URL standard says.  str.strip() would take Unicode spaces too ("/x\xa0" is a
-# path with an NBSP, as the fast path reads it).
-_C0_CONTROL_OR_SPACE = "".join(map(chr, range(0x21)))
+# What is stripped from both ends of a URL or an href: C0 controls and space, as
+# the WHATWG URL standard says.  str.strip() would take Unicode spaces too
+# ("/x\xa0" is a path with an NBSP, as the fast paths read it).
+C0_CONTROL_OR_SPACE = "".join(map(chr, range(0x21)))
 
 # Characters no host may hold once it is in A-labels (urlsplit lets them through).
 _bad_host_char = re.compile(r"[\x00-\x20\x7f/\\@\[\]]").search
@@ -144,10 +203,28 @@ def normal_host(host: str) -> str:
     host = host.lower()
     if not host.isascii():
         try:
-            host = host.encode("idna").decode("ascii")
+            host = _a_labels(host)
         except UnicodeError as exc:
             raise ValueError(f"host {host!r} cannot be encoded as IDNA: {exc}") from None
     return host.rstrip(".")
+
+
+def _a_labels(host: str) -> str:
+    """A lower-case host name in IDNA A-labels, the one encoding of both normal_host and absolute_url.
+
+    Raises:
+        UnicodeError: when the name cannot be encoded.
+    """
+    return host.encode("idna").decode("ascii")
+
+
+def bracketed(host: str) -> str:
+    """A host as it is written before a ":port" or after "//": an IPv6 literal in brackets (RFC 3986 3.2.2).
+
+    ``host`` comes without brackets, as :class:`Origin` and urlsplit's
+    ``hostname`` hold it; only an IPv6 literal has a ":".
+    """
+    return f"[{host}]" if ":" in host else host
 
 
 def remove_dot_segments(path: str) -> str:
@@ -258,7 +335,7 @@ def normalize_url(url: str) -> str:
 def _normalize_split(url: str) -> str:
     """normalize_url() the long way round, for any URL."""
     parts = _split(url)
-    host = f"[{parts.host}]" if ":" in parts.host else parts.host
+    host = bracketed(parts.host)
     if parts.port is not None and parts.port != DEFAULT_PORTS[parts.scheme]:
         host = f"{host}:{parts.port}"
     return f"{parts.scheme}://{parts.userinfo}{host}{parts.target}"
@@ -268,7 +345,7 @@ def _split(url: str) -> _Parts:
     """The general path of parse_target and normalize_url: validate ``url`` and apply every rule."""
     check_url_characters(url)
     try:
-        parts = urlsplit(url.strip(_C0_CONTROL_OR_SPACE))
+        parts = urlsplit(url.strip(C0_CONTROL_OR_SPACE))
         port = parts.port
     except ValueError as exc:
         raise ValueError(f"malformed URL {url!r}: {exc}") from None
@@ -297,7 +374,115 @@ def _origin(scheme: str, host: str, port: int | None) -> tuple[Origin, str]:
     default_port = DEFAULT_PORTS[scheme]
     if port is None:
         port = default_port
-    host_header = f"[{host}]" if ":" in host else host
+    host_header = bracketed(host)
     if port != default_port:
         host_header = f"{host_header}:{port}"
     return Origin(scheme, host, port), host_header
+
+
+# -- the absolute link ---------------------------------------------------------
+
+_TAB_OR_NEWLINE = {9: None, 10: None, 13: None}
+# WHATWG percent-encode sets (path; special-scheme query), plus everything non-ASCII.
+_PATH_UNSAFE = re.compile(r'[^\x21-\x7e]|["<>`{}]')
+_QUERY_UNSAFE = re.compile(r"[^\x21-\x7e]|[\"<>']")
+_PATH_SAFE = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in '"<>`{}#?')
+_QUERY_SAFE = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in "\"<>'#")
+# WHATWG forbidden host code points, less ":" (IPv6 hosts come without brackets).
+_BAD_HOST = re.compile(r"[\x00-\x20#%/<>?@\[\\\]^|\x7f]")
+
+
+# The shape of most URLs on real pages, already in the form the general path
+# below would give them: lower-case http(s), a plain lower-case host, maybe a
+# port, no userinfo, nothing to percent-encode, no empty "?". For these the
+# answer is the match itself (fragment cut, "/" for an empty path), about eight
+# times cheaper than urljoin + urlsplit + urlunsplit; tests/test_url_rules.py
+# checks that both paths agree on every href of the corpus and on ports.
+_FAST = re.compile(
+    r"(https?://[a-z0-9][a-z0-9._-]*(?::([0-9]{1,5}))?)"
+    r"(/[A-Za-z0-9\-._~!$&'()*+,;=:@%/]*)?"
+    r"(\?[A-Za-z0-9\-._~!$&()*+,;=:@%/?]+)?"
+    r"(?:#.*)?\Z",
+    re.DOTALL,
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _origin_of(base: str) -> str | None:
+    """"scheme://host" of a base the fast path may prefix to a root-relative href."""
+    match = _FAST.match(base)
+    return match.group(1) if match else None
+
+
+def absolute_url(href: str, base: str) -> str | None:
+    """``href`` resolved against ``base`` as a fetchable http(s) URL without fragment, or None.
+
+    The link a page's ``href``, ``src`` or ``action`` (or a redirect's
+    ``Location``) leads to, made fetchable the way a browser would send it:
+    ends stripped and tabs and newlines inside removed, resolved by urljoin,
+    the host lower-cased and IDNA-encoded, the path and query percent-encoded
+    as UTF-8 with the WHATWG sets.  See the table in the module docstring.
+    ``base=""`` takes ``href`` as it is.
+
+    Returns:
+        The URL, or None when it is no http(s) URL with a valid host and port.
+    """
+    href = href.strip(C0_CONTROL_OR_SPACE)
+    # Fast path: absolute, protocol-relative and root-relative hrefs of the common shape.
+    if href.startswith(("https://", "http://")):
+        joined: str | None = href
+    elif href.startswith("//"):
+        joined = base[: base.find(":") + 1] + href if base.startswith(("https:", "http:")) else None
+    elif href.startswith("/") and not _dot_segment(href):
+        origin = _origin_of(base) if base else None
+        joined = origin + href if origin else None
+    else:
+        joined = None
+    if joined is not None:
+        match = _FAST.match(joined)
+        if match:
+            origin, port, path, query = match.groups()
+            if port is None or int(port) <= 65535:  # a port out of range makes it no URL: the general path says so
+                return f"{origin}{path or '/'}{query or ''}"
+    return _absolute_general(href, base)
+
+
+def _absolute_general(href: str, base: str) -> str | None:
+    """``absolute_url`` for any href (already stripped): urljoin, then check and percent-encode."""
+    if "\t" in href or "\n" in href or "\r" in href:
+        # removed before anything else reads the href, as the WHATWG URL parser does
+        href = href.translate(_TAB_OR_NEWLINE)
+    try:
+        parts = urlsplit(urljoin(base, href) if base else href)
+        scheme = parts.scheme
+        if scheme != "http" and scheme != "https":
+            return None
+        host = parts.hostname  # lower-cased, without brackets or port
+        port = parts.port  # ValueError unless empty or 0-65535
+    except ValueError:
+        return None
+    if not host:
+        return None
+    netloc = parts.netloc
+    if not host.isascii():
+        try:
+            host = _a_labels(host)
+        except UnicodeError:
+            return None
+        netloc = ""
+    if _BAD_HOST.search(host):
+        return None
+    if not netloc or netloc != netloc.lower():
+        userinfo = parts.netloc.rpartition("@")[0]
+        netloc = bracketed(host)
+        if port is not None:
+            netloc = f"{netloc}:{port}"
+        if userinfo:
+            netloc = f"{userinfo}@{netloc}"
+    path = parts.path or "/"
+    if _PATH_UNSAFE.search(path):
+        path = quote(path, safe=_PATH_SAFE)
+    query = parts.query
+    if query and _QUERY_UNSAFE.search(query):
+        query = quote(query, safe=_QUERY_SAFE)
+    return urlunsplit((scheme, netloc, path, query, ""))
