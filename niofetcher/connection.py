@@ -36,6 +36,7 @@ from .models import Counters
 from .request import Task
 from .timers import Timer
 from .transport import WANT_READ, WANT_WRITE, PlainTransport, TLSTransport, Transport
+from .urls import bracketed
 
 if TYPE_CHECKING:
     from .pool import HostSlot
@@ -529,5 +530,4 @@ class Connection:
 
 
 def _address_text(sockaddr: Sockaddr) -> str:
-    host, port = sockaddr[0], sockaddr[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f"{bracketed(sockaddr[0])}:{sockaddr[1]}"

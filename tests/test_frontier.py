@@ -111,7 +111,7 @@ def frontier(db: Path, clock: FakeClock) -> Iterable[Frontier]:
         yield f
 
 
-# -- URLs the frontier refuses (the normal form itself: tests/test_url_forms.py) ----
+# -- URLs the frontier refuses (the normal form itself: tests/test_url_rules.py) ----
 
 
 @pytest.mark.timeout(10)

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 
 from ..fetcher import NIOFetcher
 from ..models import FetchResult
+from ..urls import absolute_url
 from .config import CrawlConfig, CrawledPage, CrawlOutput
 from .frontier import FrontierError, FrontierURL
-from .parse import PageLinks, absolute_url, is_html_type
+from .parse import PageLinks, is_html_type
 from .parsing import ParseExecutor, ParseOutput, jobs
 from .policy import LinkScope, is_final, is_redirect
 from .robots_gate import RobotsReply

@@ -38,8 +38,7 @@ from typing import NamedTuple
 from protego import Protego
 
 from ..models import FetchResult
-from ..urls import Origin, parse_target
-from .parse import absolute_url
+from ..urls import Origin, absolute_url, parse_target
 
 __all__ = ["ALLOW_ALL", "DISALLOWED", "MAX_REDIRECTS", "Redirect", "RobotsRules", "RobotsTable", "interpret"]
 

@@ -531,6 +531,7 @@ class Frontier(Transactions):
 
     @property
     def closed(self) -> bool:
+        """True once the frontier is closed: no call but ``close()`` may follow."""
         return self._conn is None
 
     def __enter__(self) -> Frontier:

@@ -136,8 +136,7 @@ from .harvest import Harvest
 from .links_bs4 import harvest_bs4
 from .links_lxml import harvest_lxml
 
-# absolute_url lives in niofetcher.urls; it stays importable from here for the code that found it here.
-__all__ = ["EXTRACTORS", "Form", "PageLinks", "absolute_url", "extract"]
+__all__ = ["EXTRACTORS", "Form", "PageLinks", "extract"]
 
 EXTRACTORS = ("bs4", "lxml")
 
