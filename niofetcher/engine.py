@@ -65,7 +65,7 @@ Deliver = Callable[[list[FetchResult]], None]
 class Engine:
     """Owns the loop, the host table, the resolver pool and every connection.
 
-    Faults.  The loop must survive its own bugs (DESIGN.md guarantee 9), in two
+    Faults.  The loop must survive its own bugs (docs/guarantees.md, "the loop survives its own bugs"), in two
     layers.  Everything the loop does for one connection -- its readiness
     events, its timer, its DNS answer, starting a request on it -- runs under a
     guard that turns an unexpected exception into ``connection_crashed``: that

@@ -20,7 +20,7 @@ connection cache does); when none is idle the top slot simply waits until a
 connection closes or goes idle.  ``next_assignment`` returns what to do; the
 engine does the I/O.
 
-Per-host state is freed (DESIGN.md guarantee 8).  A slot with nothing
+Per-host state is freed (docs/guarantees.md, "memory does not grow").  A slot with nothing
 queued, nothing in flight, no connection (resolving, connecting, busy or
 idle) and its politeness delay passed leaves the table for ``recent``, the
 last RECENT_HOSTS such slots, oldest dropped first; a host that comes back

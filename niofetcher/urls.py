@@ -1,6 +1,6 @@
 r"""The URL rules, in one place: what a request sends, what the frontier stores, what a link resolves to.
 
-A URL is an absolute http or https URL with a host (DESIGN.md, "URLs").  It
+A URL is an absolute http or https URL with a host (docs/guarantees.md, "URLs").  It
 takes one of three forms, each made by one function of this module:
 
 - :func:`parse_target` gives the fetcher its request target (the Origin key

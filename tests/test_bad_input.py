@@ -1,4 +1,4 @@
-"""Bad input never stops the loop (DESIGN.md guarantee 7) and memory stays bounded (guarantee 8).
+"""Bad input never stops the loop (docs/guarantees.md, "bad input stays with its URL") and memory stays bounded ("memory does not grow").
 
 Every faulty endpoint -- malformed, truncated or reset responses, oversize
 heads and bodies, a decompression bomb, slow servers, redirect loops, DNS

@@ -1,4 +1,4 @@
-"""``niofetcher crawl`` and ``niofetcher demo`` end to end, as a user runs them (DESIGN.md, "Command line").
+"""``niofetcher crawl`` and ``niofetcher demo`` end to end, as a user runs them (docs/cli.md).
 
 - A crawl exits 0 with a summary table, writes one JSONL record per page and
   a WARC file (read back with warcio) holding a request and a response record

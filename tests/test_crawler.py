@@ -1,4 +1,4 @@
-"""The crawler of DESIGN.md ("The crawler (the spider on top)"), proven against real loopback servers.
+"""The crawler (docs/crawler.md), proven against real loopback servers.
 
 - A crawl reaches every page of a multi-host site exactly once -- counted by
   the server -- hands each page to ``on_page`` once, from a worker thread,

@@ -1,4 +1,4 @@
-"""Outputs exactly once, and storage failures reported as they are (DESIGN.md, "The crawler").
+"""Outputs exactly once, and storage failures reported as they are (docs/crawler.md).
 
 - A ``CrawlOutput`` given to the Crawler holds exactly one record per
   recorded URL whatever stops the crawl: after a SIGKILL and a resume,

@@ -1,4 +1,4 @@
-"""robots.txt as RFC 9309 says (DESIGN.md, "The crawler"), against the real test site.
+"""robots.txt as RFC 9309 says (docs/crawler.md), against the real test site.
 
 - Redirects of robots.txt (301, 302, 303, 307, 308), to the same host or to
   another, are followed up to 5; the rules found apply to the first host.

@@ -1,4 +1,4 @@
-"""Guarantee 1 of DESIGN.md, exactly once, and the shutdown contract.
+"""The guarantee "exactly once" (docs/guarantees.md), and the shutdown contract.
 
 Every ``register()`` that returned True yields exactly one FetchResult --
 success or error, through ``get()``, ``drain()`` or ``results()`` -- whether

@@ -1,4 +1,4 @@
-"""The crawl frontier (DESIGN.md, "The crawler": ``Frontier``).
+"""The crawl frontier, ``Frontier`` (docs/crawler.md).
 
 Every URL is in exactly one state at all times, checked with a query the way a
 user would (a second sqlite3 connection on the file); known URLs are never

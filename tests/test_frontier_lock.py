@@ -1,4 +1,4 @@
-"""One crawl owns a frontier file at a time (issue 9, case 3; DESIGN.md, "One crawl owns a frontier").
+"""One crawl owns a frontier file at a time (issue 9, case 3; docs/crawler.md).
 
 A second opener -- another process, or another Frontier in this one -- gets a one-line
 FrontierLocked naming the file and the owner's pid, and changes nothing: above all it must not put

@@ -1,4 +1,4 @@
-"""Random response byte streams never stop the loop (DESIGN.md guarantee 7).
+"""Random response byte streams never stop the loop (docs/guarantees.md, "bad input stays with its URL").
 
 Hypothesis builds response streams out of valid and invalid pieces -- 1xx
 interim responses, good and malformed status lines, header lines with and

@@ -1,4 +1,4 @@
-"""Guarantee 8 of DESIGN.md for hosts: per-host state is freed.
+"""The guarantee "memory does not grow" (docs/guarantees.md) for hosts: per-host state is freed.
 
 A host slot with nothing queued, in flight or open, and no politeness delay
 still running, leaves the host table for a bounded table of recent hosts

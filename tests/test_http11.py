@@ -3,7 +3,7 @@
 No sockets: the client's request bytes go into an ``h11.Connection(SERVER)``
 and the server's response bytes come back through ``ClientHTTP11.receive``,
 the ConnectionPair pattern of h11's own tests.  This proves the protocol half
-of DESIGN.md guarantee 7 (malformed, truncated and oversize responses become
+of docs/guarantees.md, "bad input stays with its URL" (malformed, truncated and oversize responses become
 one error kind each: ``connection_closed``, ``protocol_error``, ``too_large``),
 the keep-alive decision behind connection reuse, and the ``response_started``
 flag on which guarantee 6 (replaying a request on a stale connection) rests.
@@ -264,7 +264,7 @@ def test__unsendable_request_is_protocol_error() -> None:
     (b"/dir/%C3%BC.html", "/dir/%C3%BC.html"),  # ASCII stays as it is
 ])
 def test__location_is_utf8_first_then_latin1(raw: bytes, text: str) -> None:
-    """DESIGN.md "URLs": a redirect Location is decoded as UTF-8 first; other header values stay Latin-1."""
+    """docs/guarantees.md, "URLs": a redirect Location is decoded as UTF-8 first; other header values stay Latin-1."""
     pair = Pair()
     pair.request()
     wire = pair.respond(301, [("location", raw), ("X-Other", b"\xc3\xbc"), ("Content-Length", "0")])

@@ -1,6 +1,6 @@
 """HTTP behaviour of a fetch, over real loopback sockets against scripted raw servers.
 
-Proves the FetchResult and FetcherConfig contract of DESIGN.md as a server
+Proves the FetchResult and FetcherConfig contract (docs/fetcher.md) as a server
 sees it: redirects (301 302 303 307 308, method and body rules, credentials
 kept within one origin, ``follow_redirects``), ``decode_content`` (gzip,
 deflate, br), the framings h11 must get right on the wire (HEAD, 204, 304,

@@ -1,4 +1,4 @@
-"""Idle keep-alive connections, and guarantee 6 (DESIGN.md, "Stale keep-alive"):
+"""Idle keep-alive connections, and the guarantee "stale keep-alive" (docs/guarantees.md):
 when a reused connection proves closed before any response byte, an idempotent
 request is retried once on a new connection -- and only then.
 

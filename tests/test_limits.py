@@ -1,4 +1,4 @@
-"""Guarantee 2 (DESIGN.md, "Limits"): never more than ``max_connections_per_host``
+"""The guarantee "limits" (docs/guarantees.md): never more than ``max_connections_per_host``
 sockets to one (scheme, host, port), never more than ``max_connections`` in all
 -- counted from the server's side, on a 20-host TestSite where both limits bind.
 """

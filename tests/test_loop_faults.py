@@ -1,4 +1,4 @@
-"""Guarantee 9 of DESIGN.md: the loop survives its own bugs.
+"""The guarantee "the loop survives its own bugs" (docs/guarantees.md).
 
 A fault is injected by wrapping one method so that it raises for one URL
 only (the URLs that must fail carry ``FAULT`` in them), against the real

@@ -1,6 +1,6 @@
 """Name resolution off the loop thread (niofetcher/resolver.py), and the ``resolve`` map end to end.
 
-Proves DESIGN.md guarantee 5 for DNS (lookups run in the resolver pool and
+Proves docs/guarantees.md, "the loop never blocks" for DNS (lookups run in the resolver pool and
 come back through ``post``; IP literals and ``resolve`` overrides never reach
 a resolver), the ``dns_cache_ttl`` and ``resolver`` settings, and the rule
 that no test sends a name lookup off the machine: every resolver here is a
@@ -346,7 +346,7 @@ def test_stub_resolver_is_asked_once_for_concurrent_connections(no_leaks: Any, r
     assert all(f"\r\nHost: stub.test:{srv.port}\r\n".encode() in head for head in srv.requests)
 
 
-# -- bounded (DESIGN.md guarantee 8) ------------------------------------------
+# -- bounded (docs/guarantees.md, "memory does not grow") ------------------------------------------
 
 
 @pytest.mark.timeout(20)

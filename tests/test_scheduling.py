@@ -1,4 +1,4 @@
-"""Guarantee 4 (DESIGN.md, "No head-of-line blocking"): a host at its limit delays
+"""The guarantee "no head-of-line blocking" (docs/guarantees.md): a host at its limit delays
 no other host's URLs, and time spent queued behind a host's limit never counts
 towards ``request_timeout``.  Also the URLBean contract "higher priority is
 fetched first; equal priorities are FIFO", within a host and across hosts,

@@ -1,4 +1,4 @@
-"""Guarantee 3 (DESIGN.md, "Service time"): no request starts on a connection
+"""The guarantee "service time" (docs/guarantees.md): no request starts on a connection
 older than ``connection_service_time``; such a connection is closed after its
 response.  Also ``max_requests_per_connection``.  Both counted by the server.
 """

@@ -1,5 +1,5 @@
-"""The thread-safe face of the fetcher (DESIGN.md: "The shape", the NIOFetcher
-method table, guarantee 1 under concurrency).
+"""The thread-safe face of the fetcher (docs/fetcher.md: the NIOFetcher
+methods, and "exactly once" under concurrency).
 
 ``register()``, ``get()``, ``drain()`` and ``set_host_delay()`` may be called
 from any thread while the loop runs: nothing is lost or doubled, the counters

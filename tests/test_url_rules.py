@@ -5,7 +5,7 @@ three forms accepts, refuses and guarantees.  First each form alone: its
 fast path against its general path (hypothesis, and every href of the real
 corpus), its own cases.  Then "the three forms" runs the same inputs through
 all three and checks each row of the table, and hypothesis checks the
-agreements it states.  Last, end to end (issue 9 case 2, DESIGN.md "URLs"),
+agreements it states.  Last, end to end (issue 9 case 2, docs/guarantees.md, "URLs"),
 over real loopback sockets: a registered non-ASCII URL, a redirect whose
 ``Location`` holds raw UTF-8 (or Latin-1) bytes, a Unicode host name mapped
 by ``resolve`` in either form, and the ``fetch`` command; each judged by
@@ -105,7 +105,7 @@ def test_fast_path_agrees_with_urlsplit(scheme: str, host: str, port: str, path:
 
 @pytest.mark.parametrize(("url", "expected"), [
     ("http://Example.com", Target(Origin("http", "example.com", 80), "example.com", "/")),
-    # DESIGN.md "URLs": non-ASCII as UTF-8 %XX escapes, escapes kept, dot segments removed, IDNA hosts.
+    # docs/guarantees.md, "URLs": non-ASCII as UTF-8 %XX escapes, escapes kept, dot segments removed, IDNA hosts.
     ("http://127.0.0.1:8080/\u00fcn\u00ef", Target(Origin("http", "127.0.0.1", 8080), "127.0.0.1:8080", "/%C3%BCn%C3%AF")),
     ("http://h/%C3%BC/\u00fc?q=\u20ac%20 x#\u00fc", Target(Origin("http", "h", 80), "h", "/%C3%BC/%C3%BC?q=%E2%82%AC%20%20x")),
     ("http://h/a/b/../../c/./d/..", Target(Origin("http", "h", 80), "h", "/c/")),
