@@ -26,23 +26,21 @@ import ssl
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
 from .config import Address, FetcherConfig
 from .connection import Connection, ConnectionState
 from .errors import ErrorKind, FetchFailure
-from .http11 import Response
+from .http11 import REDIRECT_STATUSES, Response
 from .loop import Loop
 from .models import Counters, FetchResult, HostStats, URLBean
 from .pool import HostSlot, HostTable
 from .request import DONE, IDEMPOTENT_METHODS, ROUTING, RUNNING, WAITING, RequestDefaults, Task
 from .resolver import ResolverPool
 from .transport import tls_context
-from .urls import Origin, Target, parse_target
+from .urls import Origin, Target, parse_target, redirect_url
 
 log = logging.getLogger("niofetcher")
 
-REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
 _INF = math.inf
 
 
@@ -405,9 +403,7 @@ class Engine:
     # -- redirects and results ----------------------------------------------
 
     def _redirect(self, task: Task, status: int, location: str) -> None:
-        url = urljoin(task.url, location.strip())
-        url = url.split("#", 1)[0] if "#" in url else url
-        scheme = urlsplit(url).scheme.lower()
+        url, scheme = redirect_url(location, task.url)
         if scheme not in ("http", "https"):
             failure = FetchFailure(ErrorKind.PROTOCOL_ERROR, f"redirect to a non-http(s) URL: {url}")
             self._finish_error(task, failure, status=status)

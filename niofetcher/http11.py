@@ -39,6 +39,10 @@ _END_OF_MESSAGE = h11.EndOfMessage()  # events are immutable: one will do for ev
 RequestHeaders = Any  # h11's validated Headers, or a list of (name, value) pairs
 
 
+#: The statuses whose ``Location`` is followed (by the fetcher, and by the crawler when the fetcher does not).
+REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
+
+
 class Response(NamedTuple):
     """What one exchange brought back: the head, latin-1 decoded (a UTF-8 Location excepted), and the body.
 

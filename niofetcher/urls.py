@@ -73,7 +73,10 @@ The rules behind the table:
 - an IPv6 literal goes in brackets wherever a host meets a port or a scheme
   (:func:`bracketed`);
 - a redirect ``Location`` is decoded as UTF-8 first, Latin-1 only when that
-  fails (:func:`decode_location`), as wget and curl read nginx's raw bytes.
+  fails (:func:`decode_location`), as wget and curl read nginx's raw bytes;
+  the fetcher follows it to :func:`redirect_url` (urljoin, fragment dropped:
+  the next request's target is then parse_target's), the crawler reads it
+  with :func:`absolute_url`.
 
 Each function has a fast path for the URLs no rule changes (nearly all of
 them, one regular expression each, because each form's "nothing to change"
@@ -268,6 +271,21 @@ def decode_location(raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.decode("latin-1")
+
+
+def redirect_url(location: str, base: str) -> tuple[str, str]:
+    """Where the fetcher's redirect from ``base`` goes, and that URL's scheme (lower case, to check it is http(s)).
+
+    The ``Location`` joined to the URL that answered it (urljoin, the value's
+    ends stripped), its fragment dropped; the request target of the next hop
+    is then :func:`parse_target`'s.  The crawler reads the same header through
+    :func:`absolute_url`, which also cleans what a browser would (see the
+    table): the two agree once :func:`normalize_url` has had both, but for
+    the characters only absolute_url encodes (``" < > ` { } '``).
+    """
+    url = urljoin(base, location.strip())
+    url = url.split("#", 1)[0] if "#" in url else url
+    return url, urlsplit(url).scheme.lower()
 
 
 def parse_target(url: str) -> Target:

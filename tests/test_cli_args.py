@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from niofetcher.cli.args import build_parser
+from niofetcher.cli.args import build_parser, config_from
 from niofetcher.config import FetcherConfig
 from niofetcher.crawl import CrawlConfig
 
@@ -52,3 +52,12 @@ def test_the_crawl_defaults_are_the_configs_defaults() -> None:
         fetcher["max_connections_per_host"], fetcher["max_connections"], fetcher["host_delay"])
     assert (args.connect_timeout, args.read_timeout, args.request_timeout) == (
         fetcher["connect_timeout"], fetcher["read_timeout"], fetcher["request_timeout"])
+
+
+def test_a_later_resolve_entry_for_the_same_host_wins_whatever_its_case() -> None:
+    """As with curl: ``--resolve A.test:1:X --resolve a.test:1:Y`` sends a.test to Y (FetcherConfig itself refuses
+    one name mapped twice, so the command line folds the case first)."""
+    args = build_parser().parse_args(
+        ["fetch", "http://a.test:1/", "--resolve", "A.test:1:127.0.0.1", "--resolve", "a.test:1:127.0.0.2"]
+    )
+    assert dict(config_from(args).resolve) == {"a.test:1": "127.0.0.2"}

@@ -839,3 +839,24 @@ def test_with_max_depth_every_recorded_depth_is_the_shortest_distance_from_the_s
     rows = frontier_rows(str(tmp_path / "crawl.sqlite"))
     assert {url: row["depth"] for url, row in rows.items()} == {site.url(path): d for path, d in distance.items()}
     assert all(row["state"] == "done" for row in rows.values())
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("failing", ["niofetcher-crawl-pump", "niofetcher-crawl-deliver-1"])
+def test_a_crawl_thread_that_cannot_start_ends_the_run_with_nothing_left_running(
+    tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """Out of threads: run() raises what start() raised, the threads already started stop, and the claimed
+    URLs go back to waiting (before, the pump started first spun for ever)."""
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == failing:
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with TestSite(hosts=1, pages=20) as site, pytest.raises(RuntimeError, match="can't start new thread"):
+        crawl(tmp_path, [site.base_urls[0]], PageLog())
+    monkeypatch.undo()
+    assert states(str(tmp_path / "crawl.sqlite")) == {"waiting": 1}

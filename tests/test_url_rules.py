@@ -41,6 +41,7 @@ from niofetcher.urls import (
     bracketed,
     normalize_url,
     parse_target,
+    redirect_url,
     remove_dot_segments,
 )
 
@@ -489,3 +490,16 @@ def test_fetch_command_sends_a_non_ascii_url(tmp_path: Path) -> None:
     assert [_request_target(head) for head in requests] == [b"/%C3%BCn%C3%AF"]
     [record] = [json.loads(line) for line in out.read_text().splitlines()]
     assert record["status"] == 200
+
+
+@pytest.mark.parametrize("location", [
+    "/café", "//EXAMPLE.com/x", "http://bücher.test/", "/a b", "../x#f", " /sp ", "/a/./b/../c", "?q=1",
+    "http://h.test:80/x", "/%c3%a9", "/a\tb", "HTTPS://h.test/up",
+])
+def test_the_fetchers_redirect_and_the_crawlers_link_land_in_one_stored_form(location: str) -> None:
+    """The fetcher follows a Location with redirect_url, the crawler reads it with absolute_url: one URL either way."""
+    base = "http://h.test/a/b"
+    followed, scheme = redirect_url(location, base)
+    assert scheme in ("http", "https") and "#" not in followed
+    linked = absolute_url(location, base)
+    assert linked is not None and normalize_url(followed) == normalize_url(linked)

@@ -112,7 +112,8 @@ def config_from(args: argparse.Namespace, **extra: object) -> FetcherConfig:
         port, sep2, address = rest.partition(":")
         if not (host and sep and sep2 and port.isdigit() and address):
             raise UsageError(f"--resolve takes HOST:PORT:ADDR, not {entry!r}")
-        resolve[f"{host}:{port}"] = address.strip("[]")
+        # Folded here so that a later entry for the same host wins, as with curl, whatever its case.
+        resolve[f"{host.lower()}:{port}"] = address.strip("[]")
     options = {
         "max_connections": args.connections,
         "max_connections_per_host": args.per_host,

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from .frontier import Frontier, FrontierError, FrontierLocked
 
 # The names load on first use, each from its module: importing one module of the package (the
-# frontier, in a parse process the parser) does not import the rest -- the fetcher, bs4, lxml.
+# frontier; in a parse process, the parser) does not import the others (the coordinator, the
+# frontier, robots.txt, bs4 and lxml where they are not needed).
 _LAZY = {
     "CrawlConfig": "config", "CrawlSummary": "config", "CrawledPage": "config", "Crawler": "crawler",
     "Frontier": "frontier", "FrontierError": "frontier", "FrontierLocked": "frontier",

@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..config import FetcherConfig
 from ..models import FetchResult
 from ..urls import parse_target
-from .parse import PageLinks
+
+if TYPE_CHECKING:  # a program that reads CrawlConfig need not load bs4 and lxml
+    from .parse import PageLinks
 
 __all__ = ["PARSE_MODES", "CrawlConfig", "CrawlOutput", "CrawlProgress", "CrawlSummary", "CrawledPage"]
 

@@ -151,9 +151,9 @@ class Crawler:
                                    failed=lambda exc: pipeline.report_broken("a parse job's hand-over", exc))
             with parser, NIOFetcher(fetcher_config) as fetcher:
                 self._fetcher = fetcher
-                pipeline.start(fetcher, parser, self.on_page, self.output)
                 error: BaseException | None = None
                 try:
+                    pipeline.start(fetcher, parser, self.on_page, self.output)
                     self._coordinate(frontier, fetcher, window)
                 except BaseException as exc:
                     error = exc

@@ -90,14 +90,16 @@ class Pipeline:
         the pages (``on_page`` or ``output``)."""
         self._on_page, self._output = on_page, output
         self._delivering = on_page is not None or output is not None
-        self._threads = [self._thread("niofetcher-crawl-pump", self._pump, fetcher, parser)]
+        threads = [self._thread("niofetcher-crawl-pump", self._pump, fetcher, parser)]
         if self._delivering:
-            self._threads += [
+            threads += [
                 self._thread(f"niofetcher-crawl-deliver-{i}", self._deliver)
                 for i in range(self._config.parse_workers)
             ]
-        for thread in self._threads:
-            thread.start()
+        self._threads = []
+        for thread in threads:
+            thread.start()  # may fail (no threads left): wind_down() then stops the ones that run
+            self._threads.append(thread)
 
     def report_broken(self, where: str, error: BaseException) -> None:
         """Tell the coordinator that ``where`` died: it must end the crawl, not wait for ever."""
@@ -120,9 +122,10 @@ class Pipeline:
         """Stop fetching, and let every page fetched so far reach :attr:`reports` (the crawl is stopping)."""
         fetcher.shutdown(wait=False)  # whatever was not fetched yet comes back cancelled
         self._fetcher_closed.set()
-        pump, *deliverers = self._threads
+        pump, deliverers = self._threads[:1], self._threads[1:]  # none, should the pump have failed to start
         try:
-            pump.join()
+            for thread in pump:
+                thread.join()
             parser.shutdown()  # every job submitted is parsed, and its pages handed over
         finally:
             # Even when a second Ctrl-C breaks the wait above: a delivery thread left waiting

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..errors import ErrorKind
+from ..http11 import REDIRECT_STATUSES
 from ..models import FetchResult
 from ..urls import normal_host
 from .parse import PageLinks
@@ -55,7 +56,7 @@ def error_text(result: FetchResult) -> str:
 
 def is_redirect(result: FetchResult) -> bool:
     """Whether ``result`` is a redirect the crawler follows: a 301, 302, 303, 307 or 308 with a Location."""
-    return result.error is None and result.status in (301, 302, 303, 307, 308) and bool(result.header("location"))
+    return result.error is None and result.status in REDIRECT_STATUSES and bool(result.header("location"))
 
 
 @dataclass(frozen=True, slots=True)
