@@ -1,7 +1,7 @@
 """HTTP/1.1 as the test site speaks it, without a socket: request heads in, prebuilt responses out.
 
 The server never formats a response while it serves: every answer is a
-``_Resource`` built once, at start (``pages`` builds the site's), holding the
+``Resource`` built once, at start (``pages`` builds the site's), holding the
 chunks of bytes to send, and serving a request is a dict lookup. A request
 head is parsed by hand, only for what changes the answer: method, path,
 version, ``Connection`` and ``Content-Length`` (bodies are discarded).
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-_Chunk = bytes | memoryview
+Chunk = bytes | memoryview
 
 
-class _Resource:
+class Resource:
     """One prebuilt response, as the tuples of chunks to send for each case.
 
     Both connection flavours are prebuilt so that serving a request never formats
@@ -24,23 +24,24 @@ class _Resource:
 
     __slots__ = ("close", "close_head_only", "keep_alive", "keep_alive_head_only")
 
-    def __init__(self, status: str, content_type: str, body: Sequence[_Chunk], headers: str = "") -> None:
+    def __init__(self, status: str, content_type: str, body: Sequence[Chunk], headers: str = "") -> None:
         length = sum(len(chunk) for chunk in body)
         head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {length}\r\n{headers}"
         keep_alive_head = (head + "Connection: keep-alive\r\n\r\n").encode("ascii")
         close_head = (head + "Connection: close\r\n\r\n").encode("ascii")
-        self.keep_alive: tuple[_Chunk, ...] = (keep_alive_head, *body)
-        self.close: tuple[_Chunk, ...] = (close_head, *body)
-        self.keep_alive_head_only: tuple[_Chunk, ...] = (keep_alive_head,)
-        self.close_head_only: tuple[_Chunk, ...] = (close_head,)
+        self.keep_alive: tuple[Chunk, ...] = (keep_alive_head, *body)
+        self.close: tuple[Chunk, ...] = (close_head, *body)
+        self.keep_alive_head_only: tuple[Chunk, ...] = (keep_alive_head,)
+        self.close_head_only: tuple[Chunk, ...] = (close_head,)
 
-    def chunks(self, keep_alive: bool, head_only: bool) -> tuple[_Chunk, ...]:
+    def chunks(self, keep_alive: bool, head_only: bool) -> tuple[Chunk, ...]:
+        """The prebuilt bytes to send: with a keep-alive or a close head, the body left out for a HEAD."""
         if head_only:
             return self.keep_alive_head_only if keep_alive else self.close_head_only
         return self.keep_alive if keep_alive else self.close
 
 
-class _InTurn(_Resource):
+class InTurn(Resource):
     """A resource whose answer changes: its n-th request gets ``answers[n]`` (the last one from then on).
 
     A subclass, so the prebuilt resources of every other path keep their one method call.  Only the
@@ -49,23 +50,24 @@ class _InTurn(_Resource):
 
     __slots__ = ("answers", "served")
 
-    def __init__(self, answers: Sequence[_Resource]) -> None:
+    def __init__(self, answers: Sequence[Resource]) -> None:
         self.answers = list(answers)
         self.served = 0
 
-    def chunks(self, keep_alive: bool, head_only: bool) -> tuple[_Chunk, ...]:
+    def chunks(self, keep_alive: bool, head_only: bool) -> tuple[Chunk, ...]:
+        """The next answer's bytes; the last answer once the others have been given."""
         answer = self.answers[min(self.served, len(self.answers) - 1)]
         self.served += 1
         return answer.chunks(keep_alive, head_only)
 
 
-_HTML = "text/html; charset=utf-8"
-_TEXT = "text/plain; charset=utf-8"
-_NOT_FOUND = _Resource("404 Not Found", _TEXT, [b"404 not found\n"])
-_BAD_REQUEST = _Resource("400 Bad Request", _TEXT, [b"400 bad request\n"])
+HTML_TYPE = "text/html; charset=utf-8"
+TEXT_TYPE = "text/plain; charset=utf-8"
+NOT_FOUND = Resource("404 Not Found", TEXT_TYPE, [b"404 not found\n"])
+BAD_REQUEST = Resource("400 Bad Request", TEXT_TYPE, [b"400 bad request\n"])
 
 
-def _parse_head(head: bytes) -> tuple[bytes, str, bool, int] | None:
+def parse_head(head: bytes) -> tuple[bytes, str, bool, int] | None:
     """``(method, path, keep_alive, content_length)`` of a request head, or None when malformed.
 
     Only what changes our answer is looked at. Chunked request bodies are not

@@ -1,13 +1,13 @@
 """What each host of the test site serves: generated pages, ``/robots.txt`` and its redirects.
 
-All of it is built once, at start, by ``_build_host``: one table of prebuilt
+All of it is built once, at start, by ``build_host``: one table of prebuilt
 responses (``messages._Resource``) per host, keyed by path, so that serving a
 request is a dict lookup. The links are the package docstring's graph:
 ``_link_targets`` gives a page's same-host links, the ring of hosts the
 cross-host ones. ``/robots.txt`` holds the site's ``robots_disallow`` and
 ``robots_crawl_delay`` rules, behind a chain of redirects when asked (hop k of
 host j's chain is ``/robots/j/k``, and every host serves every chain) and
-behind N ``503`` answers (``_InTurn``).
+behind N ``503`` answers (``InTurn``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .messages import _HTML, _TEXT, _Chunk, _InTurn, _Resource
+from .messages import HTML_TYPE, TEXT_TYPE, Chunk, InTurn, Resource
 
 if TYPE_CHECKING:
     from .site import TestSite
@@ -62,7 +62,7 @@ def _generated_page(title: str, links: str, page_size: int) -> bytes:
     return (start + filler + end).encode("utf-8")
 
 
-def _split_at_body_end(body: bytes) -> tuple[memoryview, memoryview]:
+def split_at_body_end(body: bytes) -> tuple[memoryview, memoryview]:
     """A corpus page cut before its last ``</body>`` (or at its end), where the site's links go.
 
     Memoryview slices, not copies: corpus pages reach 1 MB and are served as many pages.
@@ -82,11 +82,11 @@ def _robots_txt(disallow: Sequence[str], crawl_delay: float | None = None) -> by
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-_REDIRECT_REASONS = {301: "Moved Permanently", 302: "Found", 303: "See Other", 307: "Temporary Redirect",
+REDIRECT_REASONS = {301: "Moved Permanently", 302: "Found", 303: "See Other", 307: "Temporary Redirect",
                      308: "Permanent Redirect"}
 
 
-def _build_host(site: TestSite, index: int) -> dict[str, _Resource]:
+def build_host(site: TestSite, index: int) -> dict[str, Resource]:
     """The prebuilt responses of one host, keyed by path."""
     pages, count = site.pages, site.links_per_page
     cross = site.cross_host_links and site.hosts > 1
@@ -95,7 +95,7 @@ def _build_host(site: TestSite, index: int) -> dict[str, _Resource]:
     if cross:
         index_links.append((next_base, "next host"))
     table = {
-        "/": _Resource("200 OK", _HTML, [
+        "/": Resource("200 OK", HTML_TYPE, [
             _generated_page(f"Test site host {index}", _links_html(index_links), site.page_size)
         ]),
         **_robots_resources(site, index),
@@ -105,34 +105,34 @@ def _build_host(site: TestSite, index: int) -> dict[str, _Resource]:
         if cross:
             hrefs.append((f"{next_base}page/{i}", f"page {i} on the next host"))
         links = _links_html(hrefs)
-        body: list[_Chunk]
+        body: list[Chunk]
         if site.bodies is None:
             body = [_generated_page(f"Test site host {index} page {i}", links, site.page_size)]
         else:
             before, after = site._body_parts[i % len(site._body_parts)]
             body = [before, links.encode("utf-8"), after]
-        table[f"/page/{i}"] = _Resource("200 OK", _HTML, body)
+        table[f"/page/{i}"] = Resource("200 OK", HTML_TYPE, body)
     return table
 
 
-def _robots_resources(site: TestSite, index: int) -> dict[str, _Resource]:
+def _robots_resources(site: TestSite, index: int) -> dict[str, Resource]:
     """``/robots.txt`` of host ``index`` and the hops of every host's redirect chain (each host
     serves them all: which host a hop is asked of is the chain's business)."""
-    rules = _Resource("200 OK", _TEXT, [_robots_txt(site.robots_disallow, site.robots_crawl_delay)])
+    rules = Resource("200 OK", TEXT_TYPE, [_robots_txt(site.robots_disallow, site.robots_crawl_delay)])
     status = site.robots_redirect_status
     hops = site.robots_redirects
 
-    def hop(j: int, k: int) -> _Resource:
+    def hop(j: int, k: int) -> Resource:
         """Hop ``k`` of host ``j``'s chain: the rules at its end, a redirect to hop k+1 before."""
         if k == hops:
             return rules
         host = (j + k + 1) % site.hosts if site.robots_redirect_cross_host else j
         location = f"{site.base_urls[host]}robots/{j}/{k + 1}"
-        return _Resource(f"{status} {_REDIRECT_REASONS[status]}", _TEXT, [b"moved\n"], f"Location: {location}\r\n")
+        return Resource(f"{status} {REDIRECT_REASONS[status]}", TEXT_TYPE, [b"moved\n"], f"Location: {location}\r\n")
 
     table = {f"/robots/{j}/{k}": hop(j, k) for j in range(site.hosts) for k in range(1, hops + 1)}
     table["/robots.txt"] = hop(index, 0)
     if site.robots_unavailable:
-        busy = _Resource("503 Service Unavailable", _TEXT, [b"503 busy\n"])
-        table["/robots.txt"] = _InTurn([busy] * site.robots_unavailable + [table["/robots.txt"]])
+        busy = Resource("503 Service Unavailable", TEXT_TYPE, [b"503 busy\n"])
+        table["/robots.txt"] = InTurn([busy] * site.robots_unavailable + [table["/robots.txt"]])
     return table

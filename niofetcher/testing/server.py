@@ -69,7 +69,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from .messages import _BAD_REQUEST, _NOT_FOUND, _Chunk, _parse_head, _Resource
+from .messages import BAD_REQUEST, NOT_FOUND, Chunk, Resource, parse_head
 
 __all__ = ["LINGER_SECONDS", "LISTEN_BACKLOG", "MAX_HEAD_SIZE", "OUTPUT_HIGH_WATER", "RECV_SIZE", "PortCounters"]
 
@@ -124,7 +124,7 @@ class PortCounters:
         return dataclasses.replace(self, paths=collections.Counter(self.paths), log=list(self.log))
 
 
-class _Connection:
+class ServerConnection:
     """One accepted socket and its buffers; the server loop owns all of its state."""
 
     __slots__ = (
@@ -150,7 +150,7 @@ class _Connection:
         self.outbuf = bytearray()
         self.body_left = 0  # bytes of a request body still to discard
         # (due, chunks) of delayed responses, in request order; due times only grow.
-        self.scheduled: collections.deque[tuple[float, tuple[_Chunk, ...]]] = collections.deque()
+        self.scheduled: collections.deque[tuple[float, tuple[Chunk, ...]]] = collections.deque()
         self.mask = 0  # the selector events registered; 0 = not registered
         self.closing = False  # no more requests will be read: close once answered
         self.draining = False  # our side is shut down; waiting for the client's FIN
@@ -158,7 +158,7 @@ class _Connection:
         self.closed = False
 
 
-class _Server:
+class Server:
     """The selectors loop: accepts, parses, answers from the prebuilt table, counts.
 
     Everything here runs in one thread; other threads only call ``request_stop()``
@@ -168,7 +168,7 @@ class _Server:
     def __init__(
         self,
         listeners: list[socket.socket],
-        resources: list[dict[str, _Resource]],
+        resources: list[dict[str, Resource]],
         counters: list[PortCounters],
         lock: threading.Lock,
         delay: float,
@@ -187,14 +187,14 @@ class _Server:
         self.stop_requested = False
         self.closed = False
         self.selector = selectors.DefaultSelector()
-        self.connections: set[_Connection] = set()
-        self.timers: list[tuple[float, int, _Connection]] = []
+        self.connections: set[ServerConnection] = set()
+        self.timers: list[tuple[float, int, ServerConnection]] = []
         self.timer_seq = 0  # tie-breaker: connections do not compare
         self.recv_buffer = bytearray(RECV_SIZE)
         self.recv_view = memoryview(self.recv_buffer)
         self.recv_buffers = [self.recv_buffer]  # for recvmsg_into
         # Kernel receive timestamps (plain sockets only; see "Exact delays" in the module doc).
-        self.timestamps = delay > 0 and _SO_TIMESTAMPNS is not None and type(self) is _Server
+        self.timestamps = delay > 0 and _SO_TIMESTAMPNS is not None and type(self) is Server
         self.ancillary_size = socket.CMSG_SPACE(_TIMESPEC.size)
         self.clock_offset = 0.0  # time.monotonic() - time.time(), taken after each wait
         self.arrival_floor = 0.0  # when the previous wait began: nothing read now arrived before it
@@ -210,6 +210,7 @@ class _Server:
     # -- control, from any thread
 
     def request_stop(self) -> None:
+        """Ask the loop, from any thread, to end: it sees the flag at its next wake-up."""
         self.stop_requested = True
         try:
             self.wake_w.send(b"\0")
@@ -270,7 +271,7 @@ class _Server:
         accepts = []
         for key, mask in events:
             conn = key.data
-            if isinstance(conn, _Connection):
+            if isinstance(conn, ServerConnection):
                 self._guarded(conn, now, mask)
                 # A long batch must not hold back responses that fell due meanwhile.
                 if timers and timers[0][0] <= (now := monotonic()):
@@ -284,7 +285,7 @@ class _Server:
         for index in accepts:
             self._accept(index, now)
 
-    def _guarded(self, conn: _Connection, now: float, mask: int) -> None:
+    def _guarded(self, conn: ServerConnection, now: float, mask: int) -> None:
         """Handle one connection's events; a bug here costs that connection, not the server."""
         try:
             if mask & selectors.EVENT_WRITE and not conn.closed:
@@ -294,7 +295,7 @@ class _Server:
         except Exception:  # noqa: BLE001 - the loop must survive its own bugs
             self._fail(conn)
 
-    def _fail(self, conn: _Connection) -> None:
+    def _fail(self, conn: ServerConnection) -> None:
         traceback.print_exc()
         self._close(conn)
 
@@ -339,11 +340,11 @@ class _Server:
             self.open_total += 1
             self.max_open_total = max(self.max_open_total, self.open_total)
 
-    def _adopt(self, sock: socket.socket, index: int, now: float) -> _Connection | None:
+    def _adopt(self, sock: socket.socket, index: int, now: float) -> ServerConnection | None:
         """The connection state for an accepted socket; None if it is already lost."""
-        return _Connection(sock, index, now)
+        return ServerConnection(sock, index, now)
 
-    def _on_readable(self, conn: _Connection, now: float) -> None:
+    def _on_readable(self, conn: ServerConnection, now: float) -> None:
         ancillary: list[tuple[int, int, bytes]] | None = None
         try:
             # Into one reused buffer: a fresh 256 KiB bytes per recv costs more than the recv.
@@ -390,7 +391,7 @@ class _Server:
                 return read_at if stamp > read_at else max(stamp, self.arrival_floor)
         return read_at
 
-    def _service(self, conn: _Connection, now: float) -> None:
+    def _service(self, conn: ServerConnection, now: float) -> None:
         """Parse what can be answered, send what is pending, then close or wait."""
         while True:
             stopped_at_high_water = bool(conn.inbuf) and not conn.closing and self._parse(conn, now)
@@ -407,7 +408,7 @@ class _Server:
         else:
             self._update_interest(conn)
 
-    def _parse(self, conn: _Connection, now: float) -> bool:
+    def _parse(self, conn: ServerConnection, now: float) -> bool:
         """Answer every complete request in ``inbuf``; True if it stopped at the high-water mark."""
         buf = conn.inbuf
         pos = 0
@@ -433,10 +434,10 @@ class _Server:
                 pos = end + 4
                 if not head:
                     continue
-                request = _parse_head(head)
+                request = parse_head(head)
                 if request is None:
                     conn.closing = True
-                    self._respond(conn, now, _BAD_REQUEST.close)
+                    self._respond(conn, now, BAD_REQUEST.close)
                     break
                 method, path, keep_alive, conn.body_left = request
                 counters.requests += 1
@@ -445,7 +446,7 @@ class _Server:
                     counters.log.append((now, path))
                 age = now - conn.accepted_at
                 counters.max_conn_age_at_request = max(counters.max_conn_age_at_request, age)
-                resource = resources.get(path, _NOT_FOUND)
+                resource = resources.get(path, NOT_FOUND)
                 self._respond(conn, now, resource.chunks(keep_alive, method == b"HEAD"))
                 if not keep_alive:
                     conn.closing = True
@@ -455,7 +456,7 @@ class _Server:
         del buf[:pos]
         return high_water
 
-    def _respond(self, conn: _Connection, now: float, chunks: tuple[_Chunk, ...]) -> None:
+    def _respond(self, conn: ServerConnection, now: float, chunks: tuple[Chunk, ...]) -> None:
         if self.delay <= 0:
             for chunk in chunks:
                 conn.outbuf += chunk
@@ -465,7 +466,7 @@ class _Server:
             self._add_timer(due, conn)
         conn.scheduled.append((due, chunks))
 
-    def _send(self, conn: _Connection) -> bool:
+    def _send(self, conn: ServerConnection) -> bool:
         """Send as much of ``outbuf`` as the socket takes; False if the connection died."""
         try:
             sent = conn.sock.send(conn.outbuf)
@@ -477,7 +478,7 @@ class _Server:
         del conn.outbuf[:sent]
         return True
 
-    def _finish(self, conn: _Connection) -> None:
+    def _finish(self, conn: ServerConnection) -> None:
         """Every answer is sent and no more will be read: close, politely (see the module doc)."""
         if conn.peer_eof:
             self._close(conn)
@@ -491,7 +492,7 @@ class _Server:
         self._add_timer(time.monotonic() + LINGER_SECONDS, conn)
         self._update_interest(conn)
 
-    def _update_interest(self, conn: _Connection) -> None:
+    def _update_interest(self, conn: ServerConnection) -> None:
         """Read unless the client is done or too far behind; write only while output waits."""
         want = 0
         if not conn.peer_eof and len(conn.outbuf) < OUTPUT_HIGH_WATER:
@@ -510,7 +511,7 @@ class _Server:
 
     # -- timers
 
-    def _add_timer(self, due: float, conn: _Connection) -> None:
+    def _add_timer(self, due: float, conn: ServerConnection) -> None:
         self.timer_seq += 1
         heapq.heappush(self.timers, (due, self.timer_seq, conn))
 
@@ -528,7 +529,7 @@ class _Server:
             except Exception:  # noqa: BLE001 - as in _guarded
                 self._fail(conn)
 
-    def _release_due(self, conn: _Connection, now: float) -> None:
+    def _release_due(self, conn: ServerConnection, now: float) -> None:
         scheduled = conn.scheduled
         while scheduled and scheduled[0][0] <= now:
             for chunk in scheduled.popleft()[1]:
@@ -539,7 +540,7 @@ class _Server:
 
     # -- closing
 
-    def _close(self, conn: _Connection) -> None:
+    def _close(self, conn: ServerConnection) -> None:
         if conn.closed:
             return
         conn.closed = True

@@ -13,9 +13,9 @@ import ssl
 import threading
 from collections.abc import Callable, Sequence
 
-from .pages import _REDIRECT_REASONS, _build_host, _split_at_body_end
-from .server import LISTEN_BACKLOG, PortCounters, _Server
-from .tls import _TLSServer
+from .pages import REDIRECT_REASONS, build_host, split_at_body_end
+from .server import LISTEN_BACKLOG, PortCounters, Server
+from .tls import TLSServer
 
 __all__ = ["TestSite"]
 
@@ -101,8 +101,8 @@ class TestSite:
             raise ValueError(
                 f"robots_redirects and robots_unavailable must be >= 0, not {robots_redirects!r}, {robots_unavailable!r}"
             )
-        if robots_redirect_status not in _REDIRECT_REASONS:
-            raise ValueError(f"robots_redirect_status must be one of {sorted(_REDIRECT_REASONS)}, "
+        if robots_redirect_status not in REDIRECT_REASONS:
+            raise ValueError(f"robots_redirect_status must be one of {sorted(REDIRECT_REASONS)}, "
                              f"not {robots_redirect_status!r}")
         try:
             address = ipaddress.ip_address(host)
@@ -126,7 +126,7 @@ class TestSite:
         self.robots_unavailable = robots_unavailable
         self.log_requests = log_requests
         self.bodies = None if bodies is None else list(bodies)
-        self._body_parts = [_split_at_body_end(body) for body in self.bodies or ()]
+        self._body_parts = [split_at_body_end(body) for body in self.bodies or ()]
         self.max_seconds = max_seconds
         self.tls = tls
         self.scheme = "http" if tls is None else "https"
@@ -135,7 +135,7 @@ class TestSite:
         self._lock = threading.Lock()
         self._counters = [PortCounters() for _ in range(hosts)]
         self._ports: list[int] = []
-        self._server: _Server | None = None
+        self._server: Server | None = None
         self._thread: threading.Thread | None = None
         self._stopped = False
 
@@ -255,7 +255,7 @@ class TestSite:
 
     # -- internals
 
-    def _bind(self) -> _Server:
+    def _bind(self) -> Server:
         listeners: list[socket.socket] = []
         try:
             for i in range(self.hosts):
@@ -270,7 +270,7 @@ class TestSite:
                 sock.close()
             raise
         self._ports = [sock.getsockname()[1] for sock in listeners]
-        resources = [_build_host(self, i) for i in range(self.hosts)]
+        resources = [build_host(self, i) for i in range(self.hosts)]
         args = (listeners, resources, self._counters, self._lock, self.delay, self.max_seconds, self.log_requests)
-        self._server = _Server(*args) if self.tls is None else _TLSServer(*args, context=self.tls)
+        self._server = Server(*args) if self.tls is None else TLSServer(*args, context=self.tls)
         return self._server

@@ -17,12 +17,12 @@ import ssl
 import time
 from typing import Any
 
-from .server import OUTPUT_HIGH_WATER, _Connection, _Server
+from .server import OUTPUT_HIGH_WATER, Server, ServerConnection
 
 __all__ = ["tls_context_from_files"]
 
 
-class _TLSConnection(_Connection):
+class _TLSConnection(ServerConnection):
     """A connection whose ``sock`` is an ``ssl.SSLSocket`` made with ``do_handshake_on_connect=False``."""
 
     __slots__ = ("handshake_want", "handshaking", "read_wants_write", "write_wants_read")
@@ -37,8 +37,8 @@ class _TLSConnection(_Connection):
         self.write_wants_read = False
 
 
-class _TLSServer(_Server):
-    """``_Server`` with every socket wrapped in TLS; the plain class stays as it was.
+class TLSServer(Server):
+    """``Server`` with every socket wrapped in TLS; the plain class stays as it was.
 
     Only the socket-facing methods change: accept wraps, the first events drive
     the handshake, reads and writes go through the SSL object and turn its
@@ -50,7 +50,7 @@ class _TLSServer(_Server):
         super().__init__(*args)
         self.context = context
 
-    def _adopt(self, sock: socket.socket, index: int, now: float) -> _Connection | None:
+    def _adopt(self, sock: socket.socket, index: int, now: float) -> ServerConnection | None:
         try:
             tls_sock = self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         except (ssl.SSLError, OSError, ValueError):  # e.g. the client reset already
@@ -60,7 +60,7 @@ class _TLSServer(_Server):
             return None
         return _TLSConnection(tls_sock, index, now)
 
-    def _guarded(self, conn: _Connection, now: float, mask: int) -> None:
+    def _guarded(self, conn: ServerConnection, now: float, mask: int) -> None:
         assert isinstance(conn, _TLSConnection)
         try:
             if conn.handshaking:
@@ -107,7 +107,7 @@ class _TLSServer(_Server):
         # A fresh clock: ``now`` is from before the handshake, and a delay counts from the read.
         self._on_readable(conn, time.monotonic())
 
-    def _on_readable(self, conn: _Connection, now: float) -> None:
+    def _on_readable(self, conn: ServerConnection, now: float) -> None:
         if conn.draining:
             # Our side is shut down and TLS is off (see _finish): discard raw bytes until EOF.
             super()._on_readable(conn, now)
@@ -146,7 +146,7 @@ class _TLSServer(_Server):
             if conn.closed or conn.draining or not sock.pending():
                 return
 
-    def _send(self, conn: _Connection) -> bool:
+    def _send(self, conn: ServerConnection) -> bool:
         assert isinstance(conn, _TLSConnection)
         try:
             # Without partial writes OpenSSL answers WANT_WRITE until all of ``outbuf``
@@ -173,7 +173,7 @@ class _TLSServer(_Server):
     # SSLSocket.shutdown(SHUT_WR) drops the SSL object, so while draining whatever
     # the client still sends is read raw and thrown away until its FIN.
 
-    def _update_interest(self, conn: _Connection) -> None:
+    def _update_interest(self, conn: ServerConnection) -> None:
         assert isinstance(conn, _TLSConnection)
         if conn.handshaking:
             want = conn.handshake_want
