@@ -4,6 +4,10 @@ Real processes throughout. Proven here:
 
 - jobs run in other processes and come back in order, on both workers; ``Future``
   callbacks run on the pool's reader thread;
+- an argument wrapped in ``PickleBuffer`` arrives as a read-only memoryview (plain bytes as
+  bytes), whatever the number and sizes of the buffers (empty, more than one writev takes,
+  larger than a reader's buffer), and a job that keeps its view keeps its bytes: later jobs
+  do not write over them; ``parsing.jobs`` cuts pages by their bytes and by their count;
 - a job's exception comes back (with the worker's traceback as ``__cause__``), and one that
   cannot travel comes back as a RuntimeError with its text; nothing a job does to its
   stdout or to pickling spoils the stream for the next job;
@@ -30,6 +34,7 @@ import time
 from collections import Counter
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from pickle import PickleBuffer
 
 import psutil
 import pytest
@@ -100,6 +105,28 @@ def package_file() -> str:
     return str(niofetcher.__file__)
 
 
+def describe(*args: object) -> list[tuple[str, bool, bytes]]:
+    """Each argument's type, whether it is read-only, and its bytes."""
+    return [(type(a).__name__, isinstance(a, memoryview) and a.readonly, bytes(a)) for a in args]  # type: ignore[call-overload]
+
+
+def sizes(buffers: list[memoryview]) -> list[int]:
+    return [len(buffer) for buffer in buffers]
+
+
+KEPT: list[memoryview] = []
+
+
+def keep(view: memoryview) -> int:
+    """A job that keeps its argument's view past its end."""
+    KEPT.append(view)
+    return len(view)
+
+
+def kept() -> list[bytes]:
+    return [bytes(view) for view in KEPT]
+
+
 # -- helpers ---------------------------------------------------------------------------------
 
 
@@ -149,6 +176,39 @@ def test_jobs_run_in_both_workers_and_come_back_in_order(tmp_path: Path, no_leak
     assert results == [((i, "x" * i), {"key": i}) for i in range(200)]
     assert big == ((b"\xff" * 5_000_000,), {})
     assert not worker_processes()
+
+
+def test_pickle_buffers_travel_out_of_band_and_arrive_as_read_only_views(no_leaks: LeakBaseline) -> None:
+    large = os.urandom(5_000_000)  # larger than the reader's buffer, and than the pipe
+    many = [PickleBuffer(bytes([i % 256]) * (i % 7)) for i in range(2500)]  # empty ones, and more than IOV_MAX
+    with ParseProcessPool(1) as pool:
+        described = pool.submit(describe, PickleBuffer(b"body"), b"plain", PickleBuffer(bytearray(b"mutable"))).result()
+        assert pool.submit(describe, PickleBuffer(large)).result() == [("memoryview", True, large)]
+        assert pool.submit(sizes, many).result() == [i % 7 for i in range(2500)]
+        assert pool.submit(echo, large).result() == ((large,), {})  # in band, both ways
+    assert described == [("memoryview", True, b"body"), ("bytes", False, b"plain"), ("memoryview", False, b"mutable")]
+
+
+def test_a_job_that_keeps_its_view_keeps_its_bytes(no_leaks: LeakBaseline) -> None:
+    bodies = [bytes([i]) * 300_000 for i in range(12)]  # several buffers-full: the reader must reuse its buffer
+    with ParseProcessPool(1) as pool:
+        assert [f.result() for f in [pool.submit(keep, PickleBuffer(body)) for body in bodies]] == [300_000] * 12
+        assert pool.submit(kept).result() == bodies
+
+
+def test_parse_jobs_are_cut_by_bytes_and_by_pages() -> None:
+    from niofetcher.crawl import parsing
+
+    def cut(page_sizes: list[int], workers: int) -> list[list[int]]:
+        return parsing.jobs(page_sizes, workers, lambda size: size)
+
+    kib = 1024
+    assert cut([], 2) == []
+    assert cut([100 * kib] * 12, 1) == [[100 * kib] * 5] * 2 + [[100 * kib] * 2]  # 512 KiB at most
+    assert cut([2000 * kib, 10, 10], 2) == [[2000 * kib], [10, 10]]  # a large page is a job of its own
+    assert cut([kib] * 100, 1) == [[kib] * 32] * 3 + [[kib] * 4]  # 32 pages at most
+    assert cut([kib] * 4, 2) == [[kib] * 2] * 2  # few pages: one job per worker ...
+    assert cut([300 * kib, 100, 100], 2) == [[300 * kib], [100, 100]]  # ... by bytes too
 
 
 def test_done_callbacks_run_on_the_reader_thread(tmp_path: Path, no_leaks: LeakBaseline) -> None:

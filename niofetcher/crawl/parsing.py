@@ -5,15 +5,18 @@ A job is a list of pages -- only the bodies, final URLs and Content-Types, see :
 -- and :func:`parse_pages` runs it wherever it goes: it brings back the followed links of each
 page, and the whole PageLinks only when an ``on_page`` will see it.  Pages travel in jobs, not
 one by one, because a hand-over to a process costs a pickling round trip and a future: at a
-thousand pages a second those costs, not the parsing, would set the pace.
+thousand pages a second those costs, not the parsing, would set the pace.  A job is cut by the
+pages' bytes (:func:`jobs`), and its bodies go to a parse process out of band (``PickleBuffer``):
+written from the fetcher's bytes, not copied into a pickle first.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
+from pickle import PickleBuffer
 from typing import NamedTuple, TypeVar
 
 from .parse import PageLinks, extract
@@ -28,15 +31,22 @@ _T = TypeVar("_T")
 
 # A parse job's page: what extract() needs of a FetchResult and nothing else (body, final URL, Content-Type) ...
 ParseInput = tuple[bytes, str, str | None]
+# ... as parse_pages() takes it: the body may be a buffer of the bytes (a PickleBuffer on its way to a
+# parse process arrives there as a memoryview of the job read from the pipe).
+_Received = tuple[bytes | memoryview | PickleBuffer, str, str | None]
 # ... and what comes back: the followed URLs, the PageLinks when asked for, why parsing failed ("": it did not).
 ParseOutput = tuple[list[str], PageLinks | None, str]
 
-# Pages per parse job, at most: enough to make a job's overhead small, few enough that a job of
-# large real pages (bs4: tens of ms each) does not hold its pages back for long.
+# A parse job's bodies, at most (a single larger page is a job of its own): enough to make a job's
+# overhead small, few enough that the job fits in the parse process's pipe (1 MiB, see workers.py)
+# beside the one it is parsing, and that a job of large real pages (bs4: tens of ms each) does not
+# hold its pages back for long.
+_MAX_JOB_BYTES = 512 * 1024
+# ... and its pages, at most: small pages still cost a parse each.
 _MAX_JOB_PAGES = 32
 
 
-def parse_pages(pages: list[ParseInput], extractor: str, scope: LinkScope, keep_links: bool) -> list[ParseOutput]:
+def parse_pages(pages: Sequence[_Received], extractor: str, scope: LinkScope, keep_links: bool) -> list[ParseOutput]:
     """One parse job, run in a parse process (or thread): the links of each page, filtered by ``scope``.
 
     Without ``keep_links`` only the links are extracted (no images, forms, tables, title): nobody
@@ -46,7 +56,8 @@ def parse_pages(pages: list[ParseInput], extractor: str, scope: LinkScope, keep_
     outputs: list[ParseOutput] = []
     for body, url, content_type in pages:
         try:
-            links = extract(body, url, content_type, extractor, links_only=not keep_links)
+            # bytes() copies a view out of the pipe's buffer (and is the bytes themselves otherwise).
+            links = extract(bytes(body), url, content_type, extractor, links_only=not keep_links)
             outputs.append((scope.followed(links), links if keep_links else None, ""))
         except Exception as exc:
             log.exception("parsing %s failed", url)
@@ -54,12 +65,24 @@ def parse_pages(pages: list[ParseInput], extractor: str, scope: LinkScope, keep_
     return outputs
 
 
-def jobs(pages: list[_T], workers: int) -> list[list[_T]]:
-    """``pages`` cut into parse jobs: one per worker when they are few, of at most _MAX_JOB_PAGES."""
-    if not pages:
-        return []
-    size = min(_MAX_JOB_PAGES, -(-len(pages) // workers))
-    return [pages[i:i + size] for i in range(0, len(pages), size)]
+def jobs(pages: list[_T], workers: int, size: Callable[[_T], int]) -> list[list[_T]]:
+    """``pages`` (of ``size(page)`` bytes) cut in order into parse jobs of at most _MAX_JOB_BYTES and
+    _MAX_JOB_PAGES, and into one per worker when they are few (by count and by bytes)."""
+    sizes = [size(page) for page in pages]
+    most_bytes = min(_MAX_JOB_BYTES, -(-sum(sizes) // workers))
+    most_pages = min(_MAX_JOB_PAGES, -(-len(pages) // workers))
+    cut: list[list[_T]] = []
+    job: list[_T] = []
+    job_bytes = 0
+    for page, page_bytes in zip(pages, sizes):
+        if job and (job_bytes + page_bytes > most_bytes or len(job) == most_pages):
+            cut.append(job)
+            job, job_bytes = [], 0
+        job.append(page)
+        job_bytes += page_bytes
+    if job:
+        cut.append(job)
+    return cut
 
 
 class _Job(NamedTuple):
@@ -89,6 +112,7 @@ class ParseExecutor:
         self._failed = failed
         self._pool_broken = False  # a parse process died: parsing goes on in this process
         self._executor: concurrent.futures.Executor
+        self._out_of_band = mode != "thread"  # bodies as PickleBuffers: written to the process, not pickled
         if mode == "thread":
             self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="niofetcher-crawl-parse")
         else:
@@ -100,8 +124,9 @@ class ParseExecutor:
     def submit(self, pages: list[ParseInput], keep_links: bool, done: Callable[[list[ParseOutput]], None]) -> None:
         """Send one parse job; ``done(outputs)`` gets its outputs, one per page, in order."""
         job = _Job(pages, self._extractor, self._scope, keep_links)
+        sent = [(PickleBuffer(body), url, content_type) for body, url, content_type in pages] if self._out_of_band else pages
         try:
-            future = self._executor.submit(parse_pages, *job)
+            future = self._executor.submit(parse_pages, sent, *job[1:])
         except (BrokenProcessPool, RuntimeError) as exc:  # a parse process died, or the pool was shut
             self._parse_here(job, exc, done)
             return

@@ -180,7 +180,7 @@ class Pipeline:
             self.reports.put(again)
         if ready:
             self._hand_over(ready)
-        for job in jobs(to_parse, config.parse_workers):
+        for job in jobs(to_parse, config.parse_workers, _body_size):
             self._submit(job, parser)
 
     def _submit(self, pages: list[Page], parser: ParseExecutor) -> None:
@@ -223,6 +223,10 @@ class Pipeline:
                 if output is not None:
                     output.prepare(crawled)
             self.reports.put(pages)
+
+
+def _body_size(page: Page) -> int:
+    return len(page.result.body)
 
 
 def _is_html(result: FetchResult) -> bool:

@@ -29,22 +29,32 @@ child never picks up another copy of niofetcher from its working directory or
 Wire.  Every worker has its own two pipes, its stdin for jobs and its stdout
 for replies (the worker moves them to private descriptors at once and points
 0 and 1 at /dev/null and stderr, so a job that prints or reads stdin cannot
-corrupt the stream).  A frame is an 8-byte big-endian length and a pickle
-(protocol 5).  A worker answers its jobs in order, so a reply carries no job
-id: the parent pairs it with the oldest job in flight on that worker.  Nothing
-is shared between workers, least of all a lock: the result queue of
+corrupt the stream).  A frame is an 8-byte big-endian length, then the number
+of out-of-band buffers and their lengths, a pickle (protocol 5), and those
+buffers.  An argument wrapped in ``pickle.PickleBuffer`` (the crawler wraps the
+page bodies) travels out of band: the parent writes it from its owner's memory
+in the frame's one ``writev``, instead of copying it into a pickle first (a
+fresh multi-megabyte pickle per job cost the parent more in page faults than
+the copy itself), and the job gets a read-only ``memoryview`` of it, valid
+while the job runs.  Replies are pickled whole, in band.  Each side reads into
+one reusable buffer per pipe, as much as has arrived in one call (a frame too
+large for it gets a buffer of its own), so a frame is usually one read.  A
+worker answers its jobs in order, so a reply carries no job id: the parent
+pairs it with the oldest job in flight on that worker.  Nothing is shared
+between workers, least of all a lock: the result queue of
 ``ProcessPoolExecutor`` has one that every worker takes to hand a result back,
 and it showed in a profile as half of the hand-back cost.  Both pipes are
-grown to 1 MiB (``F_SETPIPE_SZ``, where allowed) so that a typical reply fits
-at once and the worker goes on to its next job without waiting for the parent.
+grown to 1 MiB (``F_SETPIPE_SZ``, where allowed) so that a job of the
+crawler's size (see ``parsing.jobs``) or a typical reply fits at once and the
+writer goes on without waiting for the reader.
 
 Threads in the parent.  Jobs wait in one queue in the parent and are given to
 the least loaded worker that has fewer than ``_DEPTH`` (2) jobs: one to run,
 one already on its way through the pipe, so that a worker never waits for the
 parent between two jobs (a busy parent can take milliseconds to get the GIL).
 Each worker has a *writer* thread that writes its job frames with plain
-blocking writes: a 3 MB job of 32 pages goes through in one ``writev`` call
-that releases the GIL for the whole transfer, where a selector loop would need
+blocking writes: a job goes through in one ``writev`` call that releases the
+GIL for the whole transfer, where a selector loop would need
 the GIL back for each pipe-full.  It must be a thread of its own per worker:
 the writer of a busy worker blocks until that worker reads, and the reply of
 another worker must not wait behind it.  One *reader* thread reads every
@@ -93,7 +103,7 @@ import sys
 import threading
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,11 +114,13 @@ __all__ = ["ParseProcessPool", "RemoteTraceback"]
 
 _T = TypeVar("_T")
 
-_HEADER = struct.Struct("!Q")  # a frame's length
+_LENGTH = struct.Struct("!Q")  # a frame's length, before it
+_COUNT = struct.Struct("!I")  # a frame's out-of-band buffers, each then given by its 8-byte length
 _PROTOCOL = 5
 _DEPTH = 2  # jobs a worker holds at most: the one it runs and the next, already in its pipe
 _PIPE_SIZE = 1 << 20  # the default /proc/sys/fs/pipe-max-size: an unprivileged process may ask for it
-_READ_SIZE = 1 << 20
+_BUFFER_SIZE = 2 * _PIPE_SIZE  # a reader's reusable buffer: a frame the size of the pipe and the next one's start
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16  # the pieces one writev takes
 # The child's first code: the parent's sys.path (argv[2:]), then the worker loop; argv[1]: modules to preload.
 _BOOTSTRAP = (
     "import sys; sys.path[:] = sys.argv[2:]; "
@@ -129,14 +141,11 @@ class _Worker:
     """One parse process and the parent's side of its two pipes."""
 
     process: subprocess.Popen[bytes]
-    jobs: SimpleQueue[bytes | None] = field(default_factory=SimpleQueue)  # frames for the writer; None: close
+    replies: _FrameReader
+    jobs: SimpleQueue[list[memoryview] | None] = field(default_factory=SimpleQueue)  # frames for the writer; None: close
     in_flight: deque[concurrent.futures.Future[Any]] = field(default_factory=deque)  # oldest first
     writer: threading.Thread | None = None
     closing: bool = False  # its writer was told to close the worker's stdin
-    # The reply being read: its header, then its payload.
-    header: bytearray = field(default_factory=lambda: bytearray(_HEADER.size))
-    payload: bytearray | None = None
-    got: int = 0
 
 
 class ParseProcessPool(concurrent.futures.Executor):
@@ -157,7 +166,7 @@ class ParseProcessPool(concurrent.futures.Executor):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be a positive int, not {workers!r}")
         self._lock = threading.Lock()
-        self._queued: deque[tuple[concurrent.futures.Future[Any], bytes]] = deque()
+        self._queued: deque[tuple[concurrent.futures.Future[Any], list[memoryview]]] = deque()
         self._shutdown = False
         self._closing = False
         self._broken: str | None = None  # why the pool is broken, once it is
@@ -166,7 +175,9 @@ class ParseProcessPool(concurrent.futures.Executor):
         self._workers: list[_Worker] = []
         try:
             for _ in range(workers):
-                self._workers.append(_Worker(_start(argv)))
+                process = _start(argv)
+                assert process.stdout is not None
+                self._workers.append(_Worker(process, _FrameReader(process.stdout.fileno())))
         except BaseException:
             for worker in self._workers:
                 _stop(worker.process)
@@ -191,7 +202,10 @@ class ParseProcessPool(concurrent.futures.Executor):
     def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[_T]:
         """Run ``fn(*args, **kwargs)`` in a worker; ``fn`` must be a module-level function.
 
-        A job that cannot be pickled gets a future with that error.
+        A job that cannot be pickled gets a future with that error.  An argument wrapped in
+        ``pickle.PickleBuffer`` is not copied into the job's pickle but written from its own
+        memory (it must stay unchanged until the job is done), and ``fn`` gets a read-only
+        ``memoryview`` of it, valid while the job runs: the crawler's page bodies travel so.
 
         Raises:
             BrokenProcessPool: a worker has died.
@@ -199,7 +213,9 @@ class ParseProcessPool(concurrent.futures.Executor):
         """
         future: concurrent.futures.Future[_T] = concurrent.futures.Future()
         try:
-            payload = pickle.dumps((fn, args, kwargs), _PROTOCOL)
+            buffers: list[pickle.PickleBuffer] = []
+            payload = pickle.dumps((fn, args, kwargs), _PROTOCOL, buffer_callback=buffers.append)
+            frame = _frame(payload, [buffer.raw() for buffer in buffers])
         except Exception as exc:  # noqa: BLE001 - any pickling failure is the job's, not the pool's
             future.set_exception(exc)
             return future
@@ -208,7 +224,7 @@ class ParseProcessPool(concurrent.futures.Executor):
                 raise BrokenProcessPool(self._broken)
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
-            self._queued.append((future, payload))
+            self._queued.append((future, frame))
             self._dispatch()
         return future
 
@@ -242,10 +258,10 @@ class ParseProcessPool(concurrent.futures.Executor):
             worker = min(self._workers, key=lambda w: len(w.in_flight))
             if len(worker.in_flight) >= _DEPTH or worker.closing:
                 return
-            future, payload = queued.popleft()
+            future, frame = queued.popleft()
             if future.set_running_or_notify_cancel():
                 worker.in_flight.append(future)
-                worker.jobs.put(payload)
+                worker.jobs.put(frame)
 
     def _close_when_idle(self) -> None:
         """Once shut down (or broken) and out of jobs, tell every writer to close its worker's stdin."""
@@ -275,7 +291,13 @@ class ParseProcessPool(concurrent.futures.Executor):
                 while selector.get_map():
                     for key, _ in selector.select():
                         worker = key.data
-                        if not self._receive(worker):
+                        try:
+                            alive = worker.replies.fill()
+                        except BlockingIOError:  # nothing after all
+                            continue
+                        for reply in worker.replies.frames():
+                            self._complete(worker, reply)
+                        if not alive:
                             selector.unregister(key.fileobj)
                             self._ended(worker)
         except BaseException as exc:  # a bug here must not leave futures waiting for ever
@@ -301,35 +323,14 @@ class ParseProcessPool(concurrent.futures.Executor):
             worker.process.stdout.close()
         _fail(running, queued, broken)
 
-    def _receive(self, worker: _Worker) -> bool:
-        """Read what ``worker`` has sent and complete a future per whole reply; False at EOF."""
-        assert worker.process.stdout is not None
-        fd = worker.process.stdout.fileno()
-        while True:
-            buffer = worker.header if worker.payload is None else worker.payload
-            try:
-                n = os.readv(fd, [memoryview(buffer)[worker.got : worker.got + _READ_SIZE]])
-            except BlockingIOError:
-                return True
-            if n == 0:
-                return False
-            worker.got += n
-            if worker.got < len(buffer):
-                continue
-            worker.got = 0
-            if worker.payload is None:
-                worker.payload = bytearray(_HEADER.unpack(worker.header)[0])
-            else:
-                worker.payload = None
-                self._complete(worker, buffer)
-
-    def _complete(self, worker: _Worker, reply: bytearray) -> None:
+    def _complete(self, worker: _Worker, reply: memoryview) -> None:
         with self._lock:
             future = worker.in_flight.popleft()
             self._dispatch()  # the next job first: the worker should not wait for this reply's callbacks
             self._close_when_idle()
         try:
-            ok, value, remote_traceback = pickle.loads(reply)
+            data, _ = _unframe(reply)
+            ok, value, remote_traceback = pickle.loads(data)
         except Exception as exc:  # noqa: BLE001 - a result that does not unpickle here is this job's failure
             future.set_exception(exc)
             return
@@ -411,8 +412,8 @@ def _write_jobs(worker: _Worker) -> None:
     stdin = worker.process.stdin
     assert stdin is not None
     try:
-        while (payload := worker.jobs.get()) is not None:
-            _write_frame(stdin.fileno(), payload)
+        while (frame := worker.jobs.get()) is not None:
+            _write(stdin.fileno(), frame)
     except OSError:  # the worker died (EPIPE): the reader sees its EOF and fails its jobs
         pass
     finally:
@@ -422,17 +423,119 @@ def _write_jobs(worker: _Worker) -> None:
 # -- both sides ------------------------------------------------------------------
 
 
-def _write_frame(fd: int, payload: bytes) -> None:
-    """One frame, whole, to a blocking descriptor (writev writes less only when a signal interrupts it)."""
-    views = [memoryview(_HEADER.pack(len(payload))), memoryview(payload)]
-    while views:
-        n = os.writev(fd, views)
+def _frame(payload: bytes, buffers: list[memoryview]) -> list[memoryview]:
+    """The pieces of one frame, for one writev: its length, the buffers' count and lengths, the
+    pickle, the out-of-band buffers (empty pieces left out: a writev of them writes nothing)."""
+    sizes = [buffer.nbytes for buffer in buffers]
+    body = _COUNT.size + _LENGTH.size * len(sizes) + len(payload) + sum(sizes)
+    head = _LENGTH.pack(body) + _COUNT.pack(len(sizes)) + struct.pack(f"!{len(sizes)}Q", *sizes)
+    return [piece for piece in (memoryview(head), memoryview(payload), *buffers) if piece.nbytes]
+
+
+def _unframe(body: memoryview) -> tuple[memoryview, list[memoryview]]:
+    """A frame's body (without its length) -> its pickle and its out-of-band buffers, views of ``body``."""
+    (count,) = _COUNT.unpack_from(body)
+    sizes = struct.unpack_from(f"!{count}Q", body, _COUNT.size)
+    at = len(body) - sum(sizes)
+    pickled = body[_COUNT.size + _LENGTH.size * count : at]
+    buffers = []
+    for size in sizes:
+        buffers.append(body[at : at + size])
+        at += size
+    return pickled, buffers
+
+
+def _write(fd: int, frame: list[memoryview]) -> None:
+    """One frame, whole, to a blocking descriptor: one writev, more only when a signal interrupts
+    it or the frame has more pieces than one call takes."""
+    pieces = list(frame)  # each a view of bytes ("B"): its len() is its size
+    first = 0
+    while first < len(pieces):
+        n = os.writev(fd, pieces[first : first + _IOV_MAX])
         while n:
-            if n >= len(views[0]):
-                n -= len(views.pop(0))
+            if n >= len(pieces[first]):
+                n -= len(pieces[first])
+                first += 1
             else:
-                views[0] = views[0][n:]
+                pieces[first] = pieces[first][n:]
                 n = 0
+
+
+class _FrameReader:
+    """The frames arriving on one pipe, read into one reusable buffer: as much per read as has arrived.
+
+    A frame is handed out as a view of the buffer; the buffer is only written over once no such
+    view is left (a job that keeps one gets the old buffer for good, and the reader a new one).
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buffer = bytearray(_BUFFER_SIZE)
+        self._start = 0  # the first byte not yet handed out in a frame
+        self._end = 0  # the end of what was read
+        self._large: bytearray | None = None  # the body of a frame larger than the buffer, while it is read
+        self._got = 0  # ... and how much of it has been read
+
+    def fill(self) -> bool:
+        """Read once what has arrived (blocking, on a blocking pipe); False at EOF.
+
+        Raises:
+            BlockingIOError: a non-blocking pipe had nothing.
+        """
+        if self._large is not None:
+            n = os.readv(self._fd, [memoryview(self._large)[self._got :]])
+            self._got += n
+            return n > 0
+        pending = self._pending()
+        if pending is not None and _LENGTH.size + pending > len(self._buffer):
+            # Too large for the buffer: a buffer of its own, which takes what has come of it.
+            self._large = bytearray(pending)
+            self._got = self._end - self._start - _LENGTH.size
+            self._large[: self._got] = self._buffer[self._start + _LENGTH.size : self._end]
+            self._start = self._end = 0
+            return self.fill()
+        free = len(self._buffer) - self._end
+        if self._start == self._end or not free or (pending is not None and self._start + _LENGTH.size + pending > len(self._buffer)):
+            self._reclaim()
+        n = os.readv(self._fd, [memoryview(self._buffer)[self._end :]])
+        self._end += n
+        return n > 0
+
+    def frames(self) -> Iterator[memoryview]:
+        """The bodies of the whole frames read so far, each a view to drop before the next fill()."""
+        if self._large is not None:
+            if self._got == len(self._large):
+                large, self._large = self._large, None
+                yield memoryview(large)
+            return
+        while (pending := self._pending()) is not None and self._end - self._start - _LENGTH.size >= pending:
+            begin = self._start + _LENGTH.size
+            self._start = begin + pending
+            yield memoryview(self._buffer)[begin : self._start]
+
+    def _pending(self) -> int | None:
+        """The body length of the next frame, once its length has been read."""
+        if self._end - self._start < _LENGTH.size:
+            return None
+        return int(_LENGTH.unpack_from(self._buffer, self._start)[0])
+
+    def _reclaim(self) -> None:
+        """Move the unread rest to the buffer's start, or to a new buffer while a frame's view is alive."""
+        rest = self._buffer[self._start : self._end]
+        if _exported(self._buffer):
+            self._buffer = bytearray(_BUFFER_SIZE)
+        self._buffer[: len(rest)] = rest
+        self._start, self._end = 0, len(rest)
+
+
+def _exported(buffer: bytearray) -> bool:
+    """Whether a view of ``buffer`` is alive: a bytearray with one cannot change its size."""
+    try:
+        buffer.append(0)
+    except BufferError:
+        return True
+    del buffer[-1]
+    return False
 
 
 # -- the worker ----------------------------------------------------------------
@@ -449,35 +552,22 @@ def _serve(preload: str) -> None:
     os.dup2(2, 1)  # print() in a job goes to stderr, not into the reply stream
     for name in filter(None, preload.split(",")):
         importlib.import_module(name)
-    while (job := _read_frame(jobs)) is not None:
-        try:
-            _write_frame(replies, _run(job))
-        except BrokenPipeError:  # the parent is gone
-            return
+    reader = _FrameReader(jobs)
+    while reader.fill():  # EOF, even mid-frame: the parent is gone
+        for job in reader.frames():
+            reply = _run(job)
+            del job  # the job's views of the buffer end with it
+            try:
+                _write(replies, _frame(reply, []))
+            except BrokenPipeError:  # the parent is gone
+                return
 
 
-def _read_frame(fd: int) -> bytearray | None:
-    """The next frame's payload, or None at EOF."""
-    header = _read_exactly(fd, _HEADER.size)
-    return None if header is None else _read_exactly(fd, _HEADER.unpack(header)[0])
-
-
-def _read_exactly(fd: int, size: int) -> bytearray | None:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    got = 0
-    while got < size:
-        n = os.readv(fd, [view[got:]])
-        if n == 0:
-            return None  # EOF, even mid-frame: the parent is gone
-        got += n
-    return buffer
-
-
-def _run(job: bytearray) -> bytes:
+def _run(job: memoryview) -> bytes:
     """One job -> its pickled reply: (True, result, "") or (False, exception, traceback text)."""
     try:
-        fn, args, kwargs = pickle.loads(job)
+        pickled, buffers = _unframe(job)
+        fn, args, kwargs = pickle.loads(pickled, buffers=buffers)
         return pickle.dumps((True, fn(*args, **kwargs), ""), _PROTOCOL)
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: it is the job's outcome, not the worker's
         return _failure(exc)
