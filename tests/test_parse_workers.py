@@ -204,7 +204,7 @@ def test_parse_jobs_are_cut_by_bytes_and_by_pages() -> None:
 
     kib = 1024
     assert cut([], 2) == []
-    assert cut([100 * kib] * 12, 1) == [[100 * kib] * 5] * 2 + [[100 * kib] * 2]  # 512 KiB at most
+    assert cut([100 * kib] * 12, 1) == [[100 * kib] * 9, [100 * kib] * 3]  # 960 KiB at most
     assert cut([2000 * kib, 10, 10], 2) == [[2000 * kib], [10, 10]]  # a large page is a job of its own
     assert cut([kib] * 100, 1) == [[kib] * 32] * 3 + [[kib] * 4]  # 32 pages at most
     assert cut([kib] * 4, 2) == [[kib] * 2] * 2  # few pages: one job per worker ...
