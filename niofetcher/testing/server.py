@@ -67,9 +67,11 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .messages import BAD_REQUEST, NOT_FOUND, Chunk, Resource, parse_head
+from .messages import BAD_REQUEST, NOT_FOUND, Chunk, parse_head
+from .pages import Resources
 
 __all__ = ["LINGER_SECONDS", "LISTEN_BACKLOG", "MAX_HEAD_SIZE", "OUTPUT_HIGH_WATER", "RECV_SIZE", "PortCounters"]
 
@@ -168,7 +170,7 @@ class Server:
     def __init__(
         self,
         listeners: list[socket.socket],
-        resources: list[dict[str, Resource]],
+        resources: Sequence[Resources],
         counters: list[PortCounters],
         lock: threading.Lock,
         delay: float,
