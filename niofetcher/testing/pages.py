@@ -57,12 +57,13 @@ def _link_targets(page: int, pages: int, count: int) -> list[int]:
     return targets
 
 
-def _links_html(hrefs: Sequence[tuple[str, str]]) -> str:
+def links_html(hrefs: Sequence[tuple[str, str]]) -> str:
+    """The list of links a generated page carries, from ``(href, text)`` pairs."""
     items = "".join(f'<li><a href="{href}">{text}</a></li>\n' for href, text in hrefs)
     return f'<ul class="testsite-links">\n{items}</ul>\n'
 
 
-def _generated_page(title: str, links: str, page_size: int) -> bytes:
+def generated_page(title: str, links: str, page_size: int) -> bytes:
     """An HTML page padded with filler text to about ``page_size`` bytes."""
     start = (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
@@ -86,7 +87,8 @@ def split_at_body_end(body: bytes) -> tuple[memoryview, memoryview]:
     return view[:cut], view[cut:]
 
 
-def _robots_txt(disallow: Sequence[str], crawl_delay: float | None = None) -> bytes:
+def robots_txt(disallow: Sequence[str], crawl_delay: float | None = None) -> bytes:
+    """A ``/robots.txt`` for every user agent: the ``Disallow:`` lines and an optional ``Crawl-delay:``."""
     lines = ["User-agent: *"]
     lines += [f"Disallow: {path}" for path in disallow] or ["Disallow:"]
     if crawl_delay is not None:
@@ -148,7 +150,7 @@ def build_host(site: TestSite, index: int) -> Resources:
         index_links.append((next_base, "next host"))
     table = {
         "/": Resource("200 OK", HTML_TYPE, [
-            _generated_page(f"Test site host {index}", _links_html(index_links), site.page_size)
+            generated_page(f"Test site host {index}", links_html(index_links), site.page_size)
         ]),
         **_robots_resources(site, index),
     }
@@ -157,10 +159,10 @@ def build_host(site: TestSite, index: int) -> Resources:
         hrefs = [(f"/page/{j}", f"page {j}") for j in _link_targets(i, pages, count)]
         if cross:
             hrefs.append((f"{next_base}page/{i}", f"page {i} on the next host"))
-        links = _links_html(hrefs)
+        links = links_html(hrefs)
         body: list[Chunk]
         if site.bodies is None:
-            body = [_generated_page(f"Test site host {index} page {i}", links, site.page_size)]
+            body = [generated_page(f"Test site host {index} page {i}", links, site.page_size)]
         else:
             before, after = site._body_parts[i % len(site._body_parts)]
             body = [before, links.encode("utf-8"), after]
@@ -176,7 +178,7 @@ def build_host(site: TestSite, index: int) -> Resources:
 def _robots_resources(site: TestSite, index: int) -> dict[str, Resource]:
     """``/robots.txt`` of host ``index`` and the hops of every host's redirect chain (each host
     serves them all: which host a hop is asked of is the chain's business)."""
-    rules = Resource("200 OK", TEXT_TYPE, [_robots_txt(site.robots_disallow, site.robots_crawl_delay)])
+    rules = Resource("200 OK", TEXT_TYPE, [robots_txt(site.robots_disallow, site.robots_crawl_delay)])
     status = site.robots_redirect_status
     hops = site.robots_redirects
 
