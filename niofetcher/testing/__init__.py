@@ -18,6 +18,7 @@ docstring holding its part of the theory:
 ``server``    the selectors loop (why it does so little per request, exact
               delays, closing politely) and ``PortCounters``
 ``tls``       the same loop over TLS, and ``tls_context_from_files``
+``web``       ``SyntheticWeb``: many host names on a few ports, for broad crawls
 ============  ===================================================================
 
 Everything a program imports is imported from here (``niofetcher.testing``, or
@@ -33,5 +34,6 @@ from .server import LISTEN_BACKLOG as LISTEN_BACKLOG
 from .server import PortCounters
 from .site import TestSite
 from .tls import tls_context_from_files
+from .web import SyntheticWeb
 
-__all__ = ["PortCounters", "TestSite", "tls_context_from_files"]
+__all__ = ["PortCounters", "SyntheticWeb", "TestSite", "tls_context_from_files"]

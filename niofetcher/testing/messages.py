@@ -67,8 +67,11 @@ NOT_FOUND = Resource("404 Not Found", TEXT_TYPE, [b"404 not found\n"])
 BAD_REQUEST = Resource("400 Bad Request", TEXT_TYPE, [b"400 bad request\n"])
 
 
-def parse_head(head: bytes) -> tuple[bytes, str, bool, int] | None:
-    """``(method, path, keep_alive, content_length)`` of a request head, or None when malformed.
+def parse_head(head: bytes) -> tuple[bytes, str, bool, int, bytes] | None:
+    """``(method, path, keep_alive, content_length, host)`` of a request head, or None when malformed.
+
+    ``host`` is the ``Host`` field lowercased (``b""`` without one): a site of many
+    host names on one port tells them apart by it.
 
     Only what changes our answer is looked at. Chunked request bodies are not
     supported (no client of this site sends them) and count as malformed.
@@ -85,6 +88,7 @@ def parse_head(head: bytes) -> tuple[bytes, str, bool, int] | None:
     else:
         return None
     content_length = 0
+    host = b""
     if fields:
         for header in fields.split(b"\r\n"):
             name, colon, value = header.partition(b":")
@@ -102,10 +106,12 @@ def parse_head(head: bytes) -> tuple[bytes, str, bool, int] | None:
                 if not value.isdigit():
                     return None
                 content_length = int(value)
+            elif name == b"host":
+                host = value.strip().lower()
             elif name == b"transfer-encoding":
                 return None
     if target.startswith((b"http://", b"https://")):  # absolute-form, as sent to proxies
         slash = target.find(b"/", target.index(b"//") + 2)
         target = target[slash:] if slash >= 0 else b"/"
     path = target.partition(b"?")[0].decode("latin-1")
-    return method, path, keep_alive, content_length
+    return method, path, keep_alive, content_length, host

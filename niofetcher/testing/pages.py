@@ -1,8 +1,10 @@
 """What each host of the test site serves: generated pages, ``/robots.txt`` and its redirects.
 
 All of it is built once, at start, by ``build_host``: one table of prebuilt
-responses (``messages._Resource``) per host, keyed by path, so that serving a
-request is a dict lookup. The links are the package docstring's graph:
+responses (``messages.Resource``) per host, keyed by path, so that serving a
+request is a dict lookup; a site of more than ``PREBUILT_PAGES`` pages makes
+each page when asked instead (``GeneratedPages``), the same bytes, in O(1)
+memory per page. The links are the package docstring's graph:
 ``_link_targets`` gives a page's same-host links, the ring of hosts the
 cross-host ones. ``/robots.txt`` holds the site's ``robots_disallow`` and
 ``robots_crawl_delay`` rules, behind a chain of redirects when asked (hop k of
@@ -12,8 +14,8 @@ behind N ``503`` answers (``InTurn``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from .messages import HTML_TYPE, TEXT_TYPE, Chunk, InTurn, Resource
 
@@ -33,24 +35,35 @@ def _link_targets(page: int, pages: int, count: int) -> list[int]:
     ``k*i + 1`` for k = 1.. gives the chain i+1 (which alone makes every page
     reachable) and long jumps (2i+1, 3i+1...) so a crawl fans out quickly; the
     neighbours i+2, i+3... fill in where those collide.
+
+    O(count), not O(pages): the neighbours are distinct and never ``page``, so
+    only the jumps taken can collide with them, and at most ``count`` of them
+    are looked at beyond the ones kept.
     """
-    jumps = ((k * page + 1) % pages for k in range(1, count + 1))
-    neighbours = ((page + k) % pages for k in range(1, pages))
     targets: list[int] = []
-    for target in (*jumps, *neighbours):
-        if len(targets) == count:
+    taken: set[int] = set()
+    for k in range(1, count + 1):
+        target = (k * page + 1) % pages
+        if target != page and target not in taken:
+            taken.add(target)
+            targets.append(target)
+    for k in range(1, pages):
+        if len(targets) >= count:
             break
-        if target != page and target not in targets:
+        target = (page + k) % pages
+        if target not in taken:
+            taken.add(target)
             targets.append(target)
     return targets
 
 
-def _links_html(hrefs: Sequence[tuple[str, str]]) -> str:
+def links_html(hrefs: Sequence[tuple[str, str]]) -> str:
+    """The list of links a generated page carries, from ``(href, text)`` pairs."""
     items = "".join(f'<li><a href="{href}">{text}</a></li>\n' for href, text in hrefs)
     return f'<ul class="testsite-links">\n{items}</ul>\n'
 
 
-def _generated_page(title: str, links: str, page_size: int) -> bytes:
+def generated_page(title: str, links: str, page_size: int) -> bytes:
     """An HTML page padded with filler text to about ``page_size`` bytes."""
     start = (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
@@ -74,7 +87,8 @@ def split_at_body_end(body: bytes) -> tuple[memoryview, memoryview]:
     return view[:cut], view[cut:]
 
 
-def _robots_txt(disallow: Sequence[str], crawl_delay: float | None = None) -> bytes:
+def robots_txt(disallow: Sequence[str], crawl_delay: float | None = None) -> bytes:
+    """A ``/robots.txt`` for every user agent: the ``Disallow:`` lines and an optional ``Crawl-delay:``."""
     lines = ["User-agent: *"]
     lines += [f"Disallow: {path}" for path in disallow] or ["Disallow:"]
     if crawl_delay is not None:
@@ -86,8 +100,48 @@ REDIRECT_REASONS = {301: "Moved Permanently", 302: "Found", 303: "See Other", 30
                      308: "Permanent Redirect"}
 
 
-def build_host(site: TestSite, index: int) -> dict[str, Resource]:
-    """The prebuilt responses of one host, keyed by path."""
+#: Sites of up to this many pages (over all hosts) are built whole at start, so that serving
+#: one is a dict lookup; a bigger site makes each page when it is asked for (``GeneratedPages``):
+#: 1M prebuilt pages of 2 KB took 17 s and 2.6 GB.
+PREBUILT_PAGES = 100_000
+
+
+class Resources(Protocol):
+    """What the server asks of a host's responses: the one for a path, or ``default``."""
+
+    def get(self, path: str, default: Resource, /) -> Resource:
+        """The response for ``path``; ``default`` when the host has none."""
+
+
+class GeneratedPages:
+    """A host's responses whose pages, ``/page/0`` .. ``/page/{pages-1}``, are made on each request.
+
+    Nothing is kept: a crawl of a million pages must not hold a million pages. ``fixed``
+    holds the rest (``/``, ``/robots.txt``...), prebuilt. The paths answered are exactly
+    those a prebuilt table would have (``/page/007`` is not ``/page/7``).
+    """
+
+    __slots__ = ("fixed", "make", "pages")
+
+    def __init__(self, fixed: dict[str, Resource], pages: int, make: Callable[[int], Resource]) -> None:
+        self.fixed = fixed
+        self.pages = pages
+        self.make = make
+
+    def get(self, path: str, default: Resource, /) -> Resource:
+        """The prebuilt response for ``path``, page ``i``'s made now, or ``default``."""
+        resource = self.fixed.get(path)
+        if resource is not None:
+            return resource
+        if path.startswith("/page/"):
+            number = path[6:]
+            if number.isascii() and number.isdigit() and str(int(number)) == number and int(number) < self.pages:
+                return self.make(int(number))
+        return default
+
+
+def build_host(site: TestSite, index: int) -> Resources:
+    """The responses of one host: a prebuilt table, or ``GeneratedPages`` past ``PREBUILT_PAGES``."""
     pages, count = site.pages, site.links_per_page
     cross = site.cross_host_links and site.hosts > 1
     next_base = site.base_urls[(index + 1) % site.hosts]
@@ -96,29 +150,35 @@ def build_host(site: TestSite, index: int) -> dict[str, Resource]:
         index_links.append((next_base, "next host"))
     table = {
         "/": Resource("200 OK", HTML_TYPE, [
-            _generated_page(f"Test site host {index}", _links_html(index_links), site.page_size)
+            generated_page(f"Test site host {index}", links_html(index_links), site.page_size)
         ]),
         **_robots_resources(site, index),
     }
-    for i in range(pages):
+
+    def page(i: int) -> Resource:
         hrefs = [(f"/page/{j}", f"page {j}") for j in _link_targets(i, pages, count)]
         if cross:
             hrefs.append((f"{next_base}page/{i}", f"page {i} on the next host"))
-        links = _links_html(hrefs)
+        links = links_html(hrefs)
         body: list[Chunk]
         if site.bodies is None:
-            body = [_generated_page(f"Test site host {index} page {i}", links, site.page_size)]
+            body = [generated_page(f"Test site host {index} page {i}", links, site.page_size)]
         else:
             before, after = site._body_parts[i % len(site._body_parts)]
             body = [before, links.encode("utf-8"), after]
-        table[f"/page/{i}"] = Resource("200 OK", HTML_TYPE, body)
+        return Resource("200 OK", HTML_TYPE, body)
+
+    if pages * site.hosts > PREBUILT_PAGES:
+        return GeneratedPages(table, pages, page)
+    for i in range(pages):
+        table[f"/page/{i}"] = page(i)
     return table
 
 
 def _robots_resources(site: TestSite, index: int) -> dict[str, Resource]:
     """``/robots.txt`` of host ``index`` and the hops of every host's redirect chain (each host
     serves them all: which host a hop is asked of is the chain's business)."""
-    rules = Resource("200 OK", TEXT_TYPE, [_robots_txt(site.robots_disallow, site.robots_crawl_delay)])
+    rules = Resource("200 OK", TEXT_TYPE, [robots_txt(site.robots_disallow, site.robots_crawl_delay)])
     status = site.robots_redirect_status
     hops = site.robots_redirects
 

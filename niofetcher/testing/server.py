@@ -67,9 +67,11 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .messages import BAD_REQUEST, NOT_FOUND, Chunk, Resource, parse_head
+from .messages import BAD_REQUEST, NOT_FOUND, Chunk, parse_head
+from .pages import Resources
 
 __all__ = ["LINGER_SECONDS", "LISTEN_BACKLOG", "MAX_HEAD_SIZE", "OUTPUT_HIGH_WATER", "RECV_SIZE", "PortCounters"]
 
@@ -124,6 +126,22 @@ class PortCounters:
         return dataclasses.replace(self, paths=collections.Counter(self.paths), log=list(self.log))
 
 
+class Origin:
+    """One served host: its responses, the counters its requests go to, and its delay.
+
+    A plain site has one per port. A site of many host names has one per name too
+    (``Server``'s ``names``), and a connection moves from its port's to its name's
+    with its first request.
+    """
+
+    __slots__ = ("counters", "delay", "resources")
+
+    def __init__(self, resources: Resources, counters: PortCounters, delay: float = 0.0) -> None:
+        self.resources = resources
+        self.counters = counters
+        self.delay = delay
+
+
 class ServerConnection:
     """One accepted socket and its buffers; the server loop owns all of its state."""
 
@@ -135,16 +153,20 @@ class ServerConnection:
         "draining",
         "inbuf",
         "mask",
+        "origin",
         "outbuf",
         "peer_eof",
         "port_index",
         "scheduled",
         "sock",
+        "unbound",
     )
 
-    def __init__(self, sock: socket.socket, port_index: int, accepted_at: float) -> None:
+    def __init__(self, sock: socket.socket, port_index: int, origin: Origin, accepted_at: float) -> None:
         self.sock = sock
         self.port_index = port_index
+        self.origin = origin  # whose responses, counters and delay its requests get
+        self.unbound = False  # True while its first request may still bind it to a host name
         self.accepted_at = accepted_at
         self.inbuf = bytearray()
         self.outbuf = bytearray()
@@ -162,25 +184,26 @@ class Server:
     """The selectors loop: accepts, parses, answers from the prebuilt table, counts.
 
     Everything here runs in one thread; other threads only call ``request_stop()``
-    and read counters under ``lock``.
+    and read counters under ``lock``. ``origins`` holds each listener's host; with
+    ``names`` (``Host`` field, lowercased, to its host), a connection belongs to the
+    host its first request names, or stays its port's when the name is unknown.
     """
 
     def __init__(
         self,
         listeners: list[socket.socket],
-        resources: list[dict[str, Resource]],
-        counters: list[PortCounters],
+        origins: Sequence[Origin],
         lock: threading.Lock,
-        delay: float,
         max_seconds: float | None,
         log_requests: bool = False,
+        names: Mapping[bytes, Origin] | None = None,
     ) -> None:
         self.listeners = listeners
         self.log_requests = log_requests
-        self.resources = resources
-        self.counters = counters
+        self.origins = origins
+        self.counters = [origin.counters for origin in origins]
+        self.names = names
         self.lock = lock
-        self.delay = delay
         self.max_seconds = max_seconds
         self.open_total = 0  # over all ports, for a true global peak
         self.max_open_total = 0
@@ -194,7 +217,9 @@ class Server:
         self.recv_view = memoryview(self.recv_buffer)
         self.recv_buffers = [self.recv_buffer]  # for recvmsg_into
         # Kernel receive timestamps (plain sockets only; see "Exact delays" in the module doc).
-        self.timestamps = delay > 0 and _SO_TIMESTAMPNS is not None and type(self) is Server
+        delayed = any(origin.delay > 0 for origin in (*origins, *(names or {}).values()))
+        self.timestamps = delayed and _SO_TIMESTAMPNS is not None and type(self) is Server
+        self.delayed = delayed
         self.ancillary_size = socket.CMSG_SPACE(_TIMESPEC.size)
         self.clock_offset = 0.0  # time.monotonic() - time.time(), taken after each wait
         self.arrival_floor = 0.0  # when the previous wait began: nothing read now arrived before it
@@ -331,6 +356,7 @@ class Server:
             with self.lock:
                 counters.accepted += 1
             return
+        conn.unbound = self.names is not None
         self.connections.add(conn)
         self._update_interest(conn)
         with self.lock:
@@ -342,7 +368,7 @@ class Server:
 
     def _adopt(self, sock: socket.socket, index: int, now: float) -> ServerConnection | None:
         """The connection state for an accepted socket; None if it is already lost."""
-        return ServerConnection(sock, index, now)
+        return ServerConnection(sock, index, self.origins[index], now)
 
     def _on_readable(self, conn: ServerConnection, now: float) -> None:
         ancillary: list[tuple[int, int, bytes]] | None = None
@@ -369,7 +395,7 @@ class Server:
         conn.inbuf += self.recv_view[:received]
         if ancillary is not None:
             now = self._arrival(ancillary)
-        elif self.delay > 0:
+        elif self.delayed:
             now = time.monotonic()  # a delay counts from the read, not from the start of the batch
         self._service(conn, now)
 
@@ -413,8 +439,6 @@ class Server:
         buf = conn.inbuf
         pos = 0
         high_water = oversize = False
-        counters = self.counters[conn.port_index]
-        resources = self.resources[conn.port_index]
         with self.lock:
             while not conn.closing:
                 if conn.body_left:
@@ -437,17 +461,21 @@ class Server:
                 request = parse_head(head)
                 if request is None:
                     conn.closing = True
-                    self._respond(conn, now, BAD_REQUEST.close)
+                    self._respond(conn, now, BAD_REQUEST.close, conn.origin.delay)
                     break
-                method, path, keep_alive, conn.body_left = request
+                method, path, keep_alive, conn.body_left, host = request
+                if conn.unbound:
+                    self._bind_to_host(conn, host)
+                origin = conn.origin
+                counters = origin.counters
                 counters.requests += 1
                 counters.paths[path] += 1
                 if self.log_requests:
                     counters.log.append((now, path))
                 age = now - conn.accepted_at
                 counters.max_conn_age_at_request = max(counters.max_conn_age_at_request, age)
-                resource = resources.get(path, NOT_FOUND)
-                self._respond(conn, now, resource.chunks(keep_alive, method == b"HEAD"))
+                resource = origin.resources.get(path, NOT_FOUND)
+                self._respond(conn, now, resource.chunks(keep_alive, method == b"HEAD"), origin.delay)
                 if not keep_alive:
                     conn.closing = True
         if oversize:
@@ -456,12 +484,24 @@ class Server:
         del buf[:pos]
         return high_water
 
-    def _respond(self, conn: ServerConnection, now: float, chunks: tuple[Chunk, ...]) -> None:
-        if self.delay <= 0:
+    def _bind_to_host(self, conn: ServerConnection, host: bytes) -> None:
+        """Give the connection to the host its first request names (under ``lock``), counted there."""
+        conn.unbound = False
+        origin = self.names.get(host) if self.names is not None else None
+        if origin is None:
+            return
+        conn.origin = origin
+        counters = origin.counters
+        counters.accepted += 1
+        counters.open_now += 1
+        counters.max_open = max(counters.max_open, counters.open_now)
+
+    def _respond(self, conn: ServerConnection, now: float, chunks: tuple[Chunk, ...], delay: float) -> None:
+        if delay <= 0:
             for chunk in chunks:
                 conn.outbuf += chunk
             return
-        due = now + self.delay
+        due = now + delay
         if not conn.scheduled:  # one timer per connection: its earliest response
             self._add_timer(due, conn)
         conn.scheduled.append((due, chunks))
@@ -550,7 +590,10 @@ class Server:
         conn.sock.close()
         self.connections.discard(conn)
         with self.lock:
-            self.counters[conn.port_index].open_now -= 1
+            port_counters = self.counters[conn.port_index]
+            port_counters.open_now -= 1
+            if conn.origin.counters is not port_counters:
+                conn.origin.counters.open_now -= 1
             self.open_total -= 1
 
     def close(self) -> None:

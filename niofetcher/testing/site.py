@@ -3,6 +3,7 @@
 What the site serves is built by ``pages``, the loop that serves it is
 ``server`` (``tls`` for HTTPS); this module binds the ports, starts the loop
 in a thread and reads the counters under the lock it shares with the loop.
+``LoopbackSite`` is that lifecycle, shared with ``web.SyntheticWeb``.
 """
 
 from __future__ import annotations
@@ -12,15 +13,197 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from .pages import REDIRECT_REASONS, build_host, split_at_body_end
-from .server import LISTEN_BACKLOG, PortCounters, Server
+from .server import LISTEN_BACKLOG, Origin, PortCounters, Server
 from .tls import TLSServer
 
-__all__ = ["TestSite"]
+__all__ = ["LoopbackSite", "TestSite"]
+
+# typing.Self is Python 3.11+, typing_extensions is not the standard library: a bound TypeVar.
+SiteT = TypeVar("SiteT", bound="LoopbackSite")
 
 
-class TestSite:
+class LoopbackSite:
+    """K listening loopback ports served by one ``Server`` loop in a thread: the lifecycle and the
+    port counters that every site shares; a subclass says what is served (``make_server``).
+
+    Args:
+        ports: how many ports to listen on.
+        host: a loopback IP literal to bind; nothing else is accepted, so the
+            site can never be reached from off the machine.
+        port: 0 for ephemeral ports, or P for P, P+1, ... P+ports-1.
+        max_seconds: the loop stops by itself after this long; None = no bound.
+        log_requests: record ``(arrival time, path)`` of every request.
+        tls: a server-side ``ssl.SSLContext``, or None for plain HTTP.
+    """
+
+    __test__ = False
+
+    def __init__(
+        self,
+        ports: int,
+        host: str,
+        port: int,
+        max_seconds: float | None,
+        log_requests: bool = False,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        if not 0 <= port <= 65536 - ports:
+            raise ValueError(f"port must leave room for {ports} ports below 65536, not {port!r}")
+        if max_seconds is not None and max_seconds <= 0:
+            raise ValueError(f"max_seconds must be > 0 or None, not {max_seconds!r}")
+        if tls is not None and not isinstance(tls, ssl.SSLContext):
+            raise ValueError(f"tls must be an ssl.SSLContext or None, not {tls!r}")
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            raise ValueError(f"host must be a loopback IP literal, not {host!r}") from None
+        if not address.is_loopback:
+            raise ValueError(f"host must be a loopback IP literal, not {host!r}")
+        self.host = host
+        self.port = port
+        self.max_seconds = max_seconds
+        self.log_requests = log_requests
+        self.tls = tls
+        self.scheme = "http" if tls is None else "https"
+        self._port_count = ports
+        self._family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+        self._url_host = f"[{host}]" if address.version == 6 else host
+        self._lock = threading.Lock()
+        self._counters = [PortCounters() for _ in range(ports)]
+        self._ports: list[int] = []
+        self._server: Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def make_server(self, listeners: list[socket.socket]) -> Server:
+        """The loop that serves the bound ``listeners`` (their ports are known by now)."""
+        raise NotImplementedError
+
+    # -- lifecycle
+
+    def start(self: SiteT) -> SiteT:  # noqa: PYI019
+        """Bind every port and start the loop in a daemon thread; all ports listen on return."""
+        if self._server is not None or self._stopped:
+            raise RuntimeError("a TestSite can be started only once")
+        server = self._bind()
+        self._thread = threading.Thread(target=server.run, name="niofetcher-testsite", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the loop, close every socket and join the thread. Safe to call twice."""
+        self._stopped = True
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        server.request_stop()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+            server.wake_w.close()
+
+    def serve_forever(self: SiteT, on_ready: Callable[[SiteT], None] | None = None) -> None:  # noqa: PYI019
+        """Serve in the calling thread until Ctrl-C or ``max_seconds`` (for the command line).
+
+        ``on_ready`` is called once the ports are bound (so it can print ``base_urls``).
+        """
+        if self._server is not None or self._stopped:
+            raise RuntimeError("a TestSite can be started only once")
+        server = self._bind()
+        try:
+            if on_ready is not None:
+                on_ready(self)
+            server.run()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self._stopped = True
+            server.close()
+            server.wake_w.close()
+
+    def __enter__(self: SiteT) -> SiteT:  # noqa: PYI019
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- addresses
+
+    @property
+    def ports(self) -> list[int]:
+        """The listening ports, host 0 first. Known before ``start()`` only for a fixed ``port``."""
+        if self._ports:
+            return list(self._ports)
+        if self.port:
+            return [self.port + i for i in range(self._port_count)]
+        raise RuntimeError("ephemeral ports are assigned by start()")
+
+    # -- counters
+
+    def counters(self, port: int | None = None) -> PortCounters:
+        """A copy of one port's counters; ``None`` sums all ports (peaks are true global peaks, and
+        the logs are merged in time order)."""
+        with self._lock:
+            if port is not None:
+                return self._counters[self.ports.index(port)].copy()
+            total = PortCounters()
+            for counters in self._counters:
+                total.accepted += counters.accepted
+                total.open_now += counters.open_now
+                total.requests += counters.requests
+                total.tls_handshakes += counters.tls_handshakes
+                total.tls_resumed += counters.tls_resumed
+                total.tls_failed += counters.tls_failed
+                total.max_conn_age_at_request = max(
+                    total.max_conn_age_at_request, counters.max_conn_age_at_request
+                )
+                total.paths.update(counters.paths)
+                total.log.extend(counters.log)
+            total.log.sort()
+            total.max_open = self._server.max_open_total if self._server else 0
+            return total
+
+    def reset_counters(self) -> None:
+        """Zero the counters; open connections stay counted as open (and as the new peak)."""
+        with self._lock:
+            for counters in self.all_counters():  # in place: the loop holds references to them
+                counters.accepted = counters.requests = 0
+                counters.tls_handshakes = counters.tls_resumed = counters.tls_failed = 0
+                counters.max_conn_age_at_request = 0.0
+                counters.paths.clear()
+                counters.log.clear()
+                counters.max_open = counters.open_now
+            if self._server is not None:
+                self._server.max_open_total = self._server.open_total
+
+    def all_counters(self) -> list[PortCounters]:
+        """Every counters object the loop writes (the ports'; a subclass adds its own)."""
+        return self._counters
+
+    # -- internals
+
+    def _bind(self) -> Server:
+        listeners: list[socket.socket] = []
+        try:
+            for i in range(self._port_count):
+                sock = socket.socket(self._family, socket.SOCK_STREAM)
+                listeners.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((self.host, self.port + i if self.port else 0))
+                sock.listen(LISTEN_BACKLOG)
+                sock.setblocking(False)
+        except BaseException:
+            for sock in listeners:
+                sock.close()
+            raise
+        self._ports = [sock.getsockname()[1] for sock in listeners]
+        self._server = self.make_server(listeners)
+        return self._server
+
+
+class TestSite(LoopbackSite):
     """A generated web site on K loopback ports, served by one fast selectors loop.
 
     Use it as a context manager (``with TestSite(hosts=3) as site:``), or call
@@ -87,14 +270,8 @@ class TestSite:
             )
         if delay < 0 or page_size < 0:
             raise ValueError(f"delay and page_size must be >= 0, not {delay!r}, {page_size!r}")
-        if not 0 <= port <= 65536 - hosts:
-            raise ValueError(f"port must leave room for {hosts} ports below 65536, not {port!r}")
-        if max_seconds is not None and max_seconds <= 0:
-            raise ValueError(f"max_seconds must be > 0 or None, not {max_seconds!r}")
         if bodies is not None and not bodies:
             raise ValueError("bodies must not be empty")
-        if tls is not None and not isinstance(tls, ssl.SSLContext):
-            raise ValueError(f"tls must be an ssl.SSLContext or None, not {tls!r}")
         if robots_crawl_delay is not None and not robots_crawl_delay >= 0:
             raise ValueError(f"robots_crawl_delay must be >= 0 or None, not {robots_crawl_delay!r}")
         if robots_redirects < 0 or robots_unavailable < 0:
@@ -104,87 +281,21 @@ class TestSite:
         if robots_redirect_status not in REDIRECT_REASONS:
             raise ValueError(f"robots_redirect_status must be one of {sorted(REDIRECT_REASONS)}, "
                              f"not {robots_redirect_status!r}")
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            raise ValueError(f"host must be a loopback IP literal, not {host!r}") from None
-        if not address.is_loopback:
-            raise ValueError(f"host must be a loopback IP literal, not {host!r}")
+        super().__init__(hosts, host, port, max_seconds, log_requests, tls)
         self.hosts = hosts
         self.pages = pages
         self.delay = delay
         self.page_size = page_size
         self.links_per_page = links_per_page
         self.cross_host_links = cross_host_links
-        self.host = host
-        self.port = port
         self.robots_disallow = tuple(robots_disallow)
         self.robots_crawl_delay = robots_crawl_delay
         self.robots_redirects = robots_redirects
         self.robots_redirect_status = robots_redirect_status
         self.robots_redirect_cross_host = robots_redirect_cross_host
         self.robots_unavailable = robots_unavailable
-        self.log_requests = log_requests
         self.bodies = None if bodies is None else list(bodies)
         self._body_parts = [split_at_body_end(body) for body in self.bodies or ()]
-        self.max_seconds = max_seconds
-        self.tls = tls
-        self.scheme = "http" if tls is None else "https"
-        self._family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-        self._url_host = f"[{host}]" if address.version == 6 else host
-        self._lock = threading.Lock()
-        self._counters = [PortCounters() for _ in range(hosts)]
-        self._ports: list[int] = []
-        self._server: Server | None = None
-        self._thread: threading.Thread | None = None
-        self._stopped = False
-
-    # -- lifecycle
-
-    def start(self) -> TestSite:
-        """Bind every port and start the loop in a daemon thread; all ports listen on return."""
-        if self._server is not None or self._stopped:
-            raise RuntimeError("a TestSite can be started only once")
-        server = self._bind()
-        self._thread = threading.Thread(target=server.run, name="niofetcher-testsite", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop the loop, close every socket and join the thread. Safe to call twice."""
-        self._stopped = True
-        server, thread = self._server, self._thread
-        if server is None:
-            return
-        server.request_stop()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
-            server.wake_w.close()
-
-    def serve_forever(self, on_ready: Callable[[TestSite], None] | None = None) -> None:
-        """Serve in the calling thread until Ctrl-C or ``max_seconds`` (for the command line).
-
-        ``on_ready`` is called once the ports are bound (so it can print ``base_urls``).
-        """
-        if self._server is not None or self._stopped:
-            raise RuntimeError("a TestSite can be started only once")
-        server = self._bind()
-        try:
-            if on_ready is not None:
-                on_ready(self)
-            server.run()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            self._stopped = True
-            server.close()
-            server.wake_w.close()
-
-    def __enter__(self) -> TestSite:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "running" if self._server else "new"
@@ -192,15 +303,6 @@ class TestSite:
         return f"<TestSite hosts={self.hosts} pages={self.pages} ports={self._ports}{tls} {state}>"
 
     # -- addresses
-
-    @property
-    def ports(self) -> list[int]:
-        """The listening ports, host 0 first. Known before ``start()`` only for a fixed ``port``."""
-        if self._ports:
-            return list(self._ports)
-        if self.port:
-            return [self.port + i for i in range(self.hosts)]
-        raise RuntimeError("ephemeral ports are assigned by start()")
 
     @property
     def base_urls(self) -> list[str]:
@@ -215,62 +317,8 @@ class TestSite:
             for url in (base, *(f"{base}page/{i}" for i in range(self.pages)))
         ]
 
-    # -- counters
-
-    def counters(self, port: int | None = None) -> PortCounters:
-        """A copy of one port's counters; ``None`` sums all ports (peaks are true global peaks, and
-        the logs are merged in time order)."""
-        with self._lock:
-            if port is not None:
-                return self._counters[self.ports.index(port)].copy()
-            total = PortCounters()
-            for counters in self._counters:
-                total.accepted += counters.accepted
-                total.open_now += counters.open_now
-                total.requests += counters.requests
-                total.tls_handshakes += counters.tls_handshakes
-                total.tls_resumed += counters.tls_resumed
-                total.tls_failed += counters.tls_failed
-                total.max_conn_age_at_request = max(
-                    total.max_conn_age_at_request, counters.max_conn_age_at_request
-                )
-                total.paths.update(counters.paths)
-                total.log.extend(counters.log)
-            total.log.sort()
-            total.max_open = self._server.max_open_total if self._server else 0
-            return total
-
-    def reset_counters(self) -> None:
-        """Zero the counters; open connections stay counted as open (and as the new peak)."""
-        with self._lock:
-            for counters in self._counters:  # in place: the loop holds references to them
-                counters.accepted = counters.requests = 0
-                counters.tls_handshakes = counters.tls_resumed = counters.tls_failed = 0
-                counters.max_conn_age_at_request = 0.0
-                counters.paths.clear()
-                counters.log.clear()
-                counters.max_open = counters.open_now
-            if self._server is not None:
-                self._server.max_open_total = self._server.open_total
-
-    # -- internals
-
-    def _bind(self) -> Server:
-        listeners: list[socket.socket] = []
-        try:
-            for i in range(self.hosts):
-                sock = socket.socket(self._family, socket.SOCK_STREAM)
-                listeners.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((self.host, self.port + i if self.port else 0))
-                sock.listen(LISTEN_BACKLOG)
-                sock.setblocking(False)
-        except BaseException:
-            for sock in listeners:
-                sock.close()
-            raise
-        self._ports = [sock.getsockname()[1] for sock in listeners]
-        resources = [build_host(self, i) for i in range(self.hosts)]
-        args = (listeners, resources, self._counters, self._lock, self.delay, self.max_seconds, self.log_requests)
-        self._server = Server(*args) if self.tls is None else TLSServer(*args, context=self.tls)
-        return self._server
+    def make_server(self, listeners: list[socket.socket]) -> Server:
+        """The loop serving this site's generated hosts, one per port (over TLS when asked)."""
+        origins = [Origin(build_host(self, i), self._counters[i], self.delay) for i in range(self.hosts)]
+        args = (listeners, origins, self._lock, self.max_seconds, self.log_requests)
+        return Server(*args) if self.tls is None else TLSServer(*args, context=self.tls)

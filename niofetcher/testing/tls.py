@@ -17,7 +17,7 @@ import ssl
 import time
 from typing import Any
 
-from .server import OUTPUT_HIGH_WATER, Server, ServerConnection
+from .server import OUTPUT_HIGH_WATER, Origin, Server, ServerConnection
 
 __all__ = ["tls_context_from_files"]
 
@@ -27,8 +27,8 @@ class _TLSConnection(ServerConnection):
 
     __slots__ = ("handshake_want", "handshaking", "read_wants_write", "write_wants_read")
 
-    def __init__(self, sock: ssl.SSLSocket, port_index: int, accepted_at: float) -> None:
-        super().__init__(sock, port_index, accepted_at)
+    def __init__(self, sock: ssl.SSLSocket, port_index: int, origin: Origin, accepted_at: float) -> None:
+        super().__init__(sock, port_index, origin, accepted_at)
         self.handshaking = True
         self.handshake_want = selectors.EVENT_READ  # the ClientHello comes first
         # After the handshake, TLS may need the *other* direction to go on (a key
@@ -58,7 +58,7 @@ class TLSServer(Server):
             with self.lock:
                 self.counters[index].tls_failed += 1
             return None
-        return _TLSConnection(tls_sock, index, now)
+        return _TLSConnection(tls_sock, index, self.origins[index], now)
 
     def _guarded(self, conn: ServerConnection, now: float, mask: int) -> None:
         assert isinstance(conn, _TLSConnection)
