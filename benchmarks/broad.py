@@ -87,14 +87,11 @@ def main() -> None:
         while thread.is_alive():
             thread.join(args.sample)
             progress = crawler.progress()
-            # The crawler's fetcher is not public: read it, the way a progress display would, while it runs.
-            running = getattr(crawler, "_fetcher", None)
-            stats = running.stats() if running is not None else None
             now, done = time.monotonic() - started, progress.done + progress.errors
             rate = (done - timeline[-1][1]) / (now - timeline[-1][0])
             timeline.append((now, done))
-            opened.append(stats.open_connections / args.max_connections if stats else 0.0)
-            busy.append(stats.in_flight / args.max_connections if stats else 0.0)
+            opened.append(progress.open_connections / args.max_connections)
+            busy.append(progress.fetching / args.max_connections)
             print(f"{now:6.1f} {done:9,} {rate:8,.0f} {opened[-1]:6.0%} {busy[-1]:6.0%} {progress.waiting:9,} "
                   f"{me.memory_info().rss / 2**20:7.0f}")
         parent.send("stop")

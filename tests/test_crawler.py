@@ -44,7 +44,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import LeakBaseline, MakeServer, sigkill_after_requests
+from conftest import LeakBaseline, MakeServer, sigkill_after_requests, wait_until
 from rawserver import ConnInfo, http_response, read_request
 
 import niofetcher.crawl.parsing as parsing_module
@@ -860,3 +860,20 @@ def test_a_crawl_thread_that_cannot_start_ends_the_run_with_nothing_left_running
         crawl(tmp_path, [site.base_urls[0]], PageLog())
     monkeypatch.undo()
     assert states(str(tmp_path / "crawl.sqlite")) == {"waiting": 1}
+
+
+@pytest.mark.timeout(60)
+def test_progress_shows_the_requests_on_the_wire_and_the_open_connections(tmp_path: Path) -> None:
+    """progress() says what the fetcher is doing now, not only what the frontier holds."""
+    with TestSite(hosts=1, pages=200, delay=0.05) as site:
+        crawler = Crawler(crawl_config(tmp_path, [site.base_urls[0]],
+                                       fetcher=FetcherConfig(max_connections_per_host=4)))
+        assert crawler.progress().fetching == crawler.progress().open_connections == 0  # before run()
+        thread = threading.Thread(target=crawler.run)
+        thread.start()
+        try:
+            seen = wait_until(lambda: crawler.progress().fetching == 4 == crawler.progress().open_connections, 30)
+        finally:
+            crawler.stop()
+            thread.join(30)
+    assert seen and not thread.is_alive()

@@ -128,6 +128,8 @@ class CrawlProgress:
 
     done: int
     errors: int
-    in_flight: int
+    in_flight: int  # claimed from the frontier and not yet recorded (fetching, parsing, delivering)
     waiting: int
     seconds: float
+    fetching: int = 0  # requests the fetcher has on the wire now
+    open_connections: int = 0  # the fetcher's sockets, idle keep-alive ones included

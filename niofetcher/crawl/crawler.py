@@ -120,9 +120,13 @@ class Crawler:
     def progress(self) -> CrawlProgress:
         """A snapshot of the crawl so far, from any thread (for progress displays)."""
         counts = self._counts
+        fetcher = self._fetcher
+        stats = fetcher.stats() if fetcher is not None else None
         return CrawlProgress(
             done=counts.get("done", 0), errors=counts.get("error", 0), in_flight=len(self._in_progress),
             waiting=counts.get("waiting", 0), seconds=time.monotonic() - self._started if self._started else 0.0,
+            fetching=stats.in_flight if stats is not None else 0,
+            open_connections=stats.open_connections if stats is not None else 0,
         )
 
     # -- the run ----------------------------------------------------------------
