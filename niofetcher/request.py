@@ -11,19 +11,30 @@ overridden by the bean's own, with Host first and Content-Length added for a
 body that has no framing of its own.  A redirect to another origin drops the
 credentials (Authorization, Cookie, Proxy-Authorization); one that turns the
 request into a GET drops the body and the headers that describe it.
+
+Pending URLs and the garbage collector.  A URL registered as a plain str
+waits in its host queue as a ``PendingURL``: a tuple of strs, ints and a
+float, no Task, no URLBean and no Target yet.  The cyclic collector untracks
+such a tuple the first time it looks at it and never walks it again, so a
+million waiting URLs add almost nothing to a full collection (four tracked
+objects each made one full pass take about a second at a million).  The
+Task is made when the URL starts (``pending_task``), or when it is
+cancelled.  A URLBean keeps its Task from the start: the bean is the user's
+object, tracked whatever we do, and its Task captures the method, body and
+headers at ``register()`` as before.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .config import FetcherConfig
 from .content import ACCEPT_ENCODING
 from .http11 import RequestHeaders, validated_headers
 from .models import URLBean
-from .urls import Target
+from .urls import Origin, Target
 
 IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
 HOST_HEADERS_CACHE = 4096  # Host headers whose validated request headers are kept
@@ -44,6 +55,15 @@ class TaskState(enum.IntEnum):
 # The states as globals, for the loop's hot paths: on Python 3.11 an Enum member read
 # through its class goes through EnumType.__getattr__, six times the cost of a global.
 WAITING, RUNNING, ROUTING, DONE = TaskState.WAITING, TaskState.RUNNING, TaskState.ROUTING, TaskState.DONE
+
+
+#: A str registration waiting in its host queue: (-priority, seq, url, host_header, path,
+#: registered_at), ordered like every queue entry by (-priority, seq); atoms only (see above).
+PendingURL = tuple[int, int, str, str, str, float]
+#: A Task waiting in its host queue (a URLBean registration, a redirect's next hop, a replay).
+QueuedTask = tuple[int, int, "Task"]
+#: What a host queue holds.
+QueueEntry = PendingURL | QueuedTask
 
 
 class Task:
@@ -134,6 +154,15 @@ class Task:
         self.url = url
         self.target = target
         self._wire_headers = None
+
+
+def pending_task(entry: PendingURL, origin: Origin, defaults: RequestDefaults) -> Task:
+    """The Task of a URL that waited as ``entry``: it starts now, or it is cancelled."""
+    neg_priority, seq, url, host_header, path, registered_at = entry
+    return Task(URLBean(url, priority=-neg_priority), Target(origin, host_header, path), seq, registered_at, defaults)
+
+
+MakeTask = Callable[[PendingURL, Origin], Task]  # pending_task with the defaults bound, and the Task kept
 
 
 class RequestDefaults:
