@@ -16,7 +16,8 @@ registered URLs stay pending while responses keep the loop busy.  Phases:
    On a shared machine the CPU time is the steadier figure.
 
 Reported per phase: the loop's busy stretches (from select() returning to
-the next select() call: one iteration's work) as max and p99, and every GC
+the next select() call: one iteration's work; while this thread registers
+flat out, that includes waiting for the GIL it holds) as max and p99, and every GC
 pass seen by ``gc.callbacks`` (any thread: a pass in the registering thread
 holds the GIL and stops the loop just as well) as count and max per
 generation.  Also the GC-tracked objects per pending URL

@@ -43,7 +43,6 @@ from .request import (
     PendingURL,
     RequestDefaults,
     Task,
-    pending_task,
 )
 from .resolver import ResolverPool
 from .transport import tls_context
@@ -132,17 +131,18 @@ class Engine:
     # -- the face: any thread -------------------------------------------------
 
     def submit(self, url_or_bean: str | URLBean, priority: int, target: Target) -> None:
-        """Queue a registration (``priority`` is a URLBean's own) for the loop; ``wake()`` makes it look.
+        """Queue a registration for the loop; ``wake()`` makes it look.
 
-        A caller that limits ``pending()`` must hold one lock over both calls.
+        A URLBean carries its own priority; a URL is a ``str`` exactly and ``priority`` an
+        ``int`` exactly (anything else comes in a URLBean).  A caller that limits
+        ``pending()`` must hold one lock over both calls.
         """
-        if type(url_or_bean) is str and type(priority) is int:
+        if isinstance(url_or_bean, URLBean):
+            self._inbox.append(Task(url_or_bean, target, next(self._seq), time.monotonic(), self._request_defaults))
+        else:
             # Atoms only, so that the collector stops walking it (request.py explains).
             pending = (-priority, next(self._seq), url_or_bean, target.host_header, target.path, time.monotonic())
             self._inbox.append((target.origin, pending))
-        else:
-            bean = url_or_bean if isinstance(url_or_bean, URLBean) else URLBean(url_or_bean, priority=priority)
-            self._inbox.append(Task(bean, target, next(self._seq), time.monotonic(), self._request_defaults))
 
     def pending(self) -> int:
         """Registrations not dispatched yet: in the inbox or a host queue."""
@@ -261,7 +261,9 @@ class Engine:
 
     def _pending_task(self, entry: PendingURL, origin: Origin) -> Task:
         """The Task of a pending str URL, made as it starts or is cancelled, and kept in ``_live`` at once."""
-        task = pending_task(entry, origin, self._request_defaults)
+        neg_priority, seq, url, host_header, path, registered_at = entry
+        bean = URLBean(url, priority=-neg_priority)
+        task = Task(bean, Target(origin, host_header, path), seq, registered_at, self._request_defaults)
         self._live.add(task)
         return task
 
@@ -282,7 +284,7 @@ class Engine:
                 self._finish_error(self._inbox_task(item), FetchFailure(ErrorKind.CANCELLED, "fetcher shut down"))
             elif isinstance(item, Task):
                 self._live.add(item)
-                table.enqueue(item, now)
+                table.enqueue_entry(item.target.origin, (-item.priority, item.seq, item), now)
             else:
                 origin, pending = item
                 table.enqueue_entry(origin, pending, now)

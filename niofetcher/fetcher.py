@@ -134,13 +134,17 @@ class NIOFetcher:
             method = url_or_bean.method
             if method != "GET" and (not method or not set(method) <= _METHOD_CHARS):
                 raise ValueError(f"invalid HTTP method {method!r}")
-        elif isinstance(url_or_bean, str):
-            url = url_or_bean
+        elif isinstance(url_or_bean, str):  # a str subclass: kept as it came, in a URLBean
+            url_or_bean = URLBean(url_or_bean, priority=priority)
+            url = url_or_bean.url
         else:
             raise ValueError(f"register() takes a URL str or a URLBean, not {type(url_or_bean).__name__}")
         target = parse_target(url)
-        if type(priority) is not int and (isinstance(priority, bool) or not isinstance(priority, int)):
-            raise ValueError(f"priority must be an int, not {priority!r}")
+        if type(priority) is not int:
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise ValueError(f"priority must be an int, not {priority!r}")
+            if type(url_or_bean) is str:  # an int subclass (an IntEnum) stays what it was, in a URLBean
+                url_or_bean = URLBean(url_or_bean, priority=priority)
         engine = self._engine
         with self._lock:  # the condition's own lock: nobody waits on a registration
             if self._closed:

@@ -160,11 +160,6 @@ class HostTable:
         self.pending += 1
         self.refresh(slot, now)
 
-    def _task_of(self, entry: QueueEntry, slot: HostSlot) -> Task:
-        """The Task ``entry`` stands for: its own, or the one ``make_task`` makes of a PendingURL."""
-        if len(entry) == 3:
-            return entry[2]
-        return self._make_task(entry, slot.origin)
 
     def set_delay(self, origin: Origin, delay: float, now: float) -> None:
         """From now on, ``delay`` seconds between request starts to ``origin`` (remembered without a slot)."""
@@ -251,7 +246,8 @@ class HostTable:
             if not slot.idle and self.total_open >= self.max_connections and not self._idle_lru:
                 return None  # every connection is busy: wait for one to finish
             # Made before anything is taken: should it fail, the URL is still queued.
-            task = self._task_of(slot.queue[0], slot)
+            queued = slot.queue[0]
+            task = queued[2] if len(queued) == 3 else self._make_task(queued, slot.origin)
             conn: Connection | None = None
             evict: Connection | None = None
             if slot.idle and not task.needs_fresh_connection:
@@ -307,7 +303,11 @@ class HostTable:
 
     def drain_pending(self) -> list[Task]:
         """Remove and return every waiting request (for cancellation at shutdown)."""
-        tasks = [self._task_of(entry, slot) for slot in self.slots.values() for entry in slot.queue]
+        make_task = self._make_task
+        tasks = [
+            entry[2] if len(entry) == 3 else make_task(entry, slot.origin)
+            for slot in self.slots.values() for entry in slot.queue
+        ]
         for slot in self.slots.values():
             slot.queue.clear()
             slot.ready_entry = None

@@ -15,13 +15,14 @@ request into a GET drops the body and the headers that describe it.
 Pending URLs and the garbage collector.  A URL registered as a plain str
 waits in its host queue as a ``PendingURL``: a tuple of strs, ints and a
 float, no Task, no URLBean and no Target yet.  The cyclic collector untracks
-such a tuple the first time it looks at it and never walks it again, so a
-million waiting URLs add almost nothing to a full collection (four tracked
-objects each made one full pass take about a second at a million).  The
-Task is made when the URL starts (``pending_task``), or when it is
-cancelled.  A URLBean keeps its Task from the start: the bean is the user's
-object, tracked whatever we do, and its Task captures the method, body and
-headers at ``register()`` as before.
+such a tuple the first time it looks at it and never walks its items again:
+what is left is one visit per URL from its queue's list, about 30 ms per
+full collection at a million pending (four tracked objects per URL made it
+0.6-1 s; benchmarks/loop_pauses.py).  The Task is made when the URL starts,
+or when it is cancelled (the engine's ``_pending_task``, the host table's
+``make_task``).  A URLBean keeps its Task from the start: the bean is the
+user's object, tracked whatever we do, and its Task captures the method,
+body and headers at ``register()`` as before.
 """
 
 from __future__ import annotations
@@ -156,13 +157,7 @@ class Task:
         self._wire_headers = None
 
 
-def pending_task(entry: PendingURL, origin: Origin, defaults: RequestDefaults) -> Task:
-    """The Task of a URL that waited as ``entry``: it starts now, or it is cancelled."""
-    neg_priority, seq, url, host_header, path, registered_at = entry
-    return Task(URLBean(url, priority=-neg_priority), Target(origin, host_header, path), seq, registered_at, defaults)
-
-
-MakeTask = Callable[[PendingURL, Origin], Task]  # pending_task with the defaults bound, and the Task kept
+MakeTask = Callable[[PendingURL, Origin], Task]  # the Task of a PendingURL, made as it starts or is cancelled
 
 
 class RequestDefaults:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from niofetcher import ErrorKind, FetcherConfig, NIOFetcher, URLBean
+from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher, URLBean
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -87,7 +87,7 @@ def test_a_pending_str_url_is_delivered_as_it_was_registered(silent_port: int, n
         wait_until_queued(fetcher)
         time.sleep(0.05)
         fetcher.cancel_pending()
-        results = []
+        results: list[FetchResult] = []
         while len(results) < 2:
             result = fetcher.get(timeout=10)
             assert result is not None
