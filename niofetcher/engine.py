@@ -34,7 +34,16 @@ from .http11 import REDIRECT_STATUSES, Response
 from .loop import Loop
 from .models import Counters, FetchResult, HostStats, URLBean
 from .pool import HostSlot, HostTable
-from .request import DONE, IDEMPOTENT_METHODS, ROUTING, RUNNING, WAITING, RequestDefaults, Task
+from .request import (
+    DONE,
+    IDEMPOTENT_METHODS,
+    ROUTING,
+    RUNNING,
+    WAITING,
+    PendingURL,
+    RequestDefaults,
+    Task,
+)
 from .resolver import ResolverPool
 from .transport import tls_context
 from .urls import Origin, Target, parse_target, redirect_url
@@ -73,7 +82,11 @@ class Engine:
     routing.  A fault anywhere else (the scheduler, the loop itself) ends the
     loop thread: ``failure`` keeps the exception, and ``_release`` cancels every
     task still in ``_live`` or the inbox -- a registry kept for exactly this, as
-    the host table and the connections may be what broke.
+    the host table and the connections may be what broke.  A URL registered as a
+    str has no Task while it waits (request.py, "Pending URLs and the garbage
+    collector"): until it starts it is in the inbox or in its host queue's plain
+    list, which ``cancel_pending`` sweeps; its Task joins ``_live`` the moment it
+    is made, before the scheduler takes it off that list.
     """
 
     # Part of the face: make the loop look at its inbox, and at the room its consumer made
@@ -90,21 +103,22 @@ class Engine:
         self.wake = self.loop.wake
         self.table = HostTable(
             config.max_connections, config.max_connections_per_host, config.host_delay,
-            config.host_delay_jitter, self.loop.timers.call_at, lambda: self.loop.now,
+            config.host_delay_jitter, self.loop.timers.call_at, lambda: self.loop.now, self._pending_task,
         )
         self.resolver = ResolverPool(config, self.loop.call_soon_threadsafe)
         self.connections: set[Connection] = set()
         self.counters = Counters()  # read by FetcherStats
         self.phase = Phase.RUNNING
         self.failure: BaseException | None = None  # what ended the loop thread, if not a shutdown
-        self._inbox: collections.deque[Task] = collections.deque()
+        # A URLBean's Task, or a str URL's origin and PendingURL (request.py).
+        self._inbox: collections.deque[Task | tuple[Origin, PendingURL]] = collections.deque()
         self._seq = itertools.count()
         self._request_defaults = RequestDefaults.from_config(config)
         self._deliver = deliver
         self._completed_backlog = completed_backlog
         self._close_intake = close_intake
         self._finished: list[FetchResult] = []
-        self._live: set[Task] = set()  # taken from the inbox, no result made yet
+        self._live: set[Task] = set()  # made, taken from the inbox, no result made yet
         self._denied = config.denied_networks()
         self._tls_context: ssl.SSLContext | None = None
 
@@ -116,12 +130,19 @@ class Engine:
 
     # -- the face: any thread -------------------------------------------------
 
-    def submit(self, bean: URLBean, target: Target) -> None:
+    def submit(self, url_or_bean: str | URLBean, priority: int, target: Target) -> None:
         """Queue a registration for the loop; ``wake()`` makes it look.
 
-        A caller that limits ``pending()`` must hold one lock over both calls.
+        A URLBean carries its own priority; a URL is a ``str`` exactly and ``priority`` an
+        ``int`` exactly (anything else comes in a URLBean).  A caller that limits
+        ``pending()`` must hold one lock over both calls.
         """
-        self._inbox.append(Task(bean, target, next(self._seq), time.monotonic(), self._request_defaults))
+        if isinstance(url_or_bean, URLBean):
+            self._inbox.append(Task(url_or_bean, target, next(self._seq), time.monotonic(), self._request_defaults))
+        else:
+            # Atoms only, so that the collector stops walking it (request.py explains).
+            pending = (-priority, next(self._seq), url_or_bean, target.host_header, target.path, time.monotonic())
+            self._inbox.append((target.origin, pending))
 
     def pending(self) -> int:
         """Registrations not dispatched yet: in the inbox or a host queue."""
@@ -198,8 +219,7 @@ class Engine:
             for conn in self.connections:
                 if conn.sock is not None:
                     conn.sock.close()
-        while self._inbox:
-            self._finish_error(self._inbox.popleft(), cancelled)
+        self._cancel_inbox(cancelled)
         for task in list(self._live):
             self._finish_error(task, cancelled)
         self._deliver_finished()
@@ -229,8 +249,23 @@ class Engine:
         cancelled = FetchFailure(ErrorKind.CANCELLED, detail)
         for task in self.table.drain_pending():
             self._finish_error(task, cancelled)
-        while self._inbox:
-            self._finish_error(self._inbox.popleft(), cancelled)
+        self._cancel_inbox(cancelled)
+
+    def _cancel_inbox(self, cancelled: FetchFailure) -> None:
+        inbox = self._inbox
+        while inbox:
+            self._finish_error(self._inbox_task(inbox.popleft()), cancelled)
+
+    def _inbox_task(self, item: Task | tuple[Origin, PendingURL]) -> Task:
+        return item if isinstance(item, Task) else self._pending_task(item[1], item[0])
+
+    def _pending_task(self, entry: PendingURL, origin: Origin) -> Task:
+        """The Task of a pending str URL, made as it starts or is cancelled, and kept in ``_live`` at once."""
+        neg_priority, seq, url, host_header, path, registered_at = entry
+        bean = URLBean(url, priority=-neg_priority)
+        task = Task(bean, Target(origin, host_header, path), seq, registered_at, self._request_defaults)
+        self._live.add(task)
+        return task
 
     # -- the loop ---------------------------------------------------------------
 
@@ -244,12 +279,15 @@ class Engine:
         while inbox:
             # Enqueue before popping: pending() counts inbox + table for max_pending
             # without the loop's cooperation, and must never see a task in neither.
-            task = inbox[0]
+            item = inbox[0]
             if self.phase >= _CANCELLING:
-                self._finish_error(task, FetchFailure(ErrorKind.CANCELLED, "fetcher shut down"))
+                self._finish_error(self._inbox_task(item), FetchFailure(ErrorKind.CANCELLED, "fetcher shut down"))
+            elif isinstance(item, Task):
+                self._live.add(item)
+                table.enqueue_entry(item.target.origin, (-item.priority, item.seq, item), now)
             else:
-                self._live.add(task)
-                table.enqueue(task, now)
+                origin, pending = item
+                table.enqueue_entry(origin, pending, now)
             inbox.popleft()
 
     def _dispatch(self) -> None:

@@ -125,20 +125,26 @@ class NIOFetcher:
         """
         # A caller registering a million URLs holds the GIL the loop thread needs,
         # so this path is kept short: exact-type checks first, the general ones after.
+        # A str makes no URLBean here: the engine keeps it as atoms until it starts (request.py).
         if type(url_or_bean) is str:
-            bean = URLBean(url_or_bean, priority=priority)
+            url = url_or_bean
         elif isinstance(url_or_bean, URLBean):
-            bean = url_or_bean
-        elif isinstance(url_or_bean, str):
-            bean = URLBean(url_or_bean, priority=priority)
+            url = url_or_bean.url
+            priority = url_or_bean.priority
+            method = url_or_bean.method
+            if method != "GET" and (not method or not set(method) <= _METHOD_CHARS):
+                raise ValueError(f"invalid HTTP method {method!r}")
+        elif isinstance(url_or_bean, str):  # a str subclass: kept as it came, in a URLBean
+            url_or_bean = URLBean(url_or_bean, priority=priority)
+            url = url_or_bean.url
         else:
             raise ValueError(f"register() takes a URL str or a URLBean, not {type(url_or_bean).__name__}")
-        target = parse_target(bean.url)
-        method = bean.method
-        if method != "GET" and (not method or not set(method) <= _METHOD_CHARS):
-            raise ValueError(f"invalid HTTP method {method!r}")
-        if type(bean.priority) is not int and (isinstance(bean.priority, bool) or not isinstance(bean.priority, int)):
-            raise ValueError(f"priority must be an int, not {bean.priority!r}")
+        target = parse_target(url)
+        if type(priority) is not int:
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise ValueError(f"priority must be an int, not {priority!r}")
+            if type(url_or_bean) is str:  # an int subclass (an IntEnum) stays what it was, in a URLBean
+                url_or_bean = URLBean(url_or_bean, priority=priority)
         engine = self._engine
         with self._lock:  # the condition's own lock: nobody waits on a registration
             if self._closed:
@@ -146,7 +152,7 @@ class NIOFetcher:
             limit = self.config.max_pending
             if limit is not None and engine.pending() >= limit:
                 return False
-            engine.submit(bean, target)
+            engine.submit(url_or_bean, priority, target)
             self._registered += 1
             self._unfinished += 1
         engine.wake()

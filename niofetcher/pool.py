@@ -1,7 +1,8 @@
 """The connection table and the scheduler: pure bookkeeping, no I/O.
 
 Theory of operation.  Every (scheme, host, port) has a HostSlot holding its
-waiting requests (a heap on (-priority, seq), so FIFO among equals), its idle
+waiting requests (a heap on (-priority, seq), so FIFO among equals: Tasks, and
+URLs registered as a str as a ``request.PendingURL`` until they start), its idle
 connections and its counts.  A slot is *ready* when it has a request waiting,
 its politeness delay has passed and it either has an idle connection or is
 below its connection limit.  Ready slots sit in one heap keyed by their best
@@ -44,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .request import Task
+from .request import MakeTask, PendingURL, QueueEntry, Task
 from .urls import Origin
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class HostSlot:
     limit: int
     delay: float
     jitter: float
-    queue: list[tuple[int, int, Task]] = field(default_factory=list, repr=False)
+    queue: list[QueueEntry] = field(default_factory=list, repr=False)  # a heap on (-priority, seq)
     idle: list[Connection] = field(default_factory=list, repr=False)  # most recently used last
     open: int = 0  # resolving, connecting, busy and idle connections
     in_flight: int = 0
@@ -86,6 +87,10 @@ class HostSlot:
         return self.delay
 
 
+def _tasks_only(entry: PendingURL, origin: Origin) -> Task:
+    raise TypeError(f"a PendingURL for {origin} was queued on a HostTable built without make_task")
+
+
 class Assignment(NamedTuple):
     """A decision of the scheduler: run ``task``, on ``conn`` or on a new connection, after closing ``evict``."""
 
@@ -99,8 +104,12 @@ class HostTable:
     """All host slots, the ready heap and the global connection count."""
 
     def __init__(
-        self, max_connections: int, per_host: int, delay: float, jitter: float, schedule_at: ScheduleAt, clock: Clock
+        self, max_connections: int, per_host: int, delay: float, jitter: float, schedule_at: ScheduleAt, clock: Clock,
+        make_task: MakeTask | None = None,
     ) -> None:
+        """``make_task`` is needed only by a table that queues PendingURLs (``enqueue_entry``)."""
+        if make_task is None:
+            make_task = _tasks_only
         self.max_connections = max_connections
         self.per_host = per_host
         self.default_delay = delay
@@ -115,6 +124,7 @@ class HostTable:
         self._idle_lru: OrderedDict[Connection, None] = OrderedDict()
         self._schedule_at = schedule_at
         self._clock = clock
+        self._make_task = make_task
 
     def slot(self, origin: Origin) -> HostSlot:
         """The slot of ``origin``: its live one, its recent one back, or a new one."""
@@ -141,10 +151,15 @@ class HostTable:
 
     def enqueue(self, task: Task, now: float) -> None:
         """Queue ``task`` on its origin's slot."""
-        slot = self.slot(task.target.origin)
-        heapq.heappush(slot.queue, (-task.priority, task.seq, task))
+        self.enqueue_entry(task.target.origin, (-task.priority, task.seq, task), now)
+
+    def enqueue_entry(self, origin: Origin, entry: QueueEntry, now: float) -> None:
+        """Queue ``entry`` (a Task's or a pending str URL's) on ``origin``'s slot."""
+        slot = self.slot(origin)
+        heapq.heappush(slot.queue, entry)
         self.pending += 1
         self.refresh(slot, now)
+
 
     def set_delay(self, origin: Origin, delay: float, now: float) -> None:
         """From now on, ``delay`` seconds between request starts to ``origin`` (remembered without a slot)."""
@@ -228,7 +243,11 @@ class HostTable:
                     slot.ready_entry = None
                     self.refresh(slot, now)  # re-arms the delay timer if that is what blocks it
                 continue
-            task = slot.queue[0][2]
+            if not slot.idle and self.total_open >= self.max_connections and not self._idle_lru:
+                return None  # every connection is busy: wait for one to finish
+            # Made before anything is taken: should it fail, the URL is still queued.
+            queued = slot.queue[0]
+            task = queued[2] if len(queued) == 3 else self._make_task(queued, slot.origin)
             conn: Connection | None = None
             evict: Connection | None = None
             if slot.idle and not task.needs_fresh_connection:
@@ -237,8 +256,6 @@ class HostTable:
             elif slot.idle:
                 evict = slot.idle[0]  # a replay after a stale connection: its idle siblings are suspect too
             elif self.total_open >= self.max_connections:
-                if not self._idle_lru:
-                    return None  # every connection is busy: wait for one to finish
                 evict = next(iter(self._idle_lru))
             heapq.heappop(ready)
             slot.ready_entry = None
@@ -267,7 +284,8 @@ class HostTable:
                 slot.delay_timer_armed = True
                 self._schedule_at(slot.next_start_at, self._delay_passed, slot)
             return
-        neg_priority, seq, _ = slot.queue[0]
+        best = slot.queue[0]
+        neg_priority, seq = best[0], best[1]
         entry = slot.ready_entry
         if entry is not None and entry[0] == neg_priority and entry[1] == seq:
             return
@@ -285,7 +303,11 @@ class HostTable:
 
     def drain_pending(self) -> list[Task]:
         """Remove and return every waiting request (for cancellation at shutdown)."""
-        tasks = [item[2] for slot in self.slots.values() for item in slot.queue]
+        make_task = self._make_task
+        tasks = [
+            entry[2] if len(entry) == 3 else make_task(entry, slot.origin)
+            for slot in self.slots.values() for entry in slot.queue
+        ]
         for slot in self.slots.values():
             slot.queue.clear()
             slot.ready_entry = None

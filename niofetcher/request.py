@@ -11,19 +11,31 @@ overridden by the bean's own, with Host first and Content-Length added for a
 body that has no framing of its own.  A redirect to another origin drops the
 credentials (Authorization, Cookie, Proxy-Authorization); one that turns the
 request into a GET drops the body and the headers that describe it.
+
+Pending URLs and the garbage collector.  A URL registered as a plain str
+waits in its host queue as a ``PendingURL``: a tuple of strs, ints and a
+float, no Task, no URLBean and no Target yet.  The cyclic collector untracks
+such a tuple the first time it looks at it and never walks its items again:
+what is left is one visit per URL from its queue's list, about 30 ms per
+full collection at a million pending (four tracked objects per URL made it
+0.6-1 s; benchmarks/loop_pauses.py).  The Task is made when the URL starts,
+or when it is cancelled (the engine's ``_pending_task``, the host table's
+``make_task``).  A URLBean keeps its Task from the start: the bean is the
+user's object, tracked whatever we do, and its Task captures the method,
+body and headers at ``register()`` as before.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .config import FetcherConfig
 from .content import ACCEPT_ENCODING
 from .http11 import RequestHeaders, validated_headers
 from .models import URLBean
-from .urls import Target
+from .urls import Origin, Target
 
 IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
 HOST_HEADERS_CACHE = 4096  # Host headers whose validated request headers are kept
@@ -44,6 +56,15 @@ class TaskState(enum.IntEnum):
 # The states as globals, for the loop's hot paths: on Python 3.11 an Enum member read
 # through its class goes through EnumType.__getattr__, six times the cost of a global.
 WAITING, RUNNING, ROUTING, DONE = TaskState.WAITING, TaskState.RUNNING, TaskState.ROUTING, TaskState.DONE
+
+
+#: A str registration waiting in its host queue: (-priority, seq, url, host_header, path,
+#: registered_at), ordered like every queue entry by (-priority, seq); atoms only (see above).
+PendingURL = tuple[int, int, str, str, str, float]
+#: A Task waiting in its host queue (a URLBean registration, a redirect's next hop, a replay).
+QueuedTask = tuple[int, int, "Task"]
+#: What a host queue holds.
+QueueEntry = PendingURL | QueuedTask
 
 
 class Task:
@@ -134,6 +155,9 @@ class Task:
         self.url = url
         self.target = target
         self._wire_headers = None
+
+
+MakeTask = Callable[[PendingURL, Origin], Task]  # the Task of a PendingURL, made as it starts or is cancelled
 
 
 class RequestDefaults:

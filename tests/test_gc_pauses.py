@@ -1,0 +1,125 @@
+"""Pending URLs cost the garbage collector nothing (request.py, "Pending URLs and the garbage collector").
+
+A full collection walks every tracked object, so its pause grows with the
+tracked objects the pending URLs hold: four each (Task, URLBean, Target,
+heap entry) made one pass take about a second at a million pending URLs,
+with the loop thread standing still.  A URL registered as a str now waits as
+a tuple of atoms that the collector untracks.  The figures are in
+benchmarks/loop_pauses.py; here, counts only, no clock.
+
+The server accepts and never answers, so with one connection every URL but
+the first stays pending for the length of the test.
+"""
+
+from __future__ import annotations
+
+import gc
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher, URLBean
+
+pytestmark = pytest.mark.timeout(60)
+
+URLS = 10_000
+# Per pending str URL: nothing of its own is tracked.  What the whole run may add is
+# the fetcher's fixed bookkeeping (the one request in flight, its connection, a host
+# slot, the resolver's thread and cache): a few hundred objects, so 0.05 per URL over
+# 10,000.  Before the change it was 4.0 per URL.
+TRACKED_PER_PENDING_URL = 0.05
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections (the kernel does it) and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield listener.getsockname()[1]
+
+
+def tracked_objects() -> int:
+    gc.collect()  # untracks the tuples of atoms, as any collection that meets them does
+    return len(gc.get_objects())
+
+
+def wait_until_queued(fetcher: NIOFetcher) -> None:
+    """Until the loop has moved every registration from its inbox to the host queues."""
+    engine = fetcher._engine
+    deadline = time.monotonic() + 30
+    while engine._inbox and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not engine._inbox
+
+
+def test_a_pending_str_url_holds_no_object_the_collector_tracks(silent_port: int, no_leaks: object) -> None:
+    urls = [f"http://127.0.0.1:{silent_port}/page/{i}" for i in range(URLS)]
+    fetcher = NIOFetcher(FetcherConfig(max_connections=1, max_connections_per_host=1))
+    fetcher.start()
+    try:
+        before = tracked_objects()
+        for url in urls:
+            assert fetcher.register(url)
+        wait_until_queued(fetcher)
+        added = tracked_objects() - before
+        assert fetcher.stats().pending == URLS - 1
+        assert added <= TRACKED_PER_PENDING_URL * URLS, f"{added / URLS:.2f} tracked objects per pending URL"
+    finally:
+        fetcher.shutdown(wait=False)
+
+
+def test_a_pending_str_url_is_delivered_as_it_was_registered(silent_port: int, no_leaks: object) -> None:
+    """Its URLBean is made late (at start or cancel): same URL, same priority, queue wait counted from register()."""
+    base = f"http://127.0.0.1:{silent_port}"
+    fetcher = NIOFetcher(FetcherConfig(max_connections=1, max_connections_per_host=1))
+    fetcher.start()
+    bean = URLBean(f"{base}/bean", priority=3, meta={"mine": True})
+    try:
+        assert fetcher.register(f"{base}/first")  # takes the one connection, then hangs
+        deadline = time.monotonic() + 10
+        while fetcher.stats().in_flight == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fetcher.register(f"{base}/str", priority=7)
+        assert fetcher.register(bean)
+        wait_until_queued(fetcher)
+        time.sleep(0.05)
+        fetcher.cancel_pending()
+        results: list[FetchResult] = []
+        while len(results) < 2:
+            result = fetcher.get(timeout=10)
+            assert result is not None
+            results.append(result)
+    finally:
+        fetcher.shutdown(wait=False)
+    by_url = {r.url: r for r in results}
+    made = by_url[f"{base}/str"]
+    assert made.error == ErrorKind.CANCELLED
+    assert made.bean == URLBean(f"{base}/str", priority=7)
+    assert made.final_url == f"{base}/str"
+    assert made.queue_wait >= 0.05
+    assert by_url[f"{base}/bean"].bean is bean  # a URLBean registered is the one delivered
+
+
+def test_pending_str_urls_start_in_priority_then_registration_order_beside_beans() -> None:
+    """Strs (PendingURLs) and URLBeans (Tasks) share one host queue: priority first, then register() order."""
+    fetcher = NIOFetcher(FetcherConfig(max_connections=10, max_connections_per_host=10))  # never started
+    engine = fetcher._engine
+    order = [("http://a.test/a", 0), ("http://a.test/b", 5), ("http://a.test/c", 0), ("http://a.test/d", 5)]
+    try:
+        for i, (url, priority) in enumerate(order):
+            assert fetcher.register(url if i % 2 else URLBean(url, priority=priority), priority)
+        engine._take_inbox()  # the loop's own step, run here: no thread, no I/O
+        started = []
+        while (assignment := engine.table.next_assignment(0.0)) is not None:
+            started.append((assignment.task.url, assignment.task.priority, type(assignment.task.bean)))
+            engine.table.connection_opened(assignment.slot)
+            engine.table.refresh(assignment.slot, 0.0)
+        assert started == [
+            ("http://a.test/b", 5, URLBean), ("http://a.test/d", 5, URLBean),
+            ("http://a.test/a", 0, URLBean), ("http://a.test/c", 0, URLBean),
+        ]
+    finally:
+        fetcher.shutdown(wait=False)
