@@ -160,7 +160,6 @@ class HostTable:
         self.pending += 1
         self.refresh(slot, now)
 
-
     def set_delay(self, origin: Origin, delay: float, now: float) -> None:
         """From now on, ``delay`` seconds between request starts to ``origin`` (remembered without a slot)."""
         delays = self._set_delays
