@@ -220,6 +220,7 @@ class Engine:
                 if conn.sock is not None:
                     conn.sock.close()
         self._cancel_inbox(cancelled)
+        self._cancel_queued_urls(cancelled)
         for task in list(self._live):
             self._finish_error(task, cancelled)
         self._deliver_finished()
@@ -255,6 +256,20 @@ class Engine:
         inbox = self._inbox
         while inbox:
             self._finish_error(self._inbox_task(inbox.popleft()), cancelled)
+
+    def _cancel_queued_urls(self, cancelled: FetchFailure) -> None:
+        """Cancel the str URLs still waiting in host queues, read from the queues themselves.
+
+        Only needed when the orderly cancel failed (the host table may be what broke):
+        a Task in a queue is in ``_live`` already, and a PendingURL whose Task was made
+        before the failure (its seq is live) is not made twice.
+        """
+        live = {task.seq for task in self._live}
+        for slot in list(self.table.slots.values()):
+            queue, slot.queue = slot.queue, []
+            for entry in queue:
+                if len(entry) != 3 and entry[1] not in live:
+                    self._finish_error(self._pending_task(entry, slot.origin), cancelled)
 
     def _inbox_task(self, item: Task | tuple[Origin, PendingURL]) -> Task:
         return item if isinstance(item, Task) else self._pending_task(item[1], item[0])

@@ -233,7 +233,20 @@ def break_table_close(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
     monkeypatch.setattr(HostTable, "connection_closed", failing)
 
 
-@pytest.mark.parametrize("breaker", [break_scheduler, break_loop, break_close, break_table_close])
+def break_scheduler_and_drain(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
+    """The scheduler fails, and so does the orderly cancel of the host queues: the URLs waiting there as
+    str registrations (no Task yet) must still come back, read from the queues themselves."""
+    break_scheduler(monkeypatch, exc)
+
+    def failing(self: HostTable) -> Any:
+        raise exc
+
+    monkeypatch.setattr(HostTable, "drain_pending", failing)
+
+
+@pytest.mark.parametrize(
+    "breaker", [break_scheduler, break_loop, break_close, break_table_close, break_scheduler_and_drain]
+)
 def test_a_dead_loop_still_delivers_every_url_and_nothing_waits(
     breaker: Callable[[pytest.MonkeyPatch, Exception], None], monkeypatch: pytest.MonkeyPatch, no_leaks: LeakBaseline
 ) -> None:
