@@ -107,19 +107,21 @@ def test_pending_str_urls_start_in_priority_then_registration_order_beside_beans
     """Strs (PendingURLs) and URLBeans (Tasks) share one host queue: priority first, then register() order."""
     fetcher = NIOFetcher(FetcherConfig(max_connections=10, max_connections_per_host=10))  # never started
     engine = fetcher._engine
-    order = [("http://a.test/a", 0), ("http://a.test/b", 5), ("http://a.test/c", 0), ("http://a.test/d", 5)]
+    # Each kind at each priority, so that neither "strs first" nor "beans first" gives this order.
+    order = [("http://a.test/a", 0, str), ("http://a.test/b", 5, URLBean), ("http://a.test/c", 0, URLBean),
+             ("http://a.test/d", 5, str), ("http://a.test/e", 0, str)]
     try:
-        for i, (url, priority) in enumerate(order):
-            assert fetcher.register(url if i % 2 else URLBean(url, priority=priority), priority)
+        for url, priority, kind in order:
+            assert fetcher.register(url if kind is str else URLBean(url, priority=priority), priority)
         engine._take_inbox()  # the loop's own step, run here: no thread, no I/O
         started = []
         while (assignment := engine.table.next_assignment(0.0)) is not None:
-            started.append((assignment.task.url, assignment.task.priority, type(assignment.task.bean)))
+            started.append((assignment.task.url, assignment.task.priority))
             engine.table.connection_opened(assignment.slot)
             engine.table.refresh(assignment.slot, 0.0)
         assert started == [
-            ("http://a.test/b", 5, URLBean), ("http://a.test/d", 5, URLBean),
-            ("http://a.test/a", 0, URLBean), ("http://a.test/c", 0, URLBean),
+            ("http://a.test/b", 5), ("http://a.test/d", 5),
+            ("http://a.test/a", 0), ("http://a.test/c", 0), ("http://a.test/e", 0),
         ]
     finally:
         fetcher.shutdown(wait=False)

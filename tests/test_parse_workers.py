@@ -505,3 +505,22 @@ def test_a_crawl_script_without_main_guard_crawls_once(tmp_path: Path) -> None:
     assert len((tmp_path / "work" / "runs.txt").read_text().splitlines()) == 1
     handed_over = Counter((tmp_path / "work" / "pages.txt").read_text().split())
     assert set(handed_over) == set(pages) and set(handed_over.values()) == {1}
+
+
+def test_the_parents_read_buffer_is_reused_between_replies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One buffer per pipe: no view of a reply outlives its completion, so the reader never has to
+    give its buffer up for a new one (it did for nearly every reply when the loop kept the last view)."""
+    from niofetcher.crawl import workers
+
+    replaced = [0]
+    reclaim = workers._FrameReader._reclaim
+
+    def counting(self: workers._FrameReader) -> None:
+        before = self._buffer
+        reclaim(self)
+        replaced[0] += self._buffer is not before
+
+    monkeypatch.setattr(workers._FrameReader, "_reclaim", counting)
+    with ParseProcessPool(1) as pool:
+        assert [f.result(timeout=30) for f in [pool.submit(len, b"x" * 1000) for _ in range(300)]] == [1000] * 300
+    assert replaced[0] == 0

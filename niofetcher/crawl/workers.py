@@ -295,8 +295,7 @@ class ParseProcessPool(concurrent.futures.Executor):
                             alive = worker.replies.fill()
                         except BlockingIOError:  # nothing after all
                             continue
-                        for reply in worker.replies.frames():
-                            self._complete(worker, reply)
+                        self._complete_all(worker)
                         if not alive:
                             selector.unregister(key.fileobj)
                             self._ended(worker)
@@ -322,6 +321,12 @@ class ParseProcessPool(concurrent.futures.Executor):
             assert worker.process.stdout is not None
             worker.process.stdout.close()
         _fail(running, queued, broken)
+
+    def _complete_all(self, worker: _Worker) -> None:
+        """Complete every reply read so far.  A function of its own so that no view into the read
+        buffer outlives it: one left bound would make the next fill() give the buffer up."""
+        for reply in worker.replies.frames():
+            self._complete(worker, reply)
 
     def _complete(self, worker: _Worker, reply: memoryview) -> None:
         with self._lock:

@@ -135,7 +135,8 @@ class GeneratedPages:
             return resource
         if path.startswith("/page/"):
             number = path[6:]
-            if number.isascii() and number.isdigit() and str(int(number)) == number and int(number) < self.pages:
+            if (number.isascii() and number.isdigit() and len(number) <= len(str(self.pages))
+                    and str(int(number)) == number and int(number) < self.pages):
                 return self.make(int(number))
         return default
 
