@@ -350,6 +350,22 @@ def normalize_url(url: str) -> str:
     return _normalize_split(url)
 
 
+def host_key(url: str) -> str:
+    """The host a URL in normal form (:func:`normalize_url`) belongs to, as the frontier's per-host
+    queues name it: the normal form up to its path, userinfo left out -- ``http://a.example``,
+    ``https://b.example:8443``, ``http://[::1]:8080``.
+
+    Two normal URLs have one key exactly when :func:`parse_target` gives them one Origin (the
+    fetcher's per-host limit is per Origin), and a key is never taken apart again: it is a name.
+    """
+    authority = url.index("//") + 2
+    path = url.find("/", authority)
+    if path < 0:
+        path = len(url)
+    at = url.rfind("@", authority, path)
+    return url[:path] if at < 0 else url[:authority] + url[at + 1:path]
+
+
 def _normalize_split(url: str) -> str:
     """normalize_url() the long way round, for any URL."""
     parts = _split(url)

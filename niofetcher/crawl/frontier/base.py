@@ -13,7 +13,13 @@ Each URL is in exactly one state::
 *Depth.*  A URL's depth is its shortest distance from a seed: adding a known
 URL at a smaller depth than the recorded one lowers it (and records the
 parent that gave it), whatever the URL's state.  ``claim()`` hands out the
-lower depths first within a priority, so a crawl goes breadth first.
+lower depths of a host first within a priority, so a crawl goes breadth first.
+
+*Hosts.*  ``claim()`` spreads over hosts: the hosts with waiting URLs take
+turns, highest priority first, and the caller says how many URLs each host
+can take now (``host_room``), so that a claim never hands out URLs the
+fetcher could not start -- a host at its connection limit, inside its
+politeness delay -- while another host's URLs could be.
 
 *Crashes.*  Opening a frontier moves leftover 'processing' rows back to
 'waiting'.  Their attempt stays counted: the request may well have reached
@@ -29,9 +35,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
+
+from ...urls import host_key
 
 __all__ = ["STATES", "FrontierBackend", "FrontierError", "FrontierURL", "check_int", "check_time", "retry_delay"]
 
@@ -51,6 +59,12 @@ class FrontierURL:
     priority: int
     attempts: int  # including this one
     parent: str | None
+
+    @property
+    def host(self) -> str:
+        """The host whose queue it came from (:func:`~niofetcher.urls.host_key`), as ``claim()``'s
+        ``host_room`` is asked about it."""
+        return host_key(self.url)
 
 
 class FrontierError(ValueError):
@@ -101,8 +115,11 @@ class FrontierBackend(Protocol):
     def add_many(self, entries: Iterable[tuple[str, int, str | None, int]]) -> int:
         """Add ``(url, depth, parent, priority)`` entries in one transaction; how many were new."""
 
-    def claim(self, limit: int, max_depth: int | None = None) -> list[FrontierURL]:
-        """Up to ``limit`` due URLs, no deeper than ``max_depth``, moved to 'processing'."""
+    def claim(
+        self, limit: int, max_depth: int | None = None, host_room: Callable[[str], int] | None = None
+    ) -> list[FrontierURL]:
+        """Up to ``limit`` due URLs, no deeper than ``max_depth``, moved to 'processing': hosts in
+        turn, each no more than ``host_room(host)`` says it can take now."""
 
     def complete_many(
         self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None

@@ -10,19 +10,22 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator
 
+from ...urls import host_key
 from .base import FrontierError
 
 __all__ = [
-    "COMPLETE", "COMPLETE_MANY", "GIVE_UP", "INSERT", "MARK_CLAIMED", "PICK", "RELEASE", "RETRY",
-    "SAVE_CHECKPOINT", "SCHEMA_VERSION", "create_or_upgrade",
+    "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "EMPTY_HOSTS", "GIVE_UP", "INSERT", "INSERT_HOSTS",
+    "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
+    "SAVE_CHECKPOINT", "SCHEMA_VERSION", "STORE_COUNTS", "create_or_upgrade",
 ]
 
 #: The version of the tables below, kept in ``meta``.  A file of an older
 #: version is upgraded when it is opened (version 1 had no checkpoints table
-#: and claimed in discovery order); a newer one is refused rather than
-#: misread.  An older niofetcher refuses this version in turn, which is the
-#: point: it would not keep the checkpoints up to date.
-SCHEMA_VERSION = 2
+#: and claimed in discovery order; version 2 had no per-host queues and
+#: counted the states by reading the whole table); a newer one is refused
+#: rather than misread.  An older niofetcher refuses this version in turn,
+#: which is the point: it would not keep the hosts and the counts up to date.
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE meta (
@@ -50,48 +53,121 @@ CREATE TABLE urls (
 CREATE INDEX urls_due ON urls (next_attempt_at) WHERE state = 'waiting';
 """
 
-# What version 2 added to version 1, which dropped its urls_claim index (priority DESC, seq,
-# next_attempt_at): a new file gets _SCHEMA and then this, an old one is upgraded by this.
+# What version 2 added to version 1: a new file gets _SCHEMA and then each version's additions in
+# turn, an old one the additions of the versions after its own.
 _SCHEMA_2 = """
--- The committed length of each output file (complete_many's checkpoint).  WITHOUT ROWID: an
--- insert here leaves the connection's last_insert_rowid alone, which add_many() counts by.
+-- The committed length of each output file (complete_many's checkpoint).
 CREATE TABLE checkpoints (
     name   TEXT NOT NULL PRIMARY KEY,  -- 'out', 'warc', ...
     value  INTEGER NOT NULL
 ) WITHOUT ROWID;
 
--- claim(): the waiting rows in claim order (breadth first within a priority), with the due
--- time in the index so that rows not due yet are skipped without reading the table.
-CREATE INDEX urls_claim ON urls (priority DESC, depth, seq, next_attempt_at) WHERE state = 'waiting';
+"""
+
+# What version 3 adds to version 2: the hosts, a host column (added last, so that a new file and
+# an upgraded one have the same columns in the same order), the per-host queues that claim() walks
+# instead of version 2's one queue (urls_claim), and the counts per state.  The upgrade
+# fills host_id and the counts from the rows (_FILL_3); a new file starts empty.
+_SCHEMA_3 = """
+-- One row per host (host_key(): scheme://host[:port] as the stored URLs write it).
+CREATE TABLE hosts (
+    id      INTEGER PRIMARY KEY,
+    origin  TEXT NOT NULL UNIQUE
+);
+
+ALTER TABLE urls ADD COLUMN host_id INTEGER REFERENCES hosts (id);
+
+-- claim(): each host's waiting rows in claim order (priority, then breadth first, then FIFO),
+-- with the due time in the index so that rows not due yet are skipped without reading the table.
+-- It replaces the one queue of versions 1 and 2.
+DROP INDEX IF EXISTS urls_claim;
+CREATE INDEX urls_host_queue ON urls (host_id, priority DESC, depth, seq, next_attempt_at)
+    WHERE state = 'waiting';
+
+-- min_due_depth(): the waiting rows by depth, due time beside it.
+CREATE INDEX urls_depth ON urls (depth, next_attempt_at) WHERE state = 'waiting';
+
+-- Opening after a crash: the rows left 'processing', without reading the others.
+CREATE INDEX urls_processing ON urls (host_id) WHERE state = 'processing';
+
+-- URLs per state, as the frontier counts them, stored with every commit that changes them, so
+-- that opening the file does not count the rows of urls.  (Triggers would keep them exact for
+-- any writer, but cost 5 us a row: a third of an insert.)
+CREATE TABLE state_counts (
+    state  TEXT NOT NULL PRIMARY KEY,
+    n      INTEGER NOT NULL
+) WITHOUT ROWID;
 """
 
 # Statements that take many URLs take them as one JSON array (json_each), so that a whole
 # batch is one sqlite3 call: see "The GIL" in sqlite.py.  json_extract() rather than ->>, which
 # needs SQLite 3.38.
 
+# ?1 is a JSON array of host keys; the ones not known yet get a row.
+INSERT_HOSTS = """
+INSERT INTO hosts (origin) SELECT DISTINCT value FROM json_each(?1) WHERE true
+ON CONFLICT (origin) DO NOTHING
+"""
+
 # A fresh URL is due at once: next_attempt_at = discovered_at.  Each element of ?2 is
-# [url, depth, priority, parent, seq].  A known URL found nearer a seed gets the smaller depth
-# and the parent that gave it; otherwise it is left alone.  ("WHERE true" tells SQLite that
-# ON CONFLICT is the upsert clause, not a join constraint.)
+# [url, depth, priority, parent, seq, host key] (its host is in hosts: INSERT_HOSTS first).  A
+# known URL found nearer a seed gets the smaller depth and the parent that gave it; otherwise it
+# is left alone.  ("WHERE true" tells SQLite that ON CONFLICT is the upsert clause, not a join
+# constraint.)
 INSERT = """
-INSERT INTO urls (url, state, depth, priority, parent, discovered_at, next_attempt_at, seq)
+INSERT INTO urls (url, state, depth, priority, parent, discovered_at, next_attempt_at, seq, host_id)
 SELECT json_extract(value, '$[0]'), 'waiting', json_extract(value, '$[1]'), json_extract(value, '$[2]'),
-       json_extract(value, '$[3]'), ?1, ?1, json_extract(value, '$[4]')
+       json_extract(value, '$[3]'), ?1, ?1, json_extract(value, '$[4]'),
+       (SELECT id FROM hosts WHERE origin = json_extract(value, '$[5]'))
 FROM json_each(?2) WHERE true
 ON CONFLICT (url) DO UPDATE SET depth = excluded.depth, parent = excluded.parent
 WHERE excluded.depth < urls.depth
 """
 
-# claim() picks the rows in one step (json_group_array: one result row, however many URLs)
-# and then moves them in another.  The inner query walks the partial index urls_claim in
-# claim order and stops at the limit.
-PICK = """
-SELECT json_group_array(json_array(rowid, url, depth, priority, attempts + 1, parent, seq)) FROM (
-    SELECT rowid, url, depth, priority, attempts, parent, seq FROM urls
-    WHERE state = 'waiting' AND next_attempt_at <= ?1 AND depth <= ?2
-    ORDER BY priority DESC, depth, seq
-    LIMIT ?3)
+COUNTS = "SELECT json_group_object(state, n) FROM state_counts"
+
+# ?1 is a JSON object {state: n}.
+STORE_COUNTS = "UPDATE state_counts SET n = json_extract(?1, '$.' || state)"
+
+# The rows are appended in discovery order (rowids after the largest), so the last row holds the
+# last seq and the largest rowid: one probe each, however big the table.
+LAST_ROW = "SELECT rowid, seq FROM urls ORDER BY rowid DESC LIMIT 1"
+
+# claim() asks the hosts of ?2 (a JSON array of host keys) for the waiting rows due at ?1, no
+# deeper than ?3, after the first ?5 of each host's queue: ?4 of each, in one result row
+# (json_group_array: one row, however many URLs).  Each host's rows come from its queue in claim
+# order (the IN list is sorted by rowid, so claim() puts them back in order).
+CLAIM_ROWS = """
+SELECT json_group_array(json_array(u.rowid, u.url, u.depth, u.priority, u.attempts + 1, u.parent, u.seq, hosts.origin))
+FROM json_each(?2) AS h JOIN hosts ON hosts.origin = h.value JOIN urls AS u ON u.rowid IN (
+    SELECT rowid FROM urls
+    WHERE host_id = hosts.id AND state = 'waiting' AND next_attempt_at <= ?1 AND depth <= ?3
+    ORDER BY priority DESC, depth, seq LIMIT ?4 OFFSET ?5)
 """
+
+# The hosts of ?1 (a JSON array of host keys) that have no waiting row at all.
+EMPTY_HOSTS = """
+SELECT json_group_array(h.value) FROM json_each(?1) AS h LEFT JOIN hosts ON hosts.origin = h.value
+WHERE hosts.id IS NULL OR NOT EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id AND state = 'waiting')
+"""
+
+# Opening: every host with a waiting row, and the highest priority waiting there.
+QUEUED_HOSTS = """
+SELECT json_group_array(json_array(origin, top)) FROM (
+    SELECT origin, (SELECT priority FROM urls WHERE host_id = hosts.id AND state = 'waiting'
+                    ORDER BY priority DESC LIMIT 1) AS top
+    FROM hosts) WHERE top IS NOT NULL
+"""
+
+# The hosts and priorities of the URLs of ?1 (a JSON array) that are 'processing': release() and
+# fail() put them back in waiting, so their hosts go back in line.
+RELEASED_HOSTS = """
+SELECT json_group_array(json_array(hosts.origin, urls.priority))
+FROM json_each(?1) AS j JOIN urls ON urls.url = j.value JOIN hosts ON hosts.id = urls.host_id
+WHERE urls.state = 'processing'
+"""
+
+MIN_DUE_DEPTH = "SELECT depth FROM urls WHERE state = 'waiting' AND next_attempt_at <= ?1 ORDER BY depth LIMIT 1"
 
 MARK_CLAIMED = """
 UPDATE urls SET state = 'processing', attempts = attempts + 1
@@ -134,10 +210,26 @@ UPDATE urls SET state = 'waiting', attempts = MAX(attempts - 1, 0)
 WHERE url IN (SELECT value FROM json_each(?)) AND state = 'processing'
 """
 
+# Filling version 3's additions from the rows of the file, a new one (nothing to fill) or an
+# upgraded one; host_key() is the Python function, registered on the connection for this.
+_FILL_3 = """
+INSERT INTO hosts (origin) SELECT DISTINCT host_key(url) FROM urls;
+UPDATE urls SET host_id = (SELECT id FROM hosts WHERE origin = host_key(urls.url));
+INSERT INTO state_counts (state, n) SELECT state, COUNT(*) FROM urls GROUP BY state;
+INSERT INTO state_counts (state, n) SELECT value, 0 FROM json_each('["waiting", "processing", "done", "error"]')
+WHERE true ON CONFLICT (state) DO NOTHING;
+"""
+
+# Each version's additions, by the version they make.
+_ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3}
+
 
 def create_or_upgrade(conn: sqlite3.Connection, path: str, clock: Callable[[], float]) -> None:
     """Inside the caller's transaction: create the tables in a new file, or check an existing one
-    and upgrade it from version 1.  ``clock`` gives the unix time a new file was created at.
+    and upgrade it from an older version.  ``clock`` gives the unix time a new file was created at.
+
+    An upgrade reads every row once (version 3 fills a host for each); opening an upgraded file
+    afterwards reads none.
 
     Raises:
         FrontierError: for a file that is some other program's database, a damaged frontier, or
@@ -146,17 +238,22 @@ def create_or_upgrade(conn: sqlite3.Connection, path: str, clock: Callable[[], f
     tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables:
         # Not executescript(): it would commit the caller's BEGIN IMMEDIATE first.
-        for statement in _statements(_SCHEMA + _SCHEMA_2):
+        for statement in _statements(_SCHEMA):
             conn.execute(statement)
         conn.executemany(
             "INSERT INTO meta (key, value) VALUES (?, ?)",
-            [("schema_version", str(SCHEMA_VERSION)), ("created_at", repr(clock()))],
+            [("schema_version", "1"), ("created_at", repr(clock()))],
         )
-    elif _check_schema(conn, path, tables) == 1:
-        conn.execute("DROP INDEX IF EXISTS urls_claim")
-        for statement in _statements(_SCHEMA_2):
+        version = 1
+    else:
+        version = _check_schema(conn, path, tables)
+    if version == SCHEMA_VERSION:
+        return
+    conn.create_function("host_key", 1, host_key, deterministic=True)
+    for added in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in _statements(_ADDITIONS[added]):
             conn.execute(statement)
-        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
 
 def _check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:
@@ -172,15 +269,16 @@ def _check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:
         version = None
     if version is None:
         raise FrontierError(f"{path} is not a niofetcher frontier (no schema version in its meta table)")
-    if version not in (1, SCHEMA_VERSION):
+    if version not in range(1, SCHEMA_VERSION + 1):
         newer = "a newer niofetcher" if version > SCHEMA_VERSION else "an unknown version"
         raise FrontierError(
             f"{path} has frontier schema version {version} (from {newer}); "
             f"this niofetcher reads version {SCHEMA_VERSION}"
         )
-    if "urls" not in tables or (version == SCHEMA_VERSION and "checkpoints" not in tables):
-        missing = "urls" if "urls" not in tables else "checkpoints"
-        raise FrontierError(f"{path} is a damaged niofetcher frontier: the {missing} table is missing")
+    wanted = ["urls", *(["checkpoints"] if version >= 2 else []), *(["hosts", "state_counts"] if version >= 3 else [])]
+    missing = [table for table in wanted if table not in tables]
+    if missing:
+        raise FrontierError(f"{path} is a damaged niofetcher frontier: the {missing[0]} table is missing")
     return version
 
 

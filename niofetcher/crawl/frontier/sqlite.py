@@ -15,9 +15,17 @@ claims and completes hundreds of URLs a second.  The file is in WAL mode
 with ``synchronous=NORMAL``: a commit appends to the log and does not fsync
 (the log is synced at checkpoints), so a commit costs tens of microseconds,
 and a power cut can lose the last few commits but never corrupts the file.
-The primary key does the de-duplication (``INSERT ... ON CONFLICT``); ``claim()``
-walks a partial index holding only the waiting rows in claim order.
+The primary key does the de-duplication (``INSERT ... ON CONFLICT``).
 ``benchmarks/frontier_speed.py`` measures it.
+
+*Claims, host by host.*  A crawler keeps every connection busy only if a
+claim spreads over hosts that can take URLs now: a page's links cluster by
+host, and one queue in discovery order handed them out together.  So each
+URL row names its host (``host_id``, a row of ``hosts``), a partial index
+holds each host's waiting rows in claim order -- a queue per host --, and
+``claim()`` takes the hosts in turn (``hosts.py``): the next hosts that the
+caller's ``host_room`` says can take URLs, a share of the claim from each,
+round-robin within a priority, breadth first and FIFO within a host.
 
 *The GIL.*  The sqlite3 module lets go of the GIL for every step of every
 statement -- for ``executemany`` once per row, for a query once per row
@@ -36,15 +44,17 @@ whenever that comes: after a crash the file holds both or neither.  A URL is
 'done' exactly when its output is within the stored length, so a resumed
 crawl cuts each output back to ``checkpoint()`` and writes every record once.
 
-*Counts.*  ``counts()`` is called often (progress lines, "is the crawl
-over?"), and ``GROUP BY state`` reads the whole table — about 50 ms per
-100,000 URLs.  So the frontier counts the rows of each state once when it
-opens and then keeps the numbers up to date from the row counts of its own
-statements.  This is one reason why one Frontier owns a file at a time:
-another writer (a user's UPDATE in the sqlite3 shell) would make the
-numbers, and the FIFO sequence, stale until the next open.  Readers are
-welcome at any time — WAL never makes them wait for the crawler, nor the
-crawler for them.
+*Counts, and opening.*  ``counts()`` is called often (progress lines, "is
+the crawl over?"), and ``GROUP BY state`` reads the whole table -- about
+50 ms per 100,000 URLs, 5 s at 5 million.  So the frontier keeps the
+numbers up to date from the row counts of its own statements, and stores
+them in ``state_counts`` with every commit that changes them; nothing that
+opening a file does grows with the table: the counts are read, the rows a
+crash left 'processing' are found through their own index, and the hosts
+with waiting URLs are one probe each.  This is one reason why one Frontier
+owns a file at a time: another writer (a user's UPDATE in the sqlite3 shell)
+would make the stored numbers wrong.  Readers are welcome at any time --
+WAL never makes them wait for the crawler, nor the crawler for them.
 
 *One owner.*  Opening a file takes an exclusive ``flock()`` on ``<path>.lock``
 before it reads anything (see ``lock.py``): a second opener gets
@@ -64,21 +74,31 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-from ...urls import normalize_url
+from ...urls import host_key, normalize_url
 from .base import STATES, FrontierError, FrontierURL, check_int, check_time, retry_delay
+from .hosts import HostRotation, Turn
 from .lock import FrontierLocked, OwnerLock, path_problem
 from .schema import (
+    CLAIM_ROWS,
     COMPLETE,
     COMPLETE_MANY,
+    COUNTS,
+    EMPTY_HOSTS,
     GIVE_UP,
     INSERT,
+    INSERT_HOSTS,
+    LAST_ROW,
     MARK_CLAIMED,
-    PICK,
+    MIN_DUE_DEPTH,
+    QUEUED_HOSTS,
     RELEASE,
+    RELEASED_HOSTS,
     RETRY,
     SAVE_CHECKPOINT,
     SCHEMA_VERSION,
+    STORE_COUNTS,
     create_or_upgrade,
 )
 from .transactions import Transactions
@@ -87,6 +107,9 @@ __all__ = ["SCHEMA_VERSION", "STATES", "Frontier", "FrontierError", "FrontierLoc
 
 # claim() without a depth limit: deeper than any depth.
 _DEEPEST = 1 << 62
+
+# claim() asks its hosts again for more while it is short, at most this many times in all.
+_CLAIM_ROUNDS = 4
 
 
 def _check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:
@@ -144,8 +167,10 @@ class Frontier(Transactions):
         super().__init__(os.fspath(path), commit_every, commit_interval)
         self._clock = clock
         self._counts = dict.fromkeys(STATES, 0)
+        self._stored_counts = dict(self._counts)  # what state_counts holds
         self._next_seq = 1
         self._last_rowid = 0  # the largest rowid in urls: see add_many()
+        self._hosts = HostRotation()  # every host with a waiting URL, in turn
         self._owner: OwnerLock | None = None
         if self.path not in ("", ":memory:"):  # "" is a temporary file of SQLite's own
             problem = path_problem(self.path)
@@ -171,21 +196,24 @@ class Frontier(Transactions):
     # -- opening -----------------------------------------------------------
 
     def _open(self, conn: sqlite3.Connection) -> None:
-        """Set the file up, check, create or upgrade the schema, count, and recover."""
+        """Set the file up, check, create or upgrade the schema, recover, and line the hosts up."""
         # The first statement that reads the file: "file is not a database" comes from here.
         conn.execute("PRAGMA journal_mode = WAL")  # answers 'memory' for :memory:, which is fine
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA temp_store = MEMORY")
-        conn.execute("PRAGMA cache_size = -16384")  # 16 MiB
+        conn.execute("PRAGMA cache_size = -65536")  # 64 MiB: the upper levels of every index, and more
         conn.execute("BEGIN IMMEDIATE")  # two processes opening one new file: one creates, one checks
         try:
             create_or_upgrade(conn, self.path, self._clock)
-            self._load_counts(conn)
+            self._reload(conn)
             if self._counts["processing"]:
-                # A crashed (or killed) run: put its in-flight URLs back.
+                # A crashed (or killed) run: put its in-flight URLs back (through urls_processing).
                 moved = conn.execute("UPDATE urls SET state = 'waiting' WHERE state = 'processing'").rowcount
-                self._counts["processing"] -= moved
-                self._counts["waiting"] += moved
+                self._move("processing", "waiting", moved)
+            (queued,) = conn.execute(QUEUED_HOSTS).fetchone()
+            for host, priority in json.loads(queued):
+                self._hosts.offer(host, priority)
+            self._before_commit(conn)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -193,23 +221,24 @@ class Frontier(Transactions):
                     conn.execute("ROLLBACK")
             raise
 
-    def _load_counts(self, conn: sqlite3.Connection) -> None:
-        """One pass over the table: the rows per state, and where the FIFO sequence goes on.
+    def _reload(self, conn: sqlite3.Connection) -> None:
+        """The counts as stored, and where the FIFO sequence and the rowids go on."""
+        (counts,) = conn.execute(COUNTS).fetchone()
+        stored = json.loads(counts)
+        self._counts = {state: stored.get(state, 0) for state in STATES}
+        self._stored_counts = dict(self._counts)
+        last = conn.execute(LAST_ROW).fetchone()
+        self._last_rowid, self._next_seq = (last[0], last[1] + 1) if last is not None else (0, 1)
 
-        It reads every page of the table, so it is also the check that catches
-        most corrupt files when they are opened rather than in mid-crawl.
-        """
-        counts = dict.fromkeys(STATES, 0)
-        last_seq = last_rowid = 0
-        for state, count, max_seq, max_rowid in conn.execute(
-            "SELECT state, COUNT(*), MAX(seq), MAX(rowid) FROM urls GROUP BY state"
-        ):
-            counts[state] = count
-            last_seq = max(last_seq, max_seq or 0)
-            last_rowid = max(last_rowid, max_rowid or 0)
-        self._counts = counts
-        self._next_seq = last_seq + 1
-        self._last_rowid = last_rowid
+    def _before_commit(self, conn: sqlite3.Connection) -> None:
+        """The counts go into the commit that makes them true."""
+        if self._counts != self._stored_counts:
+            conn.execute(STORE_COUNTS, (json.dumps(self._counts),))
+            self._stored_counts = dict(self._counts)
+
+    def _move(self, old: str, new: str, n: int = 1) -> None:
+        self._counts[old] -= n
+        self._counts[new] += n
 
     # -- plumbing ----------------------------------------------------------
 
@@ -217,10 +246,6 @@ class Frontier(Transactions):
         if self._owner is not None:
             self._owner.release()
             self._owner = None
-
-    def _move(self, old: str, new: str, n: int = 1) -> None:
-        self._counts[old] -= n
-        self._counts[new] += n
 
     # -- adding ------------------------------------------------------------
 
@@ -250,6 +275,7 @@ class Frontier(Transactions):
         """
         parents: dict[str | None, str | None] = {None: None}
         rows = []
+        hosts: dict[str, int] = {}  # the hosts of these URLs, and the highest priority of each
         checked: tuple[object, object] = (None, None)
         with self._db() as conn:
             now = self._clock()
@@ -270,33 +296,47 @@ class Frontier(Transactions):
                         parents[parent] = normalize_url(parent)  # type: ignore[arg-type]
                     except (TypeError, ValueError):
                         parents[parent] = parent
-                rows.append((key, depth, priority, parents[parent], seq))
+                host = host_key(key)
+                rows.append((key, depth, priority, parents[parent], seq, host))
+                if hosts.get(host, priority - 1) < priority:
+                    hosts[host] = priority
                 seq += 1
             if not rows:
                 return 0
             self._begin(conn)
-            cursor = conn.execute(INSERT, (now, json.dumps(rows)))
-            # The row count is of new URLs and of known ones whose depth went down.  The new rows
-            # got the rowids after the largest one (SQLite's way, short of 2**63 rows), and the
-            # connection's last_insert_rowid is the last of them -- updates leave it alone, and so
-            # do the other tables' inserts (meta only when the file is made, checkpoints is
-            # WITHOUT ROWID) -- so that is how many were new, without a statement more.
-            added = 0
-            if cursor.rowcount and cursor.lastrowid is not None and cursor.lastrowid > self._last_rowid:
-                added = cursor.lastrowid - self._last_rowid
-                self._last_rowid = cursor.lastrowid
+            conn.execute(INSERT_HOSTS, (json.dumps(list(hosts)),))
+            conn.execute(INSERT, (now, json.dumps(rows)))
+            # The new rows got the rowids after the largest one (SQLite's way, short of 2**63
+            # rows), so the largest rowid now tells how many were new: the row count cannot,
+            # it counts the known URLs whose depth went down too.
+            (last,) = conn.execute("SELECT MAX(rowid) FROM urls").fetchone()
+            added = (last or 0) - self._last_rowid
+            self._last_rowid = last or 0
+            self._counts["waiting"] += added
             self._commit(conn)
             # Known URLs leave gaps in seq; only the order matters.
             self._next_seq = seq
-            self._counts["waiting"] += added
+            # Every host of the batch, whether its URLs were new or not: a host in line with
+            # nothing waiting costs one look when its turn comes, a host left out would be lost.
+            for host, top in hosts.items():
+                self._hosts.offer(host, top)
             return added
 
     # -- claiming and outcomes -------------------------------------------------
 
-    def claim(self, limit: int, max_depth: int | None = None) -> list[FrontierURL]:
-        """Hand out up to ``limit`` waiting URLs that are due, highest priority
-        first, then the lowest depth (breadth first), then in the order they
-        were discovered.
+    def claim(
+        self, limit: int, max_depth: int | None = None, host_room: Callable[[str], int] | None = None
+    ) -> list[FrontierURL]:
+        """Hand out up to ``limit`` waiting URLs that are due, spread over hosts: the hosts take
+        turns (round-robin), highest priority first; within a host the URLs come highest priority
+        first, then the lowest depth (breadth first), then in the order they were discovered.
+
+        ``host_room(host)`` says how many URLs of ``host`` (a :func:`~niofetcher.urls.host_key`)
+        the caller can take now: 0 skips the host this time.  Without it every host can
+        take any number.  A claim asks the next hosts in turn for a share of ``limit`` each, and
+        those with more for more while it is short.  The URLs come in claim order: the first URL
+        of each host, then the second, and so on (within a priority), the lower depths and the
+        earlier found first among them.
 
         They move to 'processing' and their attempts go up by one, in one
         transaction: no URL is handed out twice, whichever thread asks.
@@ -305,19 +345,77 @@ class Frontier(Transactions):
         if limit == 0:
             return []
         with self._db() as conn:
-            self._begin(conn)
-            deepest = _DEEPEST if max_depth is None else max_depth
-            (picked,) = conn.execute(PICK, (self._clock(), deepest, limit)).fetchone()
-            rows = json.loads(picked)
-            if rows:
-                conn.execute(MARK_CLAIMED, (json.dumps([row[0] for row in rows]),))
-            self._commit(conn)
-            self._move("waiting", "processing", len(rows))
-        rows.sort(key=lambda row: (-row[3], row[2], row[6]))  # priority, depth, seq
+            turns = self._hosts.take(limit, host_room)
+            settled: set[str] = set()
+            try:
+                rows = self._claim_rows(conn, turns, limit, _DEEPEST if max_depth is None else max_depth, settled)
+            finally:
+                for host, _room, priority in turns:  # a failed statement: every host keeps its turn
+                    if host not in settled:
+                        self._hosts.put_back(host, priority, front=True)
+            self._commit(conn)  # the outcomes still pending too, as every method but those
         return [
             FrontierURL(url, depth, priority, attempts, parent)
-            for _rowid, url, depth, priority, attempts, parent, _seq in rows
+            for _rowid, url, depth, priority, attempts, parent, _seq, _host in rows
         ]
+
+    def _claim_rows(
+        self, conn: sqlite3.Connection, turns: list[Turn], limit: int, deepest: int, settled: set[str]
+    ) -> list[list[Any]]:
+        """Ask the hosts of ``turns`` for their first due rows, take ``limit`` of them in claim
+        order, move those to 'processing', and put each host back in line (adding it to ``settled``)."""
+        if not turns:
+            return []
+        room = {host: share for host, share, _priority in turns}
+        found: dict[str, list[list[Any]]] = {host: [] for host in room}
+        now = self._clock()
+        asking = list(room)
+        offset = 0
+        have = 0
+        for _ in range(_CLAIM_ROUNDS):
+            share = min(-(-(limit - have) // len(asking)), max(room[h] for h in asking))
+            (picked,) = conn.execute(CLAIM_ROWS, (now, json.dumps(asking), deepest, share, offset)).fetchone()
+            got: dict[str, int] = dict.fromkeys(asking, 0)
+            for row in json.loads(picked):
+                found[row[7]].append(row)
+                got[row[7]] += 1
+            offset += share
+            # Hosts that gave all they were asked for and can take more may have more.
+            asking = [h for h in asking if got[h] == share and offset < room[h]]
+            have = sum(min(len(rows), room[h]) for h, rows in found.items())
+            if not asking or have >= limit:
+                break
+        ranked: list[tuple[int, int, int, int, list[Any]]] = []
+        for host, rows in found.items():
+            rows.sort(key=lambda row: (-row[3], row[2], row[6]))  # the host's queue order
+            del rows[room[host]:]
+            ranked.extend((-row[3], rank, row[2], row[6], row) for rank, row in enumerate(rows))
+        ranked.sort(key=lambda entry: entry[:4])
+        taken = [entry[4] for entry in ranked[:limit]]
+        if taken:
+            self._begin(conn)
+            conn.execute(MARK_CLAIMED, (json.dumps([row[0] for row in taken]),))
+            self._move("waiting", "processing", len(taken))
+        idle = [host for host, rows in found.items() if not rows]
+        if idle:
+            (empty,) = conn.execute(EMPTY_HOSTS, (json.dumps(idle),)).fetchone()
+            for host in json.loads(empty):
+                self._hosts.forget(host)
+                settled.add(host)
+        priorities = {host: priority for host, _share, priority in turns}
+        claimed = {row[0] for row in taken}
+        for host, rows in found.items():
+            if host in settled:
+                continue
+            if rows:
+                # What it has left is the rows not taken, then rows of no higher priority than
+                # the last it gave.  A host none of whose rows were taken keeps its turn.
+                left = [row for row in rows if row[0] not in claimed]
+                self._hosts.put_back(host, (left[0] if left else rows[-1])[3], front=len(left) == len(rows))
+            else:  # waiting, but nothing due now (or within the depth)
+                self._hosts.put_back(host, priorities[host])
+            settled.add(host)
+        return taken
 
     def complete(self, url: str, status: int | None) -> None:
         """Record that a claimed URL was fetched: processing → done.
@@ -410,15 +508,17 @@ class Frontier(Transactions):
         """
         with self._db() as conn:
             self._begin(conn)
-            row = conn.execute("SELECT attempts FROM urls WHERE url = ? AND state = 'processing'", (url,)).fetchone()
+            claimed = "SELECT attempts, priority FROM urls WHERE url = ? AND state = 'processing'"
+            row = conn.execute(claimed, (url,)).fetchone()
             if row is None:
                 url = self._key_of_processing(conn, url, "fail")
-                row = conn.execute("SELECT attempts FROM urls WHERE url = ?", (url,)).fetchone()
-            attempts = row[0]
+                row = conn.execute(claimed, (url,)).fetchone()
+            attempts, priority = row
             now = self._clock()
             if retry and attempts < self.max_attempts:
                 delay = self.retry_delay_after(attempts, retry_after)
                 conn.execute(RETRY, (status, error, now, now + delay, url))
+                self._hosts.offer(host_key(url), priority)
                 new_state = "waiting"
             else:
                 conn.execute(GIVE_UP, (status, error, now, url))
@@ -461,9 +561,12 @@ class Frontier(Transactions):
             return
         with self._db() as conn:
             self._begin(conn)
-            released = conn.execute(RELEASE, (json.dumps(list(keys)),)).rowcount
+            listed = json.dumps(list(keys))
+            (released,) = conn.execute(RELEASED_HOSTS, (listed,)).fetchone()
+            self._move("processing", "waiting", conn.execute(RELEASE, (listed,)).rowcount)
             self._commit(conn)
-            self._move("processing", "waiting", released)
+            for host, priority in json.loads(released):
+                self._hosts.offer(host, priority)
 
     # -- looking -----------------------------------------------------------
 
@@ -488,10 +591,8 @@ class Frontier(Transactions):
         """The smallest depth among waiting URLs that are due now, None when there is none."""
         with self._db() as conn:
             self._commit(conn)
-            (depth,) = conn.execute(
-                "SELECT MIN(depth) FROM urls WHERE state = 'waiting' AND next_attempt_at <= ?", (self._clock(),)
-            ).fetchone()
-            return int(depth) if depth is not None else None
+            row = conn.execute(MIN_DUE_DEPTH, (self._clock(),)).fetchone()
+            return int(row[0]) if row is not None else None
 
     def state(self, url: str) -> str | None:
         """The state of a URL (in any form that normalises to a known one), None if unknown or invalid."""
@@ -520,6 +621,7 @@ class Frontier(Transactions):
             try:
                 if conn.in_transaction:
                     try:
+                        self._before_commit(conn)
                         conn.execute("COMMIT")
                     except sqlite3.Error as exc:  # closing rolls it back
                         raise FrontierError(f"{exc}: frontier {self.path}") from exc

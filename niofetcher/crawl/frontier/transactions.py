@@ -12,7 +12,7 @@ fetched again.  ``commit_every=1`` commits every call.
 
 *Errors.*  When a statement fails (a full disk, an I/O error), the whole open
 transaction is rolled back -- outcomes still pending with it, and their
-checkpoint -- and the counts are read from the file again: the frontier is
+checkpoint -- and what the frontier keeps in memory is read from the file again: the frontier is
 left as the last commit left it, and the error is raised as one
 :class:`FrontierError` line that starts with SQLite's words ("database or
 disk is full: ...").  Nothing is half-done, and close() after it has nothing
@@ -57,8 +57,12 @@ class Transactions:
         self._pending_since = 0.0  # time.monotonic() of the first of them
         self._conn: sqlite3.Connection | None = None
 
-    def _load_counts(self, conn: sqlite3.Connection) -> None:
+    def _reload(self, conn: sqlite3.Connection) -> None:
         """Read again from the file what the subclass keeps in memory: after a rollback it is stale."""
+        raise NotImplementedError
+
+    def _before_commit(self, conn: sqlite3.Connection) -> None:
+        """Write into the open transaction what the subclass keeps in memory and the file must hold."""
         raise NotImplementedError
 
     @contextlib.contextmanager
@@ -68,7 +72,7 @@ class Transactions:
         A call that fails leaves nothing of its own behind: a statement that fails (a full disk,
         an I/O error; even a COMMIT) rolls the whole transaction back, pending outcomes too -- SQLite
         may have done so already, or undone just the statement, or nothing if the COMMIT failed --
-        and the counts are read from the file again.  Any other exception (a URL that is not
+        and what the frontier keeps in memory is read from the file again.  Any other exception (a URL that is not
         claimed, a bad argument) ends a transaction that holds nothing pending, so that no write
         lock is left held.
         """
@@ -86,7 +90,7 @@ class Transactions:
                 with contextlib.suppress(sqlite3.Error):
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
-                    self._load_counts(conn)
+                    self._reload(conn)
                 raise FrontierError(f"{exc}: frontier {self.path}") from exc
             except BaseException:
                 if not self._pending and conn.in_transaction:
@@ -126,6 +130,7 @@ class Transactions:
             self._commit_deferred = True
             return
         if conn.in_transaction:
+            self._before_commit(conn)
             conn.execute("COMMIT")
         self._pending = 0
 
