@@ -67,6 +67,7 @@ from ..models import URLBean
 from ..urls import Origin, normal_host, parse_target
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
 from .frontier import Frontier, FrontierBackend, FrontierURL
+from .inflight import InProgress, windows
 from .parsing import ParseExecutor
 from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
 from .policy import LinkScope, error_text, is_redirect, retry_after
@@ -100,7 +101,8 @@ class Crawler:
             config.fetcher.user_agent, config.max_attempts, config.max_crawl_delay,
             busy=self._active.__contains__, stopping=self._stop,
         )
-        self._in_progress: dict[str, FrontierURL] = {}
+        self._window, per_host = windows(config.fetcher.max_connections, config.fetcher.max_connections_per_host)
+        self._in_progress = InProgress(per_host)  # claimed, not yet recorded
         self._started = 0.0
         self._finished = 0
         self._bytes = 0
@@ -149,7 +151,6 @@ class Crawler:
             frontier.add(config.seeds, depth=0)
             # Redirects are links the crawler follows itself, through scope and robots.txt like any other.
             fetcher_config = dataclasses.replace(config.fetcher, follow_redirects=False)
-            window = min(5000, max(64, 2 * fetcher_config.max_connections))
             pipeline = self._pipeline
             parser = ParseExecutor(config.parse_mode, config.parse_workers, config.extractor, self._scope,
                                    failed=lambda exc: pipeline.report_broken("a parse job's hand-over", exc))
@@ -158,7 +159,7 @@ class Crawler:
                 error: BaseException | None = None
                 try:
                     pipeline.start(fetcher, parser, self.on_page, self.output)
-                    self._coordinate(frontier, fetcher, window)
+                    self._coordinate(frontier, fetcher)
                 except BaseException as exc:
                     error = exc
                     raise
@@ -180,8 +181,9 @@ class Crawler:
             seconds=time.monotonic() - self._started, stopped=stopped,
         )
 
-    def _coordinate(self, frontier: FrontierBackend, fetcher: NIOFetcher, window: int) -> None:
+    def _coordinate(self, frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
         config = self.config
+        window = self._window
         budget = None
         self._counts = frontier.counts()
         if config.max_pages is not None:
@@ -201,9 +203,10 @@ class Crawler:
                 room = window - len(self._in_progress)
                 if budget is not None:
                     room = min(room, budget)
-                # Claim in batches, not one URL per report: a claim is a transaction.
+                # Claim in batches, not one URL per report: a claim is a transaction.  Only hosts
+                # with room in their window, so that the claim is of URLs the fetcher can start.
                 if room > 0 and (room >= window // 4 or not self._in_progress):
-                    claimed = frontier.claim(room, max_depth=self._layer(frontier))
+                    claimed = frontier.claim(room, max_depth=self._layer(frontier), host_room=self._in_progress.room)
                     if budget is not None:
                         budget -= len(claimed)
                     for item in claimed:
@@ -262,7 +265,7 @@ class Crawler:
                 start, give_back = self._robots.arrived(report, frontier, fetcher)
                 self._give_back(give_back, frontier)
                 for item in start:
-                    del self._in_progress[item.url]
+                    self._in_progress.pop(item.url)
                     self._start(item, frontier, fetcher)
             elif isinstance(report, Broken):
                 broken.append(report)
@@ -285,22 +288,22 @@ class Crawler:
         if self.config.obey_robots:
             rules = self._robots.rules(origin)
             if rules is None:  # it waits for its origin's robots.txt, in progress meanwhile
-                self._in_progress[item.url] = item
+                self._in_progress.add(item)
                 self._give_back(self._robots.hold(item, origin, fetcher), frontier)
                 return
             refusal = rules.refuses(item.url, self.config.fetcher.user_agent)
             if refusal:
-                self._in_progress.pop(item.url, None)
+                self._in_progress.pop(item.url)
                 frontier.fail(item.url, refusal, retry=False)
                 self._errors["robots_unavailable" if rules.refusal else "robots_disallowed"] += 1
                 return
         if self._stop.is_set() or not fetcher.register(
             URLBean(item.url, priority=item.priority, meta={"frontier": item, "origin": origin})
         ):
-            self._in_progress.pop(item.url, None)
+            self._in_progress.pop(item.url)
             frontier.release([item.url])  # stopping: the URL waits for a resume
             return
-        self._in_progress[item.url] = item
+        self._in_progress.add(item)
         self._active[origin] += 1
 
     def _give_back(self, held: list[FrontierURL], frontier: FrontierBackend) -> None:
@@ -308,7 +311,7 @@ class Crawler:
         if not held:
             return
         for item in held:
-            del self._in_progress[item.url]
+            self._in_progress.pop(item.url)
         frontier.release([item.url for item in held])
 
     # -- coordinator: recording outcomes ------------------------------------------
@@ -344,11 +347,11 @@ class Crawler:
                     completed.append((page.item.url, page.result.status))
                 else:
                     self._record_failure(page, frontier)
-                    del self._in_progress[page.item.url]
+                    self._in_progress.pop(page.item.url)
             frontier.complete_many(completed, checkpoint=offsets)
         # Only now: should recording them fail, they are still in progress, and run() gives them back.
         for url, _ in completed:
-            del self._in_progress[url]
+            self._in_progress.pop(url)
 
     def _link_entries(self, page: Page) -> list[tuple[str, int, str | None, int]]:
         """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority)."""
