@@ -1,7 +1,7 @@
 """Speed of the SQLite crawl frontier (niofetcher.crawl.frontier) as it grows: 100k, 1M, 10M URLs.
 
     python benchmarks/frontier_speed.py                                    # 100,000 and 1,000,000 URLs
-    python benchmarks/frontier_speed.py --sizes 100000,1000000,10000000    # issue 11's run (long, ~2 GB)
+    python benchmarks/frontier_speed.py --sizes 100000,1000000,10000000    # issue 11's run: ~4.5 GB, long
     python benchmarks/frontier_speed.py --sizes 20000,100000 --window 10000 --json /tmp/f.json
     python benchmarks/frontier_speed.py --path /data/big.db                # that file, kept afterwards
 
