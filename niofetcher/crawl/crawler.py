@@ -317,24 +317,25 @@ class Crawler:
     # -- coordinator: recording outcomes ------------------------------------------
 
     def _record(self, pages: list[Page], frontier: FrontierBackend) -> None:
-        """Record a batch of pages: their links first, in one call, then their outcomes, so that a crash
-        in between fetches a page again rather than losing its links."""
+        """Record a batch of pages, links and outcomes in one commit: a crash keeps both or neither
+        (a page fetched again rather than its links lost)."""
         pages = [page for page in pages if page.item.url in self._in_progress]
         links = [entry for page in pages for entry in self._link_entries(page)]
-        if links:
-            frontier.add_many(links)
-        # The records first, durable, then the outcomes with the files' lengths: a crash in between
-        # leaves records past the stored lengths, which the next run cuts away.
-        offsets = None
-        if self.output is not None:
-            delivered = [page.item.url for page in pages if page.final and not page.failure]
-            if delivered:
-                offsets = self.output.commit(delivered)
         completed: list[tuple[str, int | None]] = []
         active = self._active
         # One commit for the batch: a failure committed alone, before the checkpoint that covers its
-        # record, would have that record cut away on resume and never written again.
+        # record, would have that record cut away on resume and never written again; and one commit
+        # rather than two writes each page of the frontier's indexes that both touch once.
         with frontier.batch():
+            if links:
+                frontier.add_many(links)
+            # The records first, durable, then the outcomes with the files' lengths: a crash in between
+            # leaves records past the stored lengths, which the next run cuts away.
+            offsets = None
+            if self.output is not None:
+                delivered = [page.item.url for page in pages if page.final and not page.failure]
+                if delivered:
+                    offsets = self.output.commit(delivered)
             for page in pages:
                 origin = page.result.bean.meta["origin"]
                 active[origin] -= 1
