@@ -101,7 +101,9 @@ class Crawler:
             config.fetcher.user_agent, config.max_attempts, config.max_crawl_delay,
             busy=self._active.__contains__, stopping=self._stop,
         )
-        self._window, per_host = windows(config.fetcher.max_connections, config.fetcher.max_connections_per_host)
+        self._window, per_host = windows(
+            config.fetcher.max_connections, config.fetcher.max_connections_per_host, config.fetcher.host_delay
+        )
         self._in_progress = InProgress(per_host)  # claimed, not yet recorded
         self._started = 0.0
         self._finished = 0
@@ -190,28 +192,37 @@ class Crawler:
             budget = max(0, config.max_pages - self._counts["done"] - self._counts["error"])
         counted_at = time.monotonic()
         cancelled = False
+        reports: list[Report] = []  # arrived since the last round
         while True:
-            failure = fetcher.failure
-            if failure is not None:
-                # The loop thread died: every URL it held comes back cancelled, nothing more will
-                # be fetched, and run() gives back what is in progress.
-                raise RuntimeError(f"niofetcher loop failed: {type(failure).__name__}: {failure}")
-            if self._stop.is_set() and not cancelled:
-                fetcher.cancel_pending()  # again: what _start registered while stop() was being called
-                cancelled = True
-            if not self._stop.is_set():
-                room = window - len(self._in_progress)
-                if budget is not None:
-                    room = min(room, budget)
-                # Claim in batches, not one URL per report: a claim is a transaction.  Only hosts
-                # with room in their window, so that the claim is of URLs the fetcher can start.
-                if room > 0 and (room >= window // 4 or not self._in_progress):
-                    claimed = frontier.claim(room, max_depth=self._layer(frontier), host_room=self._in_progress.room)
+            # A round's records and claims in one commit: a claim moves the rows next to those
+            # that were just completed (their hosts' queues, the in-progress index), and one commit
+            # writes each page once, not twice (a third fewer pages written, measured).
+            with frontier.batch():
+                if reports:
+                    self._drain_reports(frontier, fetcher, reports)
+                failure = fetcher.failure
+                if failure is not None:
+                    # The loop thread died: every URL it held comes back cancelled, nothing more will
+                    # be fetched, and run() gives back what is in progress.
+                    raise RuntimeError(f"niofetcher loop failed: {type(failure).__name__}: {failure}")
+                if self._stop.is_set() and not cancelled:
+                    fetcher.cancel_pending()  # again: what _start registered while stop() was being called
+                    cancelled = True
+                if not self._stop.is_set():
+                    room = window - len(self._in_progress)
                     if budget is not None:
-                        budget -= len(claimed)
-                    for item in claimed:
-                        self._start(item, frontier, fetcher)
-            self._give_back(self._robots.retry_due(fetcher), frontier)
+                        room = min(room, budget)
+                    # Claim in batches, not one URL per report: a claim is a transaction.  Only hosts
+                    # with room in their window, so that the claim is of URLs the fetcher can start.
+                    if room > 0 and (room >= window // 4 or not self._in_progress):
+                        claimed = frontier.claim(
+                            room, max_depth=self._layer(frontier), host_room=self._in_progress.room
+                        )
+                        if budget is not None:
+                            budget -= len(claimed)
+                        for item in claimed:
+                            self._start(item, frontier, fetcher)
+                self._give_back(self._robots.retry_due(fetcher), frontier)
             robots_due = self._robots.next_retry()
             if time.monotonic() - counted_at > 0.5:  # counts() commits pending outcomes: not per report
                 self._counts = frontier.counts()
@@ -226,10 +237,9 @@ class Crawler:
             else:
                 wait = 0.2 if robots_due is None else min(0.2, max(0.0, robots_due - time.monotonic()))
             try:
-                report = self._reports.get(timeout=wait)
+                reports = [self._reports.get(timeout=wait)]
             except queue.Empty:
-                continue
-            self._drain_reports(frontier, fetcher, [report])
+                reports = []
 
     def _layer(self, frontier: FrontierBackend) -> int | None:
         """With max_depth, the deepest depth that may be claimed now: the crawl goes breadth-first in
@@ -291,6 +301,8 @@ class Crawler:
                 self._in_progress.add(item)
                 self._give_back(self._robots.hold(item, origin, fetcher), frontier)
                 return
+            if self._robots.crawl_delay(rules):
+                self._in_progress.slow_down(item.host)
             refusal = rules.refuses(item.url, self.config.fetcher.user_agent)
             if refusal:
                 self._in_progress.pop(item.url)

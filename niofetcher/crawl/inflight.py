@@ -5,7 +5,9 @@ URL of its host at hand; but a window of one global FIFO filled up with the link
 (a page's links cluster by host) while the other hosts' connections stood idle.  So the window is
 bounded per host as well as in all: a host may have ``per_host`` URLs in progress -- in the
 fetcher, waiting for robots.txt, in a parse job or with ``on_page`` -- and the frontier is asked
-only for hosts with room (:meth:`InProgress.room`, the ``host_room`` of ``claim()``).
+only for hosts with room (:meth:`InProgress.room`, the ``host_room`` of ``claim()``).  A host
+with a politeness delay serves one URL per delay, so its window is two: the one being fetched
+and the next.
 """
 
 from __future__ import annotations
@@ -15,18 +17,23 @@ from collections.abc import Iterator
 
 from .frontier import FrontierURL
 
-__all__ = ["InProgress", "windows"]
+__all__ = ["SLOW_HOST_WINDOW", "InProgress", "windows"]
 
 
-def windows(max_connections: int, per_host_connections: int) -> tuple[int, int]:
-    """The window of a crawl, in all and per host, for a fetcher of these connection limits.
+#: The window of a host that has a politeness delay.
+SLOW_HOST_WINDOW = 2
+
+
+def windows(max_connections: int, per_host_connections: int, host_delay: float = 0.0) -> tuple[int, int]:
+    """The window of a crawl, in all and per host, for a fetcher of these connection limits and
+    this delay between two requests to a host.
 
     Per host: enough to keep its connections busy while the pages before are parsed and recorded
-    (8 per connection, at least 16).  In all: room for half again as many hosts as the fetcher can
+    (8 per connection, at least 16), or :data:`SLOW_HOST_WINDOW` with a delay.  In all: room for half again as many hosts as the fetcher can
     keep busy at once, each with a full window, so that a host whose window is full never holds
     a connection another host could use (at least 64, at most 20,000 URLs).
     """
-    per_host = max(16, 8 * per_host_connections)
+    per_host = SLOW_HOST_WINDOW if host_delay > 0 else max(16, 8 * per_host_connections)
     hosts = -(-max_connections // per_host_connections)  # hosts it takes to use every connection
     return min(20_000, max(64, per_host * hosts * 3 // 2)), per_host
 
@@ -42,6 +49,7 @@ class InProgress:
         self.per_host = per_host
         self._items: dict[str, FrontierURL] = {}
         self._hosts: Counter[str] = Counter()
+        self._slow: set[str] = set()  # hosts with a politeness delay of their own (Crawl-delay)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -77,9 +85,14 @@ class InProgress:
         self._items.clear()
         self._hosts.clear()
 
+    def slow_down(self, host: str) -> None:
+        """``host`` has a politeness delay: its window is :data:`SLOW_HOST_WINDOW` from now on."""
+        self._slow.add(host)
+
     def room(self, host: str) -> int:
         """How many URLs of ``host`` may be claimed now: what its window has free, but nothing
         until a quarter of it is, so that claims come in batches rather than one URL at a time
         (each claim is a transaction)."""
-        free = self.per_host - self._hosts.get(host, 0)
-        return free if free * 4 >= self.per_host else 0
+        window = SLOW_HOST_WINDOW if host in self._slow else self.per_host
+        free = window - self._hosts.get(host, 0)
+        return free if free * 4 >= window else 0

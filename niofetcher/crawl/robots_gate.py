@@ -171,13 +171,17 @@ class RobotsGate:
         self._fetches.pop(origin, None)
         return self._held.pop(origin, [])
 
-    def _apply_crawl_delay(self, origin: Origin, rules: RobotsRules, fetcher: NIOFetcher) -> None:
+    def crawl_delay(self, rules: RobotsRules) -> float:
+        """The delay between two requests to an origin that ``rules`` give: their Crawl-delay,
+        capped at max_crawl_delay; 0 for none."""
         delay = rules.crawl_delay
         if not delay or delay <= 0:  # none, 0, or NaN
-            return
-        cap = self._max_crawl_delay
-        if delay > cap:
-            log.warning("%s asks for Crawl-delay %g s; using max_crawl_delay, %g s", origin, delay, cap)
-            delay = cap
+            return 0.0
+        return min(delay, self._max_crawl_delay)
+
+    def _apply_crawl_delay(self, origin: Origin, rules: RobotsRules, fetcher: NIOFetcher) -> None:
+        delay = self.crawl_delay(rules)
+        if delay and rules.crawl_delay is not None and rules.crawl_delay > delay:
+            log.warning("%s asks for Crawl-delay %g s; using max_crawl_delay, %g s", origin, rules.crawl_delay, delay)
         if delay:
             fetcher.set_host_delay(f"{origin}/", delay)

