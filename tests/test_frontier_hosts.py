@@ -241,3 +241,18 @@ def test_a_rolled_back_claim_puts_its_hosts_back_in_line() -> None:
         assert counted(frontier)["waiting"] == 2
         assert frontier.counts() == counted(frontier)
         assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/0", "http://b.test/0"]
+
+
+@pytest.mark.timeout(30)
+def test_a_host_room_that_raises_loses_no_host() -> None:
+    with Frontier() as frontier:
+        frontier.add(["http://a.test/0", "http://b.test/0", "http://c.test/0"])
+
+        def room(host: str) -> int:
+            if host == "http://b.test":
+                raise KeyError(host)
+            return 5
+
+        with pytest.raises(KeyError):
+            frontier.claim(10, host_room=room)
+        assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/0", "http://b.test/0", "http://c.test/0"]
