@@ -644,6 +644,21 @@ def test_an_older_file_is_upgraded_when_opened(tmp_path: Path, version: int) -> 
 
 
 @pytest.mark.timeout(30)
+def test_an_upgrade_takes_a_stored_url_that_has_no_host(tmp_path: Path) -> None:
+    """A row put in by hand that host_key() cannot take apart: the file still opens, the row is
+    a host of its own and is handed out like any other (the crawl records it as failed)."""
+    db = tmp_path / "old.db"
+    make_old_file(db, 2)
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO urls (url, discovered_at, next_attempt_at, seq) VALUES ('by-hand', 1.0, 1.0, 99)")
+    conn.commit()
+    conn.close()
+    with Frontier(db) as frontier:
+        assert "by-hand" in [c.url for c in frontier.claim(10)]
+    assert read_rows(db, "SELECT COUNT(*) FROM urls WHERE host_id IS NULL") == [(0,)]
+
+
+@pytest.mark.timeout(30)
 def test_a_version_2_file_without_its_checkpoints_table_is_damaged(db: Path) -> None:
     Frontier(db).close()
     conn = sqlite3.connect(db)

@@ -157,3 +157,19 @@ def test_close_that_cannot_commit_raises_that_once_and_closes(busy: tuple[Fronti
     frontier.close()
     with Frontier(db) as again:  # the pending complete()s were rolled back: 20 claimed URLs resume
         assert again.counts() == {"waiting": 30, "processing": 0, "done": 0, "error": 0}
+
+
+def test_a_full_disk_after_claims_in_a_batch_puts_their_hosts_back_in_line(tmp_path: Path) -> None:
+    """The second claim of a batch finds a.test empty and lets it go; the rollback makes its URLs
+    wait again, so a.test must be in line again or nothing would ever claim them."""
+    db = tmp_path / "crawl.sqlite"
+    with Frontier(db, commit_every=1000, commit_interval=3600) as frontier:
+        frontier.add([f"http://a.test/{i}" for i in range(3)])
+        with pytest.raises(FrontierError), frontier.batch():
+            assert len(frontier.claim(10)) == 3
+            assert frontier.claim(10) == []
+            fill_the_disk(frontier)
+            frontier.add_many(many(2000, "b.test"))
+        make_room(frontier)
+        assert frontier.counts() == committed_counts(db) == {"waiting": 3, "processing": 0, "done": 0, "error": 0}
+        assert len(frontier.claim(10)) == 3

@@ -203,3 +203,56 @@ def read_counts(db: Path) -> dict[str, int]:
         return dict(conn.execute("SELECT state, COUNT(*) FROM urls GROUP BY state").fetchall())
     finally:
         conn.close()
+
+
+def counted(frontier: Frontier) -> dict[str, int]:
+    """The rows per state, counted the long way."""
+    conn = frontier._conn
+    assert conn is not None
+    counts = dict.fromkeys(("waiting", "processing", "done", "error"), 0)
+    counts.update(conn.execute("SELECT state, COUNT(*) FROM urls GROUP BY state"))
+    return counts
+
+
+@pytest.mark.timeout(30)
+def test_a_call_that_refuses_inside_a_batch_leaves_the_counts_and_new_row_count_true() -> None:
+    """A ValueError inside a batch rolls back what the batch did so far: what the frontier keeps in
+    memory (counts, the last rowid) goes back with it, or the next add counts wrong, for good."""
+    with Frontier() as frontier:
+        frontier.add(["http://a.test/0"])
+        with pytest.raises(ValueError), frontier.batch():
+            frontier.add(["http://a.test/1", "http://a.test/2"])
+            frontier.fail("http://a.test/unknown", "no such URL")
+        assert frontier.counts() == counted(frontier)
+        assert frontier.add(["http://a.test/3"]) == 1
+        assert frontier.counts() == counted(frontier) == {"waiting": 2, "processing": 0, "done": 0, "error": 0}
+
+
+@pytest.mark.timeout(30)
+def test_a_rolled_back_claim_puts_its_hosts_back_in_line() -> None:
+    """Two claims in one batch: the second finds the hosts empty and lets them go; when the batch
+    is rolled back their URLs wait again, and their hosts must be in line again to be claimed."""
+    with Frontier(commit_every=1000, commit_interval=3600) as frontier:
+        frontier.add(["http://a.test/0", "http://b.test/0"])
+        with pytest.raises(ValueError), frontier.batch():
+            assert len(frontier.claim(10)) == 2
+            assert frontier.claim(10) == []
+            frontier.complete("http://c.test/unknown", 200)
+        assert counted(frontier)["waiting"] == 2
+        assert frontier.counts() == counted(frontier)
+        assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/0", "http://b.test/0"]
+
+
+@pytest.mark.timeout(30)
+def test_a_host_room_that_raises_loses_no_host() -> None:
+    with Frontier() as frontier:
+        frontier.add(["http://a.test/0", "http://b.test/0", "http://c.test/0"])
+
+        def room(host: str) -> int:
+            if host == "http://b.test":
+                raise KeyError(host)
+            return 5
+
+        with pytest.raises(KeyError):
+            frontier.claim(10, host_room=room)
+        assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/0", "http://b.test/0", "http://c.test/0"]

@@ -63,7 +63,13 @@ class HostRotation:
                 host, generation = line.popleft()
                 if self._place.get(host) != (priority, generation):
                     continue  # an old entry of a host that moved or was forgotten
-                share = most if room is None else room(host)
+                try:
+                    share = most if room is None else room(host)
+                except BaseException:  # a caller's bug must not lose hosts: all keep their places
+                    line.appendleft((host, generation))
+                    for taken, _share, came_from in reversed(turns):
+                        self.put_back(taken, came_from, front=True)
+                    raise
                 if share > 0:
                     turns.append((host, share, priority))
                     del self._place[host]

@@ -249,11 +249,18 @@ def create_or_upgrade(conn: sqlite3.Connection, path: str, clock: Callable[[], f
         version = _check_schema(conn, path, tables)
     if version == SCHEMA_VERSION:
         return
-    conn.create_function("host_key", 1, host_key, deterministic=True)
+    conn.create_function("host_key", 1, _stored_host_key, deterministic=True)
     for added in range(version + 1, SCHEMA_VERSION + 1):
         for statement in _statements(_ADDITIONS[added]):
             conn.execute(statement)
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+
+def _stored_host_key(url: str) -> str:
+    """host_key() of a row being upgraded; a URL it cannot take apart (put there by hand: no
+    niofetcher stores one) is a host of its own, claimed and failed like any other, rather than a
+    file that cannot be opened ("user-defined function raised exception")."""
+    return host_key(url) if "//" in url else url
 
 
 def _check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:

@@ -211,12 +211,11 @@ class Frontier(Transactions):
             create_or_upgrade(conn, self.path, self._clock)
             self._reload(conn)
             if self._counts["processing"]:
-                # A crashed (or killed) run: put its in-flight URLs back (through urls_processing).
+                # A crashed (or killed) run: put its in-flight URLs back (through urls_processing),
+                # and their hosts in line.
                 moved = conn.execute("UPDATE urls SET state = 'waiting' WHERE state = 'processing'").rowcount
                 self._move("processing", "waiting", moved)
-            (queued,) = conn.execute(QUEUED_HOSTS).fetchone()
-            for host, priority in json.loads(queued):
-                self._hosts.offer(host, priority)
+                self._line_up(conn)
             self._before_commit(conn)
             conn.execute("COMMIT")
         except BaseException:
@@ -226,13 +225,21 @@ class Frontier(Transactions):
             raise
 
     def _reload(self, conn: sqlite3.Connection) -> None:
-        """The counts as stored, and where the FIFO sequence and the rowids go on."""
+        """The counts as stored, where the FIFO sequence and the rowids go on, and every host with
+        a waiting URL in line (a rolled-back claim may have let go of hosts whose URLs wait again)."""
         (counts,) = conn.execute(COUNTS).fetchone()
         stored = json.loads(counts)
         self._counts = {state: stored.get(state, 0) for state in STATES}
         self._stored_counts = dict(self._counts)
         last = conn.execute(LAST_ROW).fetchone()
         self._last_rowid, self._next_seq = (last[0], last[1] + 1) if last is not None else (0, 1)
+        self._line_up(conn)
+
+    def _line_up(self, conn: sqlite3.Connection) -> None:
+        """Offer every host with a waiting URL (one probe a host): those in line already stay put."""
+        (queued,) = conn.execute(QUEUED_HOSTS).fetchone()
+        for host, priority in json.loads(queued):
+            self._hosts.offer(host, priority)
 
     def _before_commit(self, conn: sqlite3.Connection) -> None:
         """The counts go into the commit that makes them true."""

@@ -74,7 +74,7 @@ class Transactions:
         may have done so already, or undone just the statement, or nothing if the COMMIT failed --
         and what the frontier keeps in memory is read from the file again.  Any other exception (a URL that is not
         claimed, a bad argument) ends a transaction that holds nothing pending, so that no write
-        lock is left held.
+        lock is left held, and memory is read again as well (a batch's earlier calls went with it).
         """
         with self._lock:
             conn = self._conn
@@ -94,8 +94,11 @@ class Transactions:
                 raise FrontierError(f"{exc}: frontier {self.path}") from exc
             except BaseException:
                 if not self._pending and conn.in_transaction:
+                    # Inside a batch() the transaction may hold earlier calls' work: what the
+                    # frontier keeps in memory of it goes too.
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
+                        self._reload(conn)
                 raise
 
     @contextlib.contextmanager
