@@ -256,3 +256,38 @@ def test_a_host_room_that_raises_loses_no_host() -> None:
         with pytest.raises(KeyError):
             frontier.claim(10, host_room=room)
         assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/0", "http://b.test/0", "http://c.test/0"]
+
+
+@pytest.mark.timeout(60)
+def test_a_host_with_nothing_within_the_depth_is_parked_until_the_depth_or_its_urls_change() -> None:
+    """A breadth-first layer asks for depth <= d; a host whose queue holds only deeper URLs would
+    be walked in full by every claim of the layer (its index orders by priority, then depth)."""
+    clock = [1000.0]
+    with Frontier(clock=lambda: clock[0], retry_delay=10.0) as frontier:
+        frontier.add_many((f"http://deep.test/{i}", 3, None, 0) for i in range(20_000))
+        frontier.add(["http://a.test/1", "http://a.test/2"], depth=1)
+        assert [c.url for c in frontier.claim(1, max_depth=1)] == ["http://a.test/1"]
+        assert frontier._hosts.hosts() == ["http://a.test"]  # deep.test is out of line
+        steps = [0]
+
+        def count() -> int:
+            steps[0] += 1
+            return 0
+
+        frontier._conn.set_progress_handler(count, 100)  # type: ignore[union-attr]
+        for _ in range(20):
+            frontier.claim(10, max_depth=1)
+        assert steps[0] < 200, steps[0]  # 20,000 rows walked 20 times would be thousands
+        frontier._conn.set_progress_handler(None, 100)  # type: ignore[union-attr]
+        frontier.add(["http://deep.test/shallow"], depth=1)  # new URLs: back in line
+        assert [c.url for c in frontier.claim(10, max_depth=1)] == ["http://deep.test/shallow"]
+        assert frontier.claim(10, max_depth=2) == []
+        assert len(frontier.claim(10, max_depth=3)) == 10  # a deeper limit: back in line
+        # A URL within the depth that is not due yet keeps its host in line: the crawl waits for it.
+        frontier.add(["http://late.test/1"], depth=1)
+        frontier.add_many((f"http://late.test/deep{i}", 3, None, 0) for i in range(3))
+        (late,) = frontier.claim(1, max_depth=1)
+        frontier.fail(late.url, "read_timeout")
+        assert frontier.claim(10, max_depth=1) == []
+        clock[0] += 11
+        assert [c.url for c in frontier.claim(10, max_depth=1)] == ["http://late.test/1"]

@@ -14,9 +14,9 @@ from ...urls import host_key
 from .base import FrontierError
 
 __all__ = [
-    "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "EMPTY_HOSTS", "GIVE_UP", "INSERT", "INSERT_HOSTS",
+    "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "GIVE_UP", "INSERT", "INSERT_HOSTS",
     "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
-    "SAVE_CHECKPOINT", "SCHEMA_VERSION", "STORE_COUNTS", "create_or_upgrade",
+    "SAVE_CHECKPOINT", "SCHEMA_VERSION", "STORE_COUNTS", "TOO_DEEP_HOSTS", "create_or_upgrade",
 ]
 
 #: The version of the tables below, kept in ``meta``.  A file of an older
@@ -150,6 +150,17 @@ EMPTY_HOSTS = """
 SELECT json_group_array(h.value) FROM json_each(?1) AS h LEFT JOIN hosts ON hosts.origin = h.value
 WHERE hosts.id IS NULL OR NOT EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id AND state = 'waiting')
 """
+
+# The hosts of ?1 (a JSON array of host keys) that have no waiting row as shallow as ?2: a walk of
+# each host's queue (the index cannot stop at a depth, priority comes first), so that claim() can
+# leave them alone until the depth limit goes past ?2 or they get new rows.
+TOO_DEEP_HOSTS = """
+SELECT json_group_array(h.value) FROM json_each(?1) AS h JOIN hosts ON hosts.origin = h.value
+WHERE NOT EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id AND state = 'waiting' AND depth <= ?2)
+"""
+
+# The rows per state, counted: only when the stored counts turn out wrong.
+COUNT_ROWS = "SELECT json_group_object(state, n) FROM (SELECT state, COUNT(*) AS n FROM urls GROUP BY state)"
 
 # Opening: every host with a waiting row, and the highest priority waiting there.
 QUEUED_HOSTS = """

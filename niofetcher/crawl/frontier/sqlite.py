@@ -84,6 +84,7 @@ from .schema import (
     CLAIM_ROWS,
     COMPLETE,
     COMPLETE_MANY,
+    COUNT_ROWS,
     COUNTS,
     EMPTY_HOSTS,
     GIVE_UP,
@@ -99,6 +100,7 @@ from .schema import (
     SAVE_CHECKPOINT,
     SCHEMA_VERSION,
     STORE_COUNTS,
+    TOO_DEEP_HOSTS,
     create_or_upgrade,
 )
 from .transactions import Transactions
@@ -171,6 +173,12 @@ class Frontier(Transactions):
         self._next_seq = 1
         self._last_rowid = 0  # the largest rowid in urls: see add_many()
         self._hosts = HostRotation()  # every host with a waiting URL, in turn
+        # Hosts out of line because every waiting URL of theirs is deeper than the depth given
+        # here (with the priority of their line): asking them in a claim with a max_depth no
+        # deeper would walk their whole queue (the index orders by priority before depth) on
+        # every claim of a breadth-first layer, and most hosts of a broad crawl are such hosts.
+        self._too_deep: dict[str, tuple[int, int]] = {}
+        self._shallowest_parked = _DEEPEST
         self._owner: OwnerLock | None = None
         if self.path not in ("", ":memory:"):  # "" is a temporary file of SQLite's own
             problem = path_problem(self.path)
@@ -210,11 +218,16 @@ class Frontier(Transactions):
         try:
             create_or_upgrade(conn, self.path, self._clock)
             self._reload(conn)
-            if self._counts["processing"]:
-                # A crashed (or killed) run: put its in-flight URLs back (through urls_processing),
-                # and their hosts in line.
-                moved = conn.execute("UPDATE urls SET state = 'waiting' WHERE state = 'processing'").rowcount
+            # A crashed (or killed) run: put its in-flight URLs back (through urls_processing), and
+            # their hosts in line.  Always: one probe when there are none.
+            moved = conn.execute("UPDATE urls SET state = 'waiting' WHERE state = 'processing'").rowcount
+            if moved != self._counts["processing"]:
+                # Stored counts that the rows belie (another writer): count the rows, this once.
+                (counted,) = conn.execute(COUNT_ROWS).fetchone()
+                self._counts = {state: json.loads(counted).get(state, 0) for state in STATES}
+            else:
                 self._move("processing", "waiting", moved)
+            if moved:
                 self._line_up(conn)
             self._before_commit(conn)
             conn.execute("COMMIT")
@@ -233,13 +246,21 @@ class Frontier(Transactions):
         self._stored_counts = dict(self._counts)
         last = conn.execute(LAST_ROW).fetchone()
         self._last_rowid, self._next_seq = (last[0], last[1] + 1) if last is not None else (0, 1)
+        self._too_deep.clear()
+        self._shallowest_parked = _DEEPEST
         self._line_up(conn)
 
     def _line_up(self, conn: sqlite3.Connection) -> None:
         """Offer every host with a waiting URL (one probe a host): those in line already stay put."""
         (queued,) = conn.execute(QUEUED_HOSTS).fetchone()
         for host, priority in json.loads(queued):
-            self._hosts.offer(host, priority)
+            self._offer(host, priority)
+
+    def _offer(self, host: str, priority: int) -> None:
+        """A URL of ``host`` waits (new, or again): in line it goes, parked or not (it may be
+        shallow enough now)."""
+        parked = self._too_deep.pop(host, None)
+        self._hosts.offer(host, priority if parked is None else max(priority, parked[1]))
 
     def _before_commit(self, conn: sqlite3.Connection) -> None:
         """The counts go into the commit that makes them true."""
@@ -330,7 +351,7 @@ class Frontier(Transactions):
             # Every host of the batch, whether its URLs were new or not: a host in line with
             # nothing waiting costs one look when its turn comes, a host left out would be lost.
             for host, top in hosts.items():
-                self._hosts.offer(host, top)
+                self._offer(host, top)
             return added
 
     # -- claiming and outcomes -------------------------------------------------
@@ -356,19 +377,46 @@ class Frontier(Transactions):
         if limit == 0:
             return []
         with self._db() as conn:
-            turns = self._hosts.take(limit, host_room)
-            settled: set[str] = set()
-            try:
-                rows = self._claim_rows(conn, turns, limit, _DEEPEST if max_depth is None else max_depth, settled)
-            finally:
-                for host, _room, priority in turns:  # a failed statement: every host keeps its turn
-                    if host not in settled:
-                        self._hosts.put_back(host, priority, front=True)
+            deepest = _DEEPEST if max_depth is None else max_depth
+            self._unpark(deepest)
+            rows: list[list[Any]] = []
+            in_line = len(self._hosts)
+            asked: set[str] = set()
+
+            def room(host: str) -> int:  # each host is asked once a claim
+                if host in asked:
+                    return 0
+                return limit if host_room is None else host_room(host)
+
+            # Hosts that turn out to have nothing for this claim are not the end of it: the next
+            # hosts in line are asked, until the claim is full or every host was asked once.
+            while len(rows) < limit and len(asked) < in_line:
+                turns = self._hosts.take(min(limit - len(rows), in_line - len(asked)), room)
+                if not turns:
+                    break
+                asked.update(host for host, _share, _priority in turns)
+                settled: set[str] = set()
+                try:
+                    rows += self._claim_rows(conn, turns, limit - len(rows), deepest, settled)
+                finally:
+                    for host, _room, priority in turns:  # a failed statement: every host keeps its turn
+                        if host not in settled:
+                            self._hosts.put_back(host, priority, front=True)
             self._commit(conn)  # the outcomes still pending too, as every method but those
         return [
             FrontierURL(url, depth, priority, attempts, parent)
             for _rowid, url, depth, priority, attempts, parent, _seq, _host in rows
         ]
+
+    def _unpark(self, deepest: int) -> None:
+        """The hosts parked as too deep for a depth limit short of ``deepest`` go back in line."""
+        if not self._too_deep or deepest <= self._shallowest_parked:
+            return
+        for host, (depth, priority) in list(self._too_deep.items()):
+            if depth < deepest:
+                del self._too_deep[host]
+                self._hosts.offer(host, priority)
+        self._shallowest_parked = min((depth for depth, _ in self._too_deep.values()), default=_DEEPEST)
 
     def _claim_rows(
         self, conn: sqlite3.Connection, turns: list[Turn], limit: int, deepest: int, settled: set[str]
@@ -414,6 +462,16 @@ class Frontier(Transactions):
                 self._hosts.forget(host)
                 settled.add(host)
         priorities = {host: priority for host, _share, priority in turns}
+        waiting = [host for host in idle if host not in settled]
+        if waiting and deepest != _DEEPEST:
+            # Nothing due within the depth: those with nothing within it at all, due or not, are
+            # parked until a claim goes deeper or new URLs come (_unpark(), _offer()).  Not those
+            # with a URL not due yet within it: the crawl waits for that one.
+            (deep,) = conn.execute(TOO_DEEP_HOSTS, (json.dumps(waiting), deepest)).fetchone()
+            for host in json.loads(deep):
+                self._too_deep[host] = (deepest, priorities[host])
+                self._shallowest_parked = min(self._shallowest_parked, deepest)
+                settled.add(host)
         claimed = {row[0] for row in taken}
         for host, rows in found.items():
             if host in settled:
@@ -529,7 +587,7 @@ class Frontier(Transactions):
             if retry and attempts < self.max_attempts:
                 delay = self.retry_delay_after(attempts, retry_after)
                 conn.execute(RETRY, (status, error, now, now + delay, url))
-                self._hosts.offer(host_key(url), priority)
+                self._offer(host_key(url), priority)
                 new_state = "waiting"
             else:
                 conn.execute(GIVE_UP, (status, error, now, url))
@@ -577,7 +635,7 @@ class Frontier(Transactions):
             self._move("processing", "waiting", conn.execute(RELEASE, (listed,)).rowcount)
             self._commit(conn)
             for host, priority in json.loads(released):
-                self._hosts.offer(host, priority)
+                self._offer(host, priority)
 
     # -- looking -----------------------------------------------------------
 
