@@ -291,3 +291,18 @@ def test_a_host_with_nothing_within_the_depth_is_parked_until_the_depth_or_its_u
         assert frontier.claim(10, max_depth=1) == []
         clock[0] += 11
         assert [c.url for c in frontier.claim(10, max_depth=1)] == ["http://late.test/1"]
+
+
+@pytest.mark.timeout(30)
+def test_a_higher_priority_url_not_due_yet_keeps_its_host_in_the_higher_line() -> None:
+    now = [1000.0]
+    with Frontier(clock=lambda: now[0], retry_delay=10.0) as frontier:
+        frontier.add(["http://a.test/hi"], priority=5)
+        (hi,) = frontier.claim(1)
+        frontier.fail(hi.url, "http_503")  # waits until 1010, priority 5
+        frontier.add(["http://a.test/lo0", "http://a.test/lo1"], priority=0)
+        frontier.add(["http://b.test/x"], priority=3)
+        assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/lo0", "http://a.test/lo1", "http://b.test/x"]
+        frontier.add(["http://b.test/y"], priority=3)
+        now[0] = 1011
+        assert [(c.url, c.priority) for c in frontier.claim(1)] == [("http://a.test/hi", 5)]

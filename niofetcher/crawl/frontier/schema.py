@@ -16,7 +16,7 @@ from .base import FrontierError
 __all__ = [
     "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "GIVE_UP", "INSERT", "INSERT_HOSTS",
     "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
-    "SAVE_CHECKPOINT", "SCHEMA_VERSION", "STORE_COUNTS", "TOO_DEEP_HOSTS", "create_or_upgrade",
+    "SAVE_CHECKPOINT", "SCHEMA_VERSION", "STORE_COUNTS", "TOO_DEEP_HOSTS", "TOP_PRIORITIES", "create_or_upgrade",
 ]
 
 #: The version of the tables below, kept in ``meta``.  A file of an older
@@ -168,6 +168,13 @@ SELECT json_group_array(json_array(origin, top)) FROM (
     SELECT origin, (SELECT priority FROM urls WHERE host_id = hosts.id AND state = 'waiting'
                     ORDER BY priority DESC LIMIT 1) AS top
     FROM hosts) WHERE top IS NOT NULL
+"""
+
+# The same for the hosts of ?1 (a JSON array of host keys) only: null for a host with none.
+TOP_PRIORITIES = """
+SELECT json_group_object(h.value, (SELECT priority FROM urls WHERE host_id = hosts.id AND state = 'waiting'
+                                   ORDER BY priority DESC LIMIT 1))
+FROM json_each(?1) AS h JOIN hosts ON hosts.origin = h.value
 """
 
 # The hosts and priorities of the URLs of ?1 (a JSON array) that are 'processing': release() and

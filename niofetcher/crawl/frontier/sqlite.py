@@ -101,6 +101,7 @@ from .schema import (
     SCHEMA_VERSION,
     STORE_COUNTS,
     TOO_DEEP_HOSTS,
+    TOP_PRIORITIES,
     create_or_upgrade,
 )
 from .transactions import Transactions
@@ -473,6 +474,7 @@ class Frontier(Transactions):
                 self._shallowest_parked = min(self._shallowest_parked, deepest)
                 settled.add(host)
         claimed = {row[0] for row in taken}
+        places: dict[str, tuple[int, bool]] = {}  # the line each host goes back to, at its front or not
         for host, rows in found.items():
             if host in settled:
                 continue
@@ -480,9 +482,18 @@ class Frontier(Transactions):
                 # What it has left is the rows not taken, then rows of no higher priority than
                 # the last it gave.  A host none of whose rows were taken keeps its turn.
                 left = [row for row in rows if row[0] not in claimed]
-                self._hosts.put_back(host, (left[0] if left else rows[-1])[3], front=len(left) == len(rows))
+                places[host] = ((left[0] if left else rows[-1])[3], len(left) == len(rows))
             else:  # waiting, but nothing due now (or within the depth)
-                self._hosts.put_back(host, priorities[host])
+                places[host] = (priorities[host], False)
+        lower = [host for host, (priority, _front) in places.items() if priority < priorities[host]]
+        if lower:
+            # A host goes down a line only as far as its queue says: a URL of a higher priority
+            # that was not due yet (or too deep) must not wait behind the lower line's hosts.
+            (tops,) = conn.execute(TOP_PRIORITIES, (json.dumps(lower),)).fetchone()
+            for host, top in json.loads(tops).items():
+                places[host] = (top, places[host][1]) if top is not None else (priorities[host], False)
+        for host, (priority, front) in places.items():
+            self._hosts.put_back(host, priority, front=front)
             settled.add(host)
         return taken
 
