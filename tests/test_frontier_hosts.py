@@ -306,3 +306,16 @@ def test_a_higher_priority_url_not_due_yet_keeps_its_host_in_the_higher_line() -
         frontier.add(["http://b.test/y"], priority=3)
         now[0] = 1011
         assert [(c.url, c.priority) for c in frontier.claim(1)] == [("http://a.test/hi", 5)]
+
+
+@pytest.mark.timeout(30)
+def test_a_host_whose_row_was_rolled_back_gets_it_again() -> None:
+    """add_many() inserts a hosts row only for hosts out of line; a rollback takes back a new
+    host's row while the host was already in line, and its next URLs must still have a host."""
+    with Frontier(commit_every=1000, commit_interval=3600) as frontier:
+        with pytest.raises(ValueError), frontier.batch():
+            frontier.add(["http://new.test/1"])
+            frontier.fail("http://new.test/unknown", "no such URL")
+        frontier.add(["http://new.test/2"])
+        assert [c.url for c in frontier.claim(10)] == ["http://new.test/2"]
+    assert frontier.closed

@@ -247,6 +247,9 @@ class Frontier(Transactions):
         self._stored_counts = dict(self._counts)
         last = conn.execute(LAST_ROW).fetchone()
         self._last_rowid, self._next_seq = (last[0], last[1] + 1) if last is not None else (0, 1)
+        # The hosts in line afresh: after a rollback a host in line may have lost its row in
+        # hosts, and add_many() inserts rows only for hosts out of line.
+        self._hosts = HostRotation()
         self._too_deep.clear()
         self._shallowest_parked = _DEEPEST
         self._line_up(conn)
@@ -337,7 +340,10 @@ class Frontier(Transactions):
             if not rows:
                 return 0
             self._begin(conn)
-            conn.execute(INSERT_HOSTS, (json.dumps(list(hosts)),))
+            in_line, parked = self._hosts, self._too_deep
+            fresh = [host for host in hosts if host not in in_line and host not in parked]
+            if fresh:  # a host in line or parked has its row already
+                conn.execute(INSERT_HOSTS, (json.dumps(fresh),))
             conn.execute(INSERT, (now, json.dumps(rows)))
             # The new rows got the rowids after the largest one (SQLite's way, short of 2**63
             # rows), so the largest rowid now tells how many were new: the row count cannot,
@@ -403,7 +409,8 @@ class Frontier(Transactions):
                     for host, _room, priority in turns:  # a failed statement: every host keeps its turn
                         if host not in settled:
                             self._hosts.put_back(host, priority, front=True)
-            self._commit(conn)  # the outcomes still pending too, as every method but those
+            if rows:  # with the outcomes still pending; a claim of nothing leaves them to their batch
+                self._commit(conn)
         return [
             FrontierURL(url, depth, priority, attempts, parent)
             for _rowid, url, depth, priority, attempts, parent, _seq, _host in rows
