@@ -66,7 +66,7 @@ from ..fetcher import NIOFetcher
 from ..models import URLBean
 from ..urls import Origin, normal_host, parse_target
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
-from .frontier import Frontier, FrontierBackend, FrontierURL
+from .frontier import Frontier, FrontierBackend, FrontierError, FrontierURL
 from .inflight import InProgress, windows
 from .parsing import ParseExecutor
 from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
@@ -166,11 +166,18 @@ class Crawler:
                     error = exc
                     raise
                 finally:
+                    # A frontier that failed rolled back all it had not committed, the claims of
+                    # the round included: pages in progress may no longer be 'processing' there,
+                    # so none is recorded; they are given back (release() leaves rows that are not
+                    # 'processing' alone), and a resumed crawl fetches them again (an output cut
+                    # back to its checkpoint).
+                    recording = not isinstance(error, FrontierError)
                     try:
                         with _cleaning_up_after(error):
                             self._stop.set()
                             pipeline.wind_down(fetcher, parser)
-                            self._drain_reports(frontier, fetcher)
+                            if recording:
+                                self._drain_reports(frontier, fetcher)
                     finally:
                         if self._in_progress:  # only after a failure: give them back, nothing fetched is lost
                             with _cleaning_up_after(error):
