@@ -319,3 +319,30 @@ def test_a_host_whose_row_was_rolled_back_gets_it_again() -> None:
         frontier.add(["http://new.test/2"])
         assert [c.url for c in frontier.claim(10)] == ["http://new.test/2"]
     assert frontier.closed
+
+
+@pytest.mark.timeout(30)
+def test_a_host_room_that_raises_in_a_later_pass_hands_nothing_out_and_keeps_nothing() -> None:
+    """The first hosts asked gave too little, so the claim asks further hosts; when host_room
+    raises then, the URLs the first pass marked 'processing' were handed to no one: they must
+    wait again, also with outcomes pending (no rollback then)."""
+    now = [1000.0]
+    with Frontier(clock=lambda: now[0], retry_delay=10.0, commit_every=1000, commit_interval=3600) as frontier:
+        frontier.add(["http://a.test/0", "http://b.test/0", "http://c.test/0", "http://p.test/0"])
+        (late,) = frontier.claim(1)
+        frontier.fail(late.url, "http_503")  # pending; a.test has nothing due for 10 s
+        asked: list[str] = []
+
+        def room(host: str) -> int:
+            asked.append(host)
+            if asked.count(host) == 2:  # b.test, in the second pass
+                raise KeyError(host)
+            return 0 if host in ("http://b.test", "http://c.test") else 5
+
+        with pytest.raises(KeyError):
+            frontier.claim(2, host_room=room)
+        assert asked[-1] == "http://b.test" and "http://p.test" in asked
+        assert frontier.counts() == counted(frontier) == {"waiting": 4, "processing": 0, "done": 0, "error": 0}
+        now[0] += 100
+        assert sorted(c.url for c in frontier.claim(10)) == [
+            "http://a.test/0", "http://b.test/0", "http://c.test/0", "http://p.test/0"]

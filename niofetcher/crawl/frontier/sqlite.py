@@ -397,18 +397,28 @@ class Frontier(Transactions):
 
             # Hosts that turn out to have nothing for this claim are not the end of it: the next
             # hosts in line are asked, until the claim is full or every host was asked once.
-            while len(rows) < limit and len(asked) < in_line:
-                turns = self._hosts.take(min(limit - len(rows), in_line - len(asked)), room)
-                if not turns:
-                    break
-                asked.update(host for host, _share, _priority in turns)
-                settled: set[str] = set()
-                try:
-                    rows += self._claim_rows(conn, turns, limit - len(rows), deepest, settled)
-                finally:
-                    for host, _room, priority in turns:  # a failed statement: every host keeps its turn
-                        if host not in settled:
-                            self._hosts.put_back(host, priority, front=True)
+            try:
+                while len(rows) < limit and len(asked) < in_line:
+                    turns = self._hosts.take(min(limit - len(rows), in_line - len(asked)), room)
+                    if not turns:
+                        break
+                    asked.update(host for host, _share, _priority in turns)
+                    settled: set[str] = set()
+                    try:
+                        rows += self._claim_rows(conn, turns, limit - len(rows), deepest, settled)
+                    finally:
+                        for host, _room, priority in turns:  # a failed statement: every host keeps its turn
+                            if host not in settled:
+                                self._hosts.put_back(host, priority, front=True)
+            except sqlite3.Error:
+                raise  # _db() rolls the whole transaction back, these rows with it
+            except BaseException:
+                # A host_room that raised in a later pass: the rows of the passes before are
+                # handed to no one, and with outcomes pending nothing is rolled back.
+                if rows:
+                    conn.execute(RELEASE, (json.dumps([row[1] for row in rows]),))
+                    self._move("processing", "waiting", len(rows))
+                raise
             if rows:  # with the outcomes still pending; a claim of nothing leaves them to their batch
                 self._commit(conn)
         return [
