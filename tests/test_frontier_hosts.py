@@ -346,3 +346,24 @@ def test_a_host_room_that_raises_in_a_later_pass_hands_nothing_out_and_keeps_not
         now[0] += 100
         assert sorted(c.url for c in frontier.claim(10)) == [
             "http://a.test/0", "http://b.test/0", "http://c.test/0", "http://p.test/0"]
+
+
+@pytest.mark.timeout(30)
+def test_a_claim_of_hosts_with_nothing_due_asks_them_in_few_passes() -> None:
+    """Each pass asks more hosts than the one before: claim(1) over N hosts with nothing due is
+    not N passes of a few statements (nor N walks of a higher line whose hosts were asked)."""
+    now = [1000.0]
+    with Frontier(clock=lambda: now[0], retry_delay=10.0) as frontier:
+        frontier.add([f"http://hi{i}.test/0" for i in range(200)], priority=5)
+        frontier.add([f"http://lo{i}.test/0" for i in range(200)])
+        for item in frontier.claim(400):
+            frontier.fail(item.url, "http_503")
+        frontier.flush()
+        statements: list[str] = []
+        assert frontier._conn is not None
+        frontier._conn.set_trace_callback(statements.append)
+        assert frontier.claim(1) == []
+        frontier._conn.set_trace_callback(None)
+        assert len(statements) < 60, len(statements)  # one pass a host would be 800
+        now[0] += 11
+        assert len(frontier.claim(1000)) == 400  # and no host was lost on the way

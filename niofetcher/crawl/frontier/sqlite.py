@@ -396,10 +396,15 @@ class Frontier(Transactions):
                 return limit if host_room is None else host_room(host)
 
             # Hosts that turn out to have nothing for this claim are not the end of it: the next
-            # hosts in line are asked, until the claim is full or every host was asked once.
+            # hosts in line are asked, until the claim is full or every host was asked once.  A
+            # pass asks for what is missing, or more hosts when the hosts asked so far gave fewer
+            # URLs than there were of them (a host whose URLs are not taken keeps its turn): hosts
+            # with nothing due cost a few passes, not one each, and the lines above them, whose
+            # hosts were asked already, are walked a few times only.
             try:
                 while len(rows) < limit and len(asked) < in_line:
-                    turns = self._hosts.take(min(limit - len(rows), in_line - len(asked)), room)
+                    most = min(max(limit - len(rows), len(asked) - len(rows)), in_line - len(asked))
+                    turns = self._hosts.take(most, room)
                     if not turns:
                         break
                     asked.update(host for host, _share, _priority in turns)
