@@ -367,3 +367,4 @@ def test_a_claim_of_hosts_with_nothing_due_asks_them_in_few_passes() -> None:
         assert len(statements) < 60, len(statements)  # one pass a host would be 800
         now[0] += 11
         assert len(frontier.claim(1000)) == 400  # and no host was lost on the way
+

@@ -241,17 +241,18 @@ class Frontier(Transactions):
     def _reload(self, conn: sqlite3.Connection) -> None:
         """The counts as stored, where the FIFO sequence and the rowids go on, and every host with
         a waiting URL in line (a rolled-back claim may have let go of hosts whose URLs wait again)."""
+        # The hosts in line afresh, and first, so that a failure below leaves none rather than stale
+        # ones: after a rollback a host in line may have lost its row in hosts, and add_many()
+        # inserts rows only for hosts out of line.
+        self._hosts = HostRotation()
+        self._too_deep.clear()
+        self._shallowest_parked = _DEEPEST
         (counts,) = conn.execute(COUNTS).fetchone()
         stored = json.loads(counts)
         self._counts = {state: stored.get(state, 0) for state in STATES}
         self._stored_counts = dict(self._counts)
         last = conn.execute(LAST_ROW).fetchone()
         self._last_rowid, self._next_seq = (last[0], last[1] + 1) if last is not None else (0, 1)
-        # The hosts in line afresh: after a rollback a host in line may have lost its row in
-        # hosts, and add_many() inserts rows only for hosts out of line.
-        self._hosts = HostRotation()
-        self._too_deep.clear()
-        self._shallowest_parked = _DEEPEST
         self._line_up(conn)
 
     def _line_up(self, conn: sqlite3.Connection) -> None:
@@ -514,9 +515,15 @@ class Frontier(Transactions):
             (tops,) = conn.execute(TOP_PRIORITIES, (json.dumps(lower),)).fetchone()
             for host, top in json.loads(tops).items():
                 places[host] = (top, places[host][1]) if top is not None else (priorities[host], False)
+        # Back in line: the others at the end, those that keep their turn at the front in their
+        # order (so in reverse, each going in front of the one after it).
         for host, (priority, front) in places.items():
-            self._hosts.put_back(host, priority, front=front)
-            settled.add(host)
+            if not front:
+                self._hosts.put_back(host, priority)
+        for host, (priority, front) in reversed(places.items()):
+            if front:
+                self._hosts.put_back(host, priority, front=True)
+        settled.update(places)
         return taken
 
     def complete(self, url: str, status: int | None) -> None:
