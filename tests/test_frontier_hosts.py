@@ -368,3 +368,21 @@ def test_a_claim_of_hosts_with_nothing_due_asks_them_in_few_passes() -> None:
         now[0] += 11
         assert len(frontier.claim(1000)) == 400  # and no host was lost on the way
 
+
+
+@pytest.mark.timeout(30)
+def test_a_link_added_lately_skips_the_database_unless_it_is_nearer_or_was_rolled_back() -> None:
+    with Frontier(commit_every=1000, commit_interval=3600) as frontier:
+        frontier.add(["http://a.test/menu"], depth=2)
+        statements: list[str] = []
+        frontier._conn.set_trace_callback(statements.append)  # type: ignore[union-attr]
+        assert frontier.add(["http://a.test/menu", "http://A.test:80/menu#top"], depth=3) == 0
+        assert statements == []  # known at no smaller depth: nothing to ask the file
+        assert frontier.add(["http://a.test/menu"], depth=1) == 0  # nearer: the file lowers its depth
+        assert statements and [c.depth for c in frontier.claim(1)] == [1]
+        frontier._conn.set_trace_callback(None)  # type: ignore[union-attr]
+        with pytest.raises(ValueError), frontier.batch():
+            frontier.add(["http://a.test/rolled-back"])
+            frontier.fail("http://a.test/unknown", "no such URL")
+        assert frontier.add(["http://a.test/rolled-back"]) == 1  # the rollback took it back: new again
+        assert frontier.state("http://a.test/rolled-back") == "waiting"

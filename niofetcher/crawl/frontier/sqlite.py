@@ -80,6 +80,7 @@ from ...urls import host_key, normalize_url
 from .base import STATES, FrontierError, FrontierURL, check_int, check_time, retry_delay
 from .hosts import HostRotation, Turn
 from .lock import FrontierLocked, OwnerLock, path_problem
+from .recent import RecentURLs
 from .schema import (
     CLAIM_ROWS,
     COMPLETE,
@@ -180,6 +181,7 @@ class Frontier(Transactions):
         # every claim of a breadth-first layer, and most hosts of a broad crawl are such hosts.
         self._too_deep: dict[str, tuple[int, int]] = {}
         self._shallowest_parked = _DEEPEST
+        self._recent = RecentURLs()  # known links skip the database (recent.py)
         self._owner: OwnerLock | None = None
         if self.path not in ("", ":memory:"):  # "" is a temporary file of SQLite's own
             problem = path_problem(self.path)
@@ -247,6 +249,7 @@ class Frontier(Transactions):
         self._hosts = HostRotation()
         self._too_deep.clear()
         self._shallowest_parked = _DEEPEST
+        self._recent.clear()
         (counts,) = conn.execute(COUNTS).fetchone()
         stored = json.loads(counts)
         self._counts = {state: stored.get(state, 0) for state in STATES}
@@ -314,6 +317,7 @@ class Frontier(Transactions):
         rows = []
         hosts: dict[str, int] = {}  # the hosts of these URLs, and the highest priority of each
         checked: tuple[object, object] = (None, None)
+        recent = self._recent
         with self._db() as conn:
             now = self._clock()
             seq = self._next_seq
@@ -328,6 +332,8 @@ class Frontier(Transactions):
                     check_int("depth", depth, 0)
                     check_int("priority", priority)
                     checked = (depth, priority)
+                if recent.changes_nothing(key, depth):
+                    continue
                 if parent not in parents:
                     try:
                         parents[parent] = normalize_url(parent)  # type: ignore[arg-type]
@@ -354,6 +360,8 @@ class Frontier(Transactions):
             self._last_rowid = last or 0
             self._counts["waiting"] += added
             self._commit(conn)
+            for row in rows:
+                recent.added(row[0], row[1])
             # Known URLs leave gaps in seq; only the order matters.
             self._next_seq = seq
             # Every host of the batch, whether its URLs were new or not: a host in line with
