@@ -76,7 +76,7 @@ def test_a_host_comes_back_in_line_whenever_a_url_of_it_waits_again(tmp_path: Pa
     with Frontier(db, clock=lambda: clock[0], retry_delay=1.0) as frontier:
         frontier.add(["http://a.test/1", "http://b.test/1", "http://c.test/1"])
         a, b, _c = frontier.claim(10)
-        assert frontier.claim(10) == [] and frontier._hosts.hosts() == []  # every queue empty, nobody in line
+        assert frontier.claim(10) == [] and frontier._queues.rotation.hosts() == []  # every queue empty, nobody in line
         frontier.release([a.url])
         frontier.fail(b.url, "connect_error")
         frontier.add(["http://d.test/1"])
@@ -98,7 +98,7 @@ def test_a_host_whose_urls_are_not_due_yet_stays_in_line() -> None:
         frontier.fail(first.url, "read_timeout")
         frontier.complete(second.url, 200)
         assert frontier.claim(10) == []
-        assert frontier._hosts.hosts() == ["http://a.test"]  # b.test is empty and forgotten; a.test waits
+        assert frontier._queues.rotation.hosts() == ["http://a.test"]  # b.test is empty and forgotten; a.test waits
         clock[0] += 11
         assert [u.url for u in frontier.claim(10)] == ["http://a.test/1"]
 
@@ -267,7 +267,7 @@ def test_a_host_with_nothing_within_the_depth_is_parked_until_the_depth_or_its_u
         frontier.add_many((f"http://deep.test/{i}", 3, None, 0) for i in range(20_000))
         frontier.add(["http://a.test/1", "http://a.test/2"], depth=1)
         assert [c.url for c in frontier.claim(1, max_depth=1)] == ["http://a.test/1"]
-        assert frontier._hosts.hosts() == ["http://a.test"]  # deep.test is out of line
+        assert frontier._queues.rotation.hosts() == ["http://a.test"]  # deep.test is out of line
         steps = [0]
 
         def count() -> int:

@@ -23,9 +23,10 @@ claim spreads over hosts that can take URLs now: a page's links cluster by
 host, and one queue in discovery order handed them out together.  So each
 URL row names its host (``host_id``, a row of ``hosts``), a partial index
 holds each host's waiting rows in claim order -- a queue per host --, and
-``claim()`` takes the hosts in turn (``hosts.py``): the next hosts that the
-caller's ``host_room`` says can take URLs, a share of the claim from each,
-round-robin within a priority, breadth first and FIFO within a host.
+``claim()`` takes the hosts in turn (``claims.py`` over ``hosts.py``): the
+next hosts that the caller's ``host_room`` says can take URLs, a share of
+the claim from each, round-robin within a priority, breadth first and FIFO
+within a host.
 
 *The GIL.*  The sqlite3 module lets go of the GIL for every step of every
 statement -- for ``executemany`` once per row, for a query once per row
@@ -74,46 +75,35 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from ...urls import host_key, normalize_url
 from .base import STATES, FrontierError, FrontierURL, check_int, check_time, retry_delay
-from .hosts import HostRotation, Turn
+from .claims import DEEPEST, HostQueues, Row
 from .lock import FrontierLocked, OwnerLock, path_problem
 from .recent import RecentURLs
 from .schema import (
-    CLAIM_ROWS,
     COMPLETE,
     COMPLETE_MANY,
     COUNT_ROWS,
     COUNTS,
-    EMPTY_HOSTS,
     GIVE_UP,
     INSERT,
     INSERT_HOSTS,
     LAST_ROW,
     MARK_CLAIMED,
     MIN_DUE_DEPTH,
-    QUEUED_HOSTS,
     RELEASE,
     RELEASED_HOSTS,
     RETRY,
     SAVE_CHECKPOINT,
     SCHEMA_VERSION,
     STORE_COUNTS,
-    TOO_DEEP_HOSTS,
-    TOP_PRIORITIES,
     create_or_upgrade,
 )
 from .transactions import Transactions
 
 __all__ = ["SCHEMA_VERSION", "STATES", "Frontier", "FrontierError", "FrontierLocked", "FrontierURL", "normalize_url"]
 
-# claim() without a depth limit: deeper than any depth.
-_DEEPEST = 1 << 62
-
-# claim() asks its hosts again for more while it is short, at most this many times in all.
-_CLAIM_ROUNDS = 4
 
 
 def _check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:
@@ -174,13 +164,7 @@ class Frontier(Transactions):
         self._stored_counts = dict(self._counts)  # what state_counts holds
         self._next_seq = 1
         self._last_rowid = 0  # the largest rowid in urls: see add_many()
-        self._hosts = HostRotation()  # every host with a waiting URL, in turn
-        # Hosts out of line because every waiting URL of theirs is deeper than the depth given
-        # here (with the priority of their line): asking them in a claim with a max_depth no
-        # deeper would walk their whole queue (the index orders by priority before depth) on
-        # every claim of a breadth-first layer, and most hosts of a broad crawl are such hosts.
-        self._too_deep: dict[str, tuple[int, int]] = {}
-        self._shallowest_parked = _DEEPEST
+        self._queues = HostQueues()  # every host with a waiting URL, in turn or parked
         self._recent = RecentURLs()  # known links skip the database (recent.py)
         self._owner: OwnerLock | None = None
         if self.path not in ("", ":memory:"):  # "" is a temporary file of SQLite's own
@@ -231,7 +215,7 @@ class Frontier(Transactions):
             else:
                 self._move("processing", "waiting", moved)
             if moved:
-                self._line_up(conn)
+                self._queues.line_up(conn)
             self._before_commit(conn)
             conn.execute("COMMIT")
         except BaseException:
@@ -246,9 +230,7 @@ class Frontier(Transactions):
         # The hosts in line afresh, and first, so that a failure below leaves none rather than stale
         # ones: after a rollback a host in line may have lost its row in hosts, and add_many()
         # inserts rows only for hosts out of line.
-        self._hosts = HostRotation()
-        self._too_deep.clear()
-        self._shallowest_parked = _DEEPEST
+        self._queues.reset()
         self._recent.clear()
         (counts,) = conn.execute(COUNTS).fetchone()
         stored = json.loads(counts)
@@ -256,19 +238,18 @@ class Frontier(Transactions):
         self._stored_counts = dict(self._counts)
         last = conn.execute(LAST_ROW).fetchone()
         self._last_rowid, self._next_seq = (last[0], last[1] + 1) if last is not None else (0, 1)
-        self._line_up(conn)
+        self._queues.line_up(conn)
 
-    def _line_up(self, conn: sqlite3.Connection) -> None:
-        """Offer every host with a waiting URL (one probe a host): those in line already stay put."""
-        (queued,) = conn.execute(QUEUED_HOSTS).fetchone()
-        for host, priority in json.loads(queued):
-            self._offer(host, priority)
+    def _mark_claimed(self, conn: sqlite3.Connection, rows: list[Row]) -> None:
+        """Claimed rows to 'processing', in the transaction they join."""
+        self._begin(conn)
+        conn.execute(MARK_CLAIMED, (json.dumps([row[0] for row in rows]),))
+        self._move("waiting", "processing", len(rows))
 
-    def _offer(self, host: str, priority: int) -> None:
-        """A URL of ``host`` waits (new, or again): in line it goes, parked or not (it may be
-        shallow enough now)."""
-        parked = self._too_deep.pop(host, None)
-        self._hosts.offer(host, priority if parked is None else max(priority, parked[1]))
+    def _release_rows(self, conn: sqlite3.Connection, keys: list[str]) -> None:
+        """Claimed rows back to 'waiting', their attempt given back; their hosts' places are the
+        caller's to settle."""
+        self._move("processing", "waiting", conn.execute(RELEASE, (json.dumps(keys),)).rowcount)
 
     def _before_commit(self, conn: sqlite3.Connection) -> None:
         """The counts go into the commit that makes them true."""
@@ -347,8 +328,8 @@ class Frontier(Transactions):
             if not rows:
                 return 0
             self._begin(conn)
-            in_line, parked = self._hosts, self._too_deep
-            fresh = [host for host in hosts if host not in in_line and host not in parked]
+            queues = self._queues
+            fresh = [host for host in hosts if host not in queues]
             if fresh:  # a host in line or parked has its row already
                 conn.execute(INSERT_HOSTS, (json.dumps(fresh),))
             conn.execute(INSERT, (now, json.dumps(rows)))
@@ -367,7 +348,7 @@ class Frontier(Transactions):
             # Every host of the batch, whether its URLs were new or not: a host in line with
             # nothing waiting costs one look when its turn comes, a host left out would be lost.
             for host, top in hosts.items():
-                self._offer(host, top)
+                self._queues.offer(host, top)
             return added
 
     # -- claiming and outcomes -------------------------------------------------
@@ -393,146 +374,17 @@ class Frontier(Transactions):
         if limit == 0:
             return []
         with self._db() as conn:
-            deepest = _DEEPEST if max_depth is None else max_depth
-            self._unpark(deepest)
-            rows: list[list[Any]] = []
-            in_line = len(self._hosts)
-            asked: set[str] = set()
-
-            def room(host: str) -> int:  # each host is asked once a claim
-                if host in asked:
-                    return 0
-                return limit if host_room is None else host_room(host)
-
-            # Hosts that turn out to have nothing for this claim are not the end of it: the next
-            # hosts in line are asked, until the claim is full or every host was asked once.  A
-            # pass asks for what is missing, or more hosts when the hosts asked so far gave fewer
-            # URLs than there were of them (a host whose URLs are not taken keeps its turn): hosts
-            # with nothing due cost a few passes, not one each, and the lines above them, whose
-            # hosts were asked already, are walked a few times only.
-            try:
-                while len(rows) < limit and len(asked) < in_line:
-                    most = min(max(limit - len(rows), len(asked) - len(rows)), in_line - len(asked))
-                    turns = self._hosts.take(most, room)
-                    if not turns:
-                        break
-                    asked.update(host for host, _share, _priority in turns)
-                    settled: set[str] = set()
-                    try:
-                        rows += self._claim_rows(conn, turns, limit - len(rows), deepest, settled)
-                    finally:
-                        for host, _room, priority in turns:  # a failed statement: every host keeps its turn
-                            if host not in settled:
-                                self._hosts.put_back(host, priority, front=True)
-            except sqlite3.Error:
-                raise  # _db() rolls the whole transaction back, these rows with it
-            except BaseException:
-                # A host_room that raised in a later pass: the rows of the passes before are
-                # handed to no one, and with outcomes pending nothing is rolled back.
-                if rows:
-                    conn.execute(RELEASE, (json.dumps([row[1] for row in rows]),))
-                    self._move("processing", "waiting", len(rows))
-                raise
+            rows = self._queues.claim(
+                conn, limit, DEEPEST if max_depth is None else max_depth, host_room, self._clock(),
+                lambda rows: self._mark_claimed(conn, rows),
+                lambda rows: self._release_rows(conn, [row[1] for row in rows]),
+            )
             if rows:  # with the outcomes still pending; a claim of nothing leaves them to their batch
                 self._commit(conn)
         return [
             FrontierURL(url, depth, priority, attempts, parent)
             for _rowid, url, depth, priority, attempts, parent, _seq, _host in rows
         ]
-
-    def _unpark(self, deepest: int) -> None:
-        """The hosts parked as too deep for a depth limit short of ``deepest`` go back in line."""
-        if not self._too_deep or deepest <= self._shallowest_parked:
-            return
-        for host, (depth, priority) in list(self._too_deep.items()):
-            if depth < deepest:
-                del self._too_deep[host]
-                self._hosts.offer(host, priority)
-        self._shallowest_parked = min((depth for depth, _ in self._too_deep.values()), default=_DEEPEST)
-
-    def _claim_rows(
-        self, conn: sqlite3.Connection, turns: list[Turn], limit: int, deepest: int, settled: set[str]
-    ) -> list[list[Any]]:
-        """Ask the hosts of ``turns`` for their first due rows, take ``limit`` of them in claim
-        order, move those to 'processing', and put each host back in line (adding it to ``settled``)."""
-        if not turns:
-            return []
-        room = {host: share for host, share, _priority in turns}
-        found: dict[str, list[list[Any]]] = {host: [] for host in room}
-        now = self._clock()
-        asking = list(room)
-        offset = 0
-        have = 0
-        for _ in range(_CLAIM_ROUNDS):
-            share = min(-(-(limit - have) // len(asking)), max(room[h] for h in asking))
-            (picked,) = conn.execute(CLAIM_ROWS, (now, json.dumps(asking), deepest, share, offset)).fetchone()
-            got: dict[str, int] = dict.fromkeys(asking, 0)
-            for row in json.loads(picked):
-                found[row[7]].append(row)
-                got[row[7]] += 1
-            offset += share
-            # Hosts that gave all they were asked for and can take more may have more.
-            asking = [h for h in asking if got[h] == share and offset < room[h]]
-            have = sum(min(len(rows), room[h]) for h, rows in found.items())
-            if not asking or have >= limit:
-                break
-        ranked: list[tuple[int, int, int, int, list[Any]]] = []
-        for host, rows in found.items():
-            rows.sort(key=lambda row: (-row[3], row[2], row[6]))  # the host's queue order
-            del rows[room[host]:]
-            ranked.extend((-row[3], rank, row[2], row[6], row) for rank, row in enumerate(rows))
-        ranked.sort(key=lambda entry: entry[:4])
-        taken = [entry[4] for entry in ranked[:limit]]
-        if taken:
-            self._begin(conn)
-            conn.execute(MARK_CLAIMED, (json.dumps([row[0] for row in taken]),))
-            self._move("waiting", "processing", len(taken))
-        idle = [host for host, rows in found.items() if not rows]
-        if idle:
-            (empty,) = conn.execute(EMPTY_HOSTS, (json.dumps(idle),)).fetchone()
-            for host in json.loads(empty):
-                self._hosts.forget(host)
-                settled.add(host)
-        priorities = {host: priority for host, _share, priority in turns}
-        waiting = [host for host in idle if host not in settled]
-        if waiting and deepest != _DEEPEST:
-            # Nothing due within the depth: those with nothing within it at all, due or not, are
-            # parked until a claim goes deeper or new URLs come (_unpark(), _offer()).  Not those
-            # with a URL not due yet within it: the crawl waits for that one.
-            (deep,) = conn.execute(TOO_DEEP_HOSTS, (json.dumps(waiting), deepest)).fetchone()
-            for host in json.loads(deep):
-                self._too_deep[host] = (deepest, priorities[host])
-                self._shallowest_parked = min(self._shallowest_parked, deepest)
-                settled.add(host)
-        claimed = {row[0] for row in taken}
-        places: dict[str, tuple[int, bool]] = {}  # the line each host goes back to, at its front or not
-        for host, rows in found.items():
-            if host in settled:
-                continue
-            if rows:
-                # What it has left is the rows not taken, then rows of no higher priority than
-                # the last it gave.  A host none of whose rows were taken keeps its turn.
-                left = [row for row in rows if row[0] not in claimed]
-                places[host] = ((left[0] if left else rows[-1])[3], len(left) == len(rows))
-            else:  # waiting, but nothing due now (or within the depth)
-                places[host] = (priorities[host], False)
-        lower = [host for host, (priority, _front) in places.items() if priority < priorities[host]]
-        if lower:
-            # A host goes down a line only as far as its queue says: a URL of a higher priority
-            # that was not due yet (or too deep) must not wait behind the lower line's hosts.
-            (tops,) = conn.execute(TOP_PRIORITIES, (json.dumps(lower),)).fetchone()
-            for host, top in json.loads(tops).items():
-                places[host] = (top, places[host][1]) if top is not None else (priorities[host], False)
-        # Back in line: the others at the end, those that keep their turn at the front in their
-        # order (so in reverse, each going in front of the one after it).
-        for host, (priority, front) in places.items():
-            if not front:
-                self._hosts.put_back(host, priority)
-        for host, (priority, front) in reversed(places.items()):
-            if front:
-                self._hosts.put_back(host, priority, front=True)
-        settled.update(places)
-        return taken
 
     def complete(self, url: str, status: int | None) -> None:
         """Record that a claimed URL was fetched: processing → done.
@@ -635,7 +487,7 @@ class Frontier(Transactions):
             if retry and attempts < self.max_attempts:
                 delay = self.retry_delay_after(attempts, retry_after)
                 conn.execute(RETRY, (status, error, now, now + delay, url))
-                self._offer(host_key(url), priority)
+                self._queues.offer(host_key(url), priority)
                 new_state = "waiting"
             else:
                 conn.execute(GIVE_UP, (status, error, now, url))
@@ -683,7 +535,7 @@ class Frontier(Transactions):
             self._move("processing", "waiting", conn.execute(RELEASE, (listed,)).rowcount)
             self._commit(conn)
             for host, priority in json.loads(released):
-                self._offer(host, priority)
+                self._queues.offer(host, priority)
 
     # -- looking -----------------------------------------------------------
 
