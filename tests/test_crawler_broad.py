@@ -11,7 +11,8 @@ import pytest
 from niofetcher import CrawlConfig, Crawler, FetcherConfig
 from niofetcher.crawl.frontier import FrontierURL
 from niofetcher.crawl.inflight import SLOW_HOST_WINDOW, InProgress, windows
-from niofetcher.testing import SyntheticWeb
+from niofetcher.testing import SyntheticWeb, TestSite
+from niofetcher.urls import host_key, normalize_url
 
 
 def item(url: str) -> FrontierURL:
@@ -76,3 +77,14 @@ def test_a_broad_crawl_keeps_its_connections_busy_and_no_host_over_its_limit(tmp
     busy = sum(samples) / len(samples)
     assert busy >= 9, busy  # of 16; 12.9 measured
     assert len(peaks) >= 40 and max(peaks.values()) == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_host_with_a_crawl_delay_gets_the_slow_window(tmp_path: Path) -> None:
+    with TestSite(hosts=2, pages=6, robots_crawl_delay=0.05, max_seconds=50) as site:
+        crawler = Crawler(CrawlConfig(seeds=site.base_urls, db_path=str(tmp_path / "slow.sqlite"), parse_mode="thread"))
+        summary = crawler.run()
+    assert summary.counts["waiting"] == 0
+    for base in site.base_urls:
+        assert crawler._in_progress.room(host_key(normalize_url(base))) == SLOW_HOST_WINDOW
+    assert crawler._in_progress.room("http://other.test") == crawler._in_progress.per_host
