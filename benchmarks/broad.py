@@ -17,7 +17,9 @@ open (the fetcher's ``open_connections`` against ``max_connections``; an idle
 keep-alive connection counts) and busy (its ``in_flight`` requests, each on a
 connection, against the same), the frontier (URLs waiting, and URLs known:
 done, failed, waiting and in progress), the CPU over the interval of this
-process and of the parse processes (100% is one core) and the RSS of both.
+process and of the parse processes (100% is one core) and the RSS of both
+(the crawler's without the pages of the frontier file it reads through a
+mapping: see ``private_mb``).
 
 At the end: pages/s overall and in each half of the crawl against the ideal
 (``max_connections / delay``), the means of the connection samples, the RSS
@@ -227,7 +229,7 @@ def main() -> None:
                 "waiting": progress.waiting, "known": done + progress.waiting + progress.in_flight,
                 "cpu": cpu, "parse_cpu": parsers.cpu,
                 "cpu_share": (cpu - last["cpu"]) / interval, "parse_cpu_share": (parsers.cpu - last["parse_cpu"]) / interval,
-                "rss_mb": me.memory_info().rss / 2**20, "parse_rss_mb": parsers.rss / 2**20,
+                "rss_mb": private_mb(me), "parse_rss_mb": parsers.rss / 2**20,
             }
             samples.append(sample)
             last = sample
@@ -251,6 +253,14 @@ def main() -> None:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump({"args": vars(args), "summary": summary, "samples": samples}, out, indent=1)
             out.write("\n")
+
+
+def private_mb(process: psutil.Process) -> float:
+    """The process's resident memory less the pages it shares with the kernel's page cache: the
+    frontier file that SQLite reads through a mapping shows in the RSS as far as it is read, and
+    the kernel takes those pages back whenever it wants them, so they are not the crawler's."""
+    memory = process.memory_info()
+    return (memory.rss - memory.shared) / 2**20
 
 
 def busy_share(before: Any, after: Any) -> float:

@@ -197,6 +197,11 @@ class Frontier(Transactions):
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA temp_store = MEMORY")
         conn.execute("PRAGMA cache_size = -65536")  # 64 MiB: the upper levels of every index, and more
+        # Read the file through a mapping (SQLite caps it, 2 GiB in Python's builds): a page the
+        # cache does not hold costs a page fault, not a pread() and a copy.  A quarter faster claims
+        # and completions at 1M URLs, a third faster adds of known ones (measured, runs alternated).
+        # Writes still go through the log, so a full disk is still an error, not a signal.
+        conn.execute("PRAGMA mmap_size = 4294967296")
         # Checkpoint the log every 32 MiB rather than SQLite's 4: the pages that every commit
         # touches (the hosts' queue heads, the in-progress index) go to the file once per
         # checkpoint, and a checkpoint's fsync is paid a tenth as often (a quarter faster claims).
