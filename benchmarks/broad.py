@@ -260,7 +260,7 @@ def private_mb(process: psutil.Process) -> float:
     frontier file that SQLite reads through a mapping shows in the RSS as far as it is read, and
     the kernel takes those pages back whenever it wants them, so they are not the crawler's."""
     memory = process.memory_info()
-    return (memory.rss - memory.shared) / 2**20
+    return float(memory.rss - memory.shared) / 2**20
 
 
 def busy_share(before: Any, after: Any) -> float:

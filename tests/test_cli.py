@@ -99,3 +99,26 @@ def test_fetch_out_to_a_full_device_is_one_line_naming_the_file() -> None:
         done = niofetcher("fetch", *(f"{site.base_urls[0]}page/{i}" for i in range(3)), "--out", "/dev/full")
     assert done.returncode == 1
     assert done.stderr == "niofetcher: error: No space left on device: /dev/full\n"
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(60)
+def test_python_m_in_the_folder_holding_a_clone_says_what_is_wrong(tmp_path: Path) -> None:
+    """A clone named niofetcher in the current directory passes for a namespace package ahead of
+    the installed one (it does with an editable install); the project's own __main__.py then says
+    so in one line.  -S keeps the installed package out of reach, so that this is the case here
+    whatever the install; without the root __main__.py Python says "No module named
+    niofetcher.__main__" instead."""
+    (tmp_path / "niofetcher").symlink_to(REPO_ROOT, target_is_directory=True)
+    done = subprocess.run([sys.executable, "-S", "-m", "niofetcher", "--version"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert f"{tmp_path / 'niofetcher'} is the niofetcher project folder, not the package" in done.stderr
+    # With the installed package in reach, whichever wins, there is no traceback.
+    done = subprocess.run([sys.executable, "-m", "niofetcher", "--version"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert "Traceback" not in done.stderr
+    assert done.returncode == 0 and done.stdout.startswith("niofetcher ") or done.returncode == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import importlib.metadata
 
 import _common
 
@@ -52,7 +53,7 @@ def main() -> None:
         import uvloop
 
         uvloop.run(coroutine)
-        versions = {"version": aiohttp.__version__, "uvloop": uvloop.__version__}
+        versions = {"version": aiohttp.__version__, "uvloop": importlib.metadata.version("uvloop")}
     else:
         asyncio.run(coroutine)
         versions = {"version": aiohttp.__version__}
