@@ -1,6 +1,6 @@
 """A throwaway PostgreSQL for the tests that need one: ``pytest_plugins = ["pg_cluster"]`` in a test module.
 
-One cluster per test session (``niofetcher.testing.postgres.PostgresCluster``), started by the
+One cluster per test session (``niofetcher.testing.PostgresCluster``), started by the
 first test that asks for it and stopped when the session ends; tests keep out of each other's
 way by crawl name (a schema each), not by cluster.  A test that asks for it is skipped, with one
 line saying why, only when PostgreSQL's server programs or psycopg are not installed.
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from niofetcher.testing.postgres import PostgresCluster, find_bindir
+from niofetcher.testing import PostgresCluster, find_bindir
 
 __all__ = ["postgres_dsn", "skip_reason"]
 

@@ -28,7 +28,6 @@ follow their postmaster; only the temporary directory is left then.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import glob
 import os
 import shutil
@@ -85,6 +84,8 @@ def _free_port() -> int:
 def _death_signal() -> Callable[[], None] | None:
     """What the server's process calls before exec: SIGQUIT for it when the thread that started it
     dies (looked up here, in the parent: the child between fork and exec should do little)."""
+    import ctypes  # here: a program that imports the test site need not load it
+
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: no such safety net
