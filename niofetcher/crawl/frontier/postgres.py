@@ -138,7 +138,11 @@ class PostgresFrontier:
         self.crawl = check_crawl_name(crawl)
         connect_timeout = check_time("connect_timeout", connect_timeout)
         statement_timeout = check_time("statement_timeout", statement_timeout)
-        import psycopg  # here: only a PostgreSQL frontier pays for it
+        try:
+            import psycopg  # here: only a PostgreSQL frontier pays for it
+        except ImportError as exc:
+            raise ImportError(f"a PostgreSQL frontier needs psycopg 3 ({exc}): "
+                              "pip install 'niofetcher[postgres]'") from exc
 
         self._psycopg = psycopg
         self.where = _where(psycopg, dsn)
