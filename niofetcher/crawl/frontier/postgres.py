@@ -62,6 +62,7 @@ from .postgres_schema import (
     COUNT_ROWS,
     COUNTS,
     FAIL,
+    HOSTS_AFTER_CLAIM,
     INSERT,
     MARK_CLAIMED,
     MIN_DUE_DEPTH,
@@ -251,11 +252,14 @@ class PostgresFrontier:
             self._store_and_commit(conn)
 
     def _store_and_commit(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        """The counts go into the commit that makes them true: both in one round trip."""
-        with conn.pipeline():
-            if self._counts != self._stored_counts:
-                conn.execute(STORE_COUNTS, {"states": list(self._counts), "counts": list(self._counts.values())})
+        """The counts go into the commit that makes them true: both in one round trip (a COMMIT
+        statement in the pipeline: conn.commit() there would wait for a sync of its own)."""
+        if self._counts == self._stored_counts:
             conn.commit()
+            return
+        with conn.pipeline():
+            conn.execute(STORE_COUNTS, {"states": list(self._counts), "counts": list(self._counts.values())})
+            conn.execute("COMMIT")
         self._stored_counts = dict(self._counts)
 
     def _move(self, old: str, new: str, n: int = 1) -> None:
@@ -422,16 +426,16 @@ class PostgresFrontier:
         taken = {row[1] for row in rows}
         limited = deepest != _DEEPEST
         lines = {host: priority for host, _share, priority in turns}
-        result = conn.execute(MARK_CLAIMED, {
-            "taken": list(taken), "asked": list(lines), "deepest": deepest,
-            "idle": [limited and not found[host] for host in lines],
-        }).fetchall()
-        marked = int(result[0][0]) if result else 0
+        with conn.pipeline():  # one round trip for both
+            marking = conn.execute(MARK_CLAIMED, (list(taken),)) if taken else None
+            hosts = conn.execute(HOSTS_AFTER_CLAIM, {
+                "asked": list(lines), "deepest": deepest, "idle": [limited and not found[host] for host in lines]})
+        marked = marking.rowcount if marking is not None else 0
         if marked != len(taken):
             raise FrontierError(f"{len(taken) - marked} claimed URLs were no longer waiting: crawl {self.crawl!r} at "
                                 f"{self.where} has another writer")
         front = []
-        for _marked, host, top, within in result:
+        for host, top, within in hosts.fetchall():
             if top is None:
                 continue  # nothing waits there: out of line until a URL of it waits again (_offer)
             if limited and not found[host] and not within:

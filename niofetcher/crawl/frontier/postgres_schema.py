@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # psycopg is loaded by postgres.py only, when a PostgreSQL fr
     import psycopg
 
 __all__ = [
-    "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "FAIL", "INSERT", "MARK_CLAIMED", "MIN_DUE_DEPTH",
+    "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "FAIL", "HOSTS_AFTER_CLAIM", "INSERT", "MARK_CLAIMED", "MIN_DUE_DEPTH",
     "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "RELEASE", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "STATE_OF",
     "STORE_COUNTS", "check_crawl_name", "create_or_check",
 ]
@@ -146,19 +146,15 @@ CROSS JOIN LATERAL (
 ) AS q
 """
 
-# The claimed rows (%(taken)s) to 'processing', and where each host asked (%(asked)s) stands
-# after it: the highest priority it has waiting apart from those rows (NULL: nothing waits), and,
-# for the hosts flagged in %(idle)s, whether anything waits as shallow as %(deepest)s.  One
-# statement, so its parts see the table as it was before the update: hence "apart from".
-MARK_CLAIMED = """
-WITH marked AS (
-    UPDATE urls SET state = 'processing', attempts = attempts + 1
-    WHERE url = ANY(%(taken)s::text[]) AND state = 'waiting'
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM marked), a.origin,
-       (SELECT priority FROM urls WHERE host_id = hosts.id AND state = 'waiting' AND url <> ALL(%(taken)s::text[])
-        ORDER BY priority DESC LIMIT 1),
+# The claimed rows (%(taken)s) to 'processing' ...
+MARK_CLAIMED = "UPDATE urls SET state = 'processing', attempts = attempts + 1 WHERE url = ANY(%s) AND state = 'waiting'"
+
+# ... and, in the same pipeline (so seeing them marked), where each host asked (%(asked)s) stands
+# after it: the highest priority it has waiting (NULL: nothing waits), and, for the hosts flagged
+# in %(idle)s, whether anything waits as shallow as %(deepest)s.
+HOSTS_AFTER_CLAIM = """
+SELECT a.origin,
+       (SELECT priority FROM urls WHERE host_id = hosts.id AND state = 'waiting' ORDER BY priority DESC LIMIT 1),
        a.idle AND EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id AND state = 'waiting' AND depth <= %(deepest)s)
 FROM unnest(%(asked)s::text[], %(idle)s::bool[]) WITH ORDINALITY AS a(origin, idle, ord)
 LEFT JOIN hosts ON hosts.origin = a.origin
