@@ -715,3 +715,19 @@ def test_the_throwaway_cluster_leaves_nothing_behind(postgres_dsn: str) -> None:
         directory, server = cluster.directory, cluster._server
         assert server is not None and server.poll() is None
     assert server.poll() is not None and not directory.exists()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_lost_connection_is_one_line_of_error_and_a_reopen_carries_on(backend: Backend) -> None:
+    pg = postgres_only(backend)
+    frontier = pg.open()
+    frontier.add(urls(3))
+    (claimed,) = frontier.claim(1)
+    assert pg.rows(f"SELECT pg_terminate_backend({frontier._conn.info.backend_pid})") == [(True,)]
+    with pytest.raises(FrontierError) as lost:
+        frontier.next_due()
+    assert "\n" not in str(lost.value) and pg.crawl in str(lost.value), lost.value
+    frontier.close()  # nothing to commit on a lost connection: no second error
+    reopened = pg.open()
+    assert reopened.counts() == {"waiting": 3, "processing": 0, "done": 0, "error": 0}
+    assert pg.rows(f"SELECT attempts FROM urls WHERE url = '{claimed.url}'") == [(1,)]

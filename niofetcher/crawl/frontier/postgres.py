@@ -155,6 +155,7 @@ class PostgresFrontier:
         self._stored_counts = dict(self._counts)
         self._rotation = HostRotation()  # every host with a waiting URL, in turn ...
         self._too_deep: dict[str, tuple[int, int]] = {}  # ... or parked: (depth limit, its line)
+        self._shallowest_parked = _DEEPEST  # the smallest depth limit in _too_deep
         self._recent = RecentURLs()
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         try:
@@ -209,6 +210,7 @@ class PostgresFrontier:
         """What the frontier keeps in memory, from the database as committed (after a rollback)."""
         self._rotation = HostRotation()
         self._too_deep.clear()
+        self._shallowest_parked = _DEEPEST
         self._recent.clear()
         self._counts = dict.fromkeys(STATES, 0)
         self._counts.update(conn.execute(COUNTS).fetchall())
@@ -303,34 +305,34 @@ class PostgresFrontier:
         hosts: dict[str, int] = {}  # the hosts of these URLs, and the highest priority of each
         checked: tuple[object, object] = (None, None)
         recent = self._recent
-        for url, depth, parent, priority in entries:
-            try:
-                key = normalize_url(url)
-            except ValueError:
-                continue
-            if depth is not checked[0] or priority is not checked[1]:  # identity: True == 1
-                check_int("depth", depth, 0)
-                check_int("priority", priority)
-                checked = (depth, priority)
-            if recent.changes_nothing(key, depth):
-                continue
-            if parent not in parents:
-                try:
-                    parents[parent] = normalize_url(parent)  # type: ignore[arg-type]
-                except (TypeError, ValueError):
-                    parents[parent] = parent
-            row = rows.get(key)
-            if row is None:
-                host = host_key(key)
-                rows[key] = [depth, priority, parents[parent], host]
-                if hosts.get(host, priority - 1) < priority:
-                    hosts[host] = priority
-            elif depth < row[0]:
-                row[0], row[2] = depth, parents[parent]
-        if not rows:
-            return 0
-        columns = list(zip(*rows.values()))
         with self._db() as conn:
+            for url, depth, parent, priority in entries:
+                try:
+                    key = normalize_url(url)
+                except ValueError:
+                    continue
+                if depth is not checked[0] or priority is not checked[1]:  # identity: True == 1
+                    check_int("depth", depth, 0)
+                    check_int("priority", priority)
+                    checked = (depth, priority)
+                if recent.changes_nothing(key, depth):
+                    continue
+                if parent not in parents:
+                    try:
+                        parents[parent] = normalize_url(parent)  # type: ignore[arg-type]
+                    except (TypeError, ValueError):
+                        parents[parent] = parent
+                row = rows.get(key)
+                if row is None:
+                    host = host_key(key)
+                    rows[key] = [depth, priority, parents[parent], host]
+                    if hosts.get(host, priority - 1) < priority:
+                        hosts[host] = priority
+                elif depth < row[0]:
+                    row[0], row[2] = depth, parents[parent]
+            if not rows:
+                return 0
+            columns = list(zip(*rows.values()))
             (added,) = _single(conn.execute(INSERT, {
                 "fresh": [host for host in hosts if host not in self._rotation and host not in self._too_deep],
                 "hosts": list(hosts), "now": self._clock(), "urls": list(rows), "depths": list(columns[0]),
@@ -440,6 +442,7 @@ class PostgresFrontier:
                 continue  # nothing waits there: out of line until a URL of it waits again (_offer)
             if limited and not found[host] and not within:
                 self._too_deep[host] = (deepest, max(top, lines[host]))
+                self._shallowest_parked = min(self._shallowest_parked, deepest)
             elif found[host] and not any(row[1] in taken for row in found[host]):
                 front.append((host, top))
             else:
@@ -454,11 +457,15 @@ class PostgresFrontier:
         self._rotation.offer(host, priority if parked is None else max(priority, parked[1]))
 
     def _unpark(self, deepest: int) -> None:
-        """The hosts parked for a depth limit short of ``deepest`` go back in line."""
+        """The hosts parked for a depth limit short of ``deepest`` go back in line (a look at each
+        parked host only when some are)."""
+        if deepest <= self._shallowest_parked:
+            return
         for host, (depth, priority) in list(self._too_deep.items()):
             if depth < deepest:
                 del self._too_deep[host]
                 self._rotation.offer(host, priority)
+        self._shallowest_parked = min((depth for depth, _ in self._too_deep.values()), default=_DEEPEST)
 
     # -- outcomes ------------------------------------------------------------
 
@@ -621,7 +628,8 @@ class PostgresFrontier:
             if conn is None:
                 return
             try:
-                if conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
+                # Only an open transaction in good order: a lost connection has nothing to commit.
+                if conn.info.transaction_status == self._psycopg.pq.TransactionStatus.INTRANS:
                     self._store_and_commit(conn)
             except self._psycopg.Error as exc:
                 raise FrontierError(f"{_first_line(exc)}: crawl {self.crawl!r} at {self.where}") from None

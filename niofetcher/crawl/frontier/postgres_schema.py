@@ -118,7 +118,9 @@ INSERT INTO {schema}.state_counts (state, n) VALUES ('waiting', 0), ('processing
 # in the order of the arrays.
 INSERT = """
 WITH fresh AS (
-    INSERT INTO hosts (origin) SELECT unnest(%(fresh)s::text[]) ON CONFLICT (origin) DO NOTHING RETURNING id, origin
+    INSERT INTO hosts (origin) SELECT f.origin FROM unnest(%(fresh)s::text[]) AS f(origin)
+    WHERE NOT EXISTS (SELECT 1 FROM hosts WHERE hosts.origin = f.origin)  -- a conflict would use up an id
+    ON CONFLICT (origin) DO NOTHING RETURNING id, origin
 ), ids AS (
     SELECT id, origin FROM fresh UNION ALL SELECT id, origin FROM hosts WHERE origin = ANY(%(hosts)s::text[])
 ), added AS (
