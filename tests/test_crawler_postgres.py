@@ -118,3 +118,18 @@ def test_crawl_config_says_what_a_postgres_frontier_needs() -> None:
         with pytest.raises(ValueError, match=words) as refused:
             CrawlConfig(seeds=seeds, **kwargs)  # type: ignore[arg-type]
         assert "\n" not in str(refused.value)
+
+
+def test_only_a_postgres_frontier_loads_psycopg() -> None:
+    """The crawler, the crawl command and a SQLite crawl do not import psycopg; opening a PostgreSQL frontier does."""
+    script = (
+        "import sys\n"
+        "import niofetcher.cli.crawl, niofetcher.crawl.frontier.postgres_schema\n"
+        "from niofetcher.crawl import CrawlConfig, Crawler\n"
+        "from niofetcher.crawl.frontier import Frontier\n"
+        "CrawlConfig(seeds=['http://a.test/'], frontier='postgresql://u@h/db', crawl_name='c')\n"
+        "Frontier().close()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'psycopg'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
