@@ -1,9 +1,18 @@
-"""Speed of the SQLite crawl frontier (niofetcher.crawl.frontier) as it grows: 100k, 1M, 10M URLs.
+"""Speed of the crawl frontier (niofetcher.crawl.frontier) as it grows: 100k, 1M, 10M URLs.
 
     python benchmarks/frontier_speed.py                                    # 100,000 and 1,000,000 URLs
     python benchmarks/frontier_speed.py --sizes 100000,1000000,10000000    # issue 11's run: ~4.5 GB, long
     python benchmarks/frontier_speed.py --sizes 20000,100000 --window 10000 --json /tmp/f.json
     python benchmarks/frontier_speed.py --path /data/big.db                # that file, kept afterwards
+    python benchmarks/frontier_speed.py --backend postgres --sizes 100000 --hosts 1000
+    python benchmarks/frontier_speed.py --backend postgres --dsn postgresql://me@db:5432/crawls
+
+``--backend postgres`` measures the PostgresFrontier instead, in crawl ``bench`` (dropped first) of
+``--dsn``, or of a throwaway cluster started for the run (niofetcher.testing.PostgresCluster: fsync
+and synchronous_commit off, so its commits never wait for a disk).  The size is then the crawl's
+tables and indexes (pg_total_relation_size), and each size also gets the round trips to the
+server per URL of the crawl-like mix, counted from libpq's protocol trace of one more group
+(the ReadyForQuery messages: one per wait for the server).
 
 One frontier file grows step by step to each of ``--sizes`` with add_many()
 in batches of ``--batch`` new ``(url, depth, parent, priority)`` entries;
@@ -39,6 +48,7 @@ at least as fast per URL at 10M as at 100k.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -144,9 +154,20 @@ class Bench:
         self.urls = urls
         self.batch = batch
         self.rng = random.Random(seed)
-        self.frontier = Frontier(path)
+        self.frontier: Any = self.open()
         self.known = sum(self.frontier.counts().values())  # URLs 0 .. known-1 are in the file
         self.growth: list[dict[str, float]] = []
+
+    def open(self) -> Any:
+        """The frontier measured (a new object each time)."""
+        return Frontier(self.path)
+
+    def storage_bytes(self) -> tuple[int, int]:
+        """The bytes the frontier takes: its file and its log."""
+        return file_bytes(self.path)
+
+    def extra_figures(self, figures: dict[str, Any]) -> None:
+        """More figures a backend measures at a size (none for SQLite)."""
 
     def _add(self, entries: list[Entry]) -> tuple[int, float]:
         return timed(self.frontier.add_many, entries)
@@ -246,7 +267,7 @@ class Bench:
         """close(), then ``Frontier(path)`` and ``counts()``: the seconds of each part."""
         close = timed(self.frontier.close)[1]
         start = time.perf_counter()
-        self.frontier = Frontier(self.path)
+        self.frontier = self.open()
         counts = self.frontier.counts()
         reopen = time.perf_counter() - start
         assert sum(counts.values()) == self.known, (counts, self.known)
@@ -262,7 +283,7 @@ class Bench:
         claimed = sum(len(b) for b in batches)
         complete_s = self.complete(batches)
         pages, links, crawl_s = self.crawl(max(window // 10, 1))
-        db, wal = file_bytes(self.path)
+        db, wal = self.storage_bytes()
         urls = self.known
         close_s, reopen_s = self.reopen()
         figures = {
@@ -293,7 +314,51 @@ class Bench:
               f"{figures['bytes_per_url']:.0f} bytes per URL at {urls:,} URLs")
         print(f"  close          {figures['close_ms']:10.1f} ms")
         print(f"  reopen         {figures['reopen_ms']:10.1f} ms (Frontier(path) + counts())")
+        self.extra_figures(figures)
         return figures
+
+
+class PostgresBench(Bench):
+    """The same measures of a PostgresFrontier, crawl ``bench`` at ``dsn``."""
+
+    def __init__(self, dsn: str, urls: URLs, batch: int, seed: int) -> None:
+        import psycopg
+
+        self.dsn = dsn
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS bench CASCADE")
+        super().__init__(dsn, urls, batch, seed)
+
+    def open(self) -> Any:
+        from niofetcher.crawl.frontier.postgres import PostgresFrontier
+
+        return PostgresFrontier(self.dsn, "bench")
+
+    def storage_bytes(self) -> tuple[int, int]:
+        conn = self.frontier._conn
+        (total,) = conn.execute(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class AS c"
+            " JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE n.nspname = 'bench' AND c.relkind = 'r'"
+        ).fetchone()
+        conn.commit()
+        return int(total), 0
+
+    def extra_figures(self, figures: dict[str, Any]) -> None:
+        """Round trips per page of one more crawl-like group, from libpq's trace (see above)."""
+        with tempfile.NamedTemporaryFile("r", suffix=".trace") as trace:
+            descriptor = os.open(trace.name, os.O_WRONLY)
+            pgconn = self.frontier._conn.pgconn
+            pgconn.trace(descriptor)
+            try:
+                pages, links, _seconds = self.crawl(CLAIM)
+            finally:
+                pgconn.untrace()
+                os.close(descriptor)
+            waits = sum(1 for line in trace if "\tB\t" in line and "\tReadyForQuery" in line)
+        figures["round_trips_per_page"] = waits / pages
+        figures["round_trips_per_url"] = waits / (pages + links)
+        print(f"  round trips    {figures['round_trips_per_page']:10.3f} per page claimed, linked and completed "
+              f"({waits} for {pages} pages and their {links} links)")
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -330,9 +395,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--path", help="frontier file, kept afterwards (default: a new temporary file)")
     ap.add_argument("--json", help="write the figures to this file")
+    ap.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    ap.add_argument("--dsn", help="with --backend postgres: the database (default: a throwaway cluster)")
     args = ap.parse_args(argv)
     if args.batch < 1 or args.hosts < 1 or args.window < 1:
         ap.error("--batch, --hosts and --window must be at least 1")
+    if args.backend == "postgres":
+        run_postgres(args)
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         path = args.path or os.path.join(tmp, "frontier.db")
@@ -368,6 +438,33 @@ def main(argv: list[str] | None = None) -> None:
                 json.dump(report, out, indent=2)
                 out.write("\n")
             print(f"figures written to {args.json}")
+
+
+def run_postgres(args: argparse.Namespace) -> None:
+    """main() for --backend postgres: the same steps and table (and --json), on PostgreSQL."""
+    from niofetcher.testing import PostgresCluster
+
+    with contextlib.ExitStack() as stack:
+        dsn = args.dsn or stack.enter_context(PostgresCluster()).dsn
+        print(f"crawl 'bench' at {dsn}; sizes {', '.join(f'{n:,}' for n in args.sizes)}; "
+              f"batches of {args.batch}, {args.hosts:,} hosts, window {args.window:,}; Python {platform.python_version()}")
+        bench = PostgresBench(dsn, URLs(args.hosts), args.batch, args.seed)
+        rows = []
+        try:
+            for size in args.sizes:
+                print(f"growing to {size:,}")
+                bench.grow(size)
+                print(f"at {size:,} URLs")
+                rows.append(bench.measure(size, args.window))
+        finally:
+            bench.frontier.close()
+    print()
+    print(table(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump({"args": vars(args), "python": platform.python_version(), "cpus": os.cpu_count(),
+                       "growth": bench.growth, "sizes": rows}, out, indent=2)
+            out.write("\n")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "them (status 130). Either way, rerun with the same --db to resume.",
     )
     crawl.add_argument("seeds", nargs="+", metavar="SEED")
-    crawl.add_argument("--db", default="crawl.sqlite", help="the frontier database (default crawl.sqlite)")
+    crawl.add_argument("--db", default=None, help="the frontier database, a SQLite file (default crawl.sqlite)")
+    crawl.add_argument("--frontier", metavar="URL",
+                       help="keep the frontier in PostgreSQL instead: postgresql://user@host:port/db (needs --crawl)")
+    crawl.add_argument("--crawl", metavar="NAME", help="the crawl's name in the --frontier database")
     crawl.add_argument("--max-pages", type=_positive_int, default=None, metavar="N")
     crawl.add_argument("--max-depth", type=_non_negative_int, default=None, metavar="D")
     crawl.add_argument("--out", metavar="FILE",

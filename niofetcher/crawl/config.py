@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..config import FetcherConfig
 from ..models import FetchResult
 from ..urls import parse_target
+from .frontier.postgres_schema import check_crawl_name
 
 if TYPE_CHECKING:  # a program that reads CrawlConfig need not load bs4 and lxml
     from .parse import PageLinks
@@ -41,6 +42,10 @@ class CrawlConfig:
     parse_mode: str = "process"
     extractor: str = "bs4"
     fetcher: FetcherConfig = field(default_factory=FetcherConfig)
+    # A PostgreSQL frontier (postgresql://user@host:port/db) instead of the SQLite file at db_path,
+    # and the name of the crawl in that database (one database holds several crawls).
+    frontier: str | None = None
+    crawl_name: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.seeds, str) or not self.seeds:
@@ -73,6 +78,23 @@ class CrawlConfig:
                 raise ValueError(f"bad include/exclude pattern {pattern!r}: {exc}") from None
         if not isinstance(self.fetcher, FetcherConfig):
             raise ValueError("fetcher must be a FetcherConfig")
+        self._check_frontier()
+
+    def _check_frontier(self) -> None:
+        if self.frontier is None:
+            if self.crawl_name is not None:
+                raise ValueError("crawl_name names a crawl in a PostgreSQL frontier: give frontier too")
+            return
+        if not isinstance(self.frontier, str) or not self.frontier.lower().startswith(("postgresql://", "postgres://")):
+            raise ValueError("frontier must be a postgresql:// (or postgres://) URL")
+        if self.db_path != ":memory:":
+            raise ValueError("give db_path (a SQLite frontier) or frontier (a PostgreSQL one), not both")
+        if self.crawl_name is None:
+            raise ValueError("a PostgreSQL frontier needs crawl_name: the crawl's name in that database")
+        try:
+            check_crawl_name(self.crawl_name)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
 
 
 @dataclass(slots=True)

@@ -411,5 +411,11 @@ def _cleaning_up_after(error: BaseException | None) -> Iterator[None]:
 
 
 def _open_frontier(config: CrawlConfig) -> FrontierBackend:
-    """The frontier of a crawl: the one place that names a backend (SQLite, at ``config.db_path``)."""
+    """The frontier of a crawl: the one place that names a backend (PostgreSQL at ``config.frontier``,
+    else SQLite at ``config.db_path``)."""
+    if config.frontier is not None:
+        from .frontier.postgres import PostgresFrontier  # psycopg only for crawls that use it
+
+        return PostgresFrontier(config.frontier, str(config.crawl_name), max_attempts=config.max_attempts,
+                                retry_delay=config.retry_delay)
     return Frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay)

@@ -19,6 +19,8 @@ docstring holding its part of the theory:
               delays, closing politely) and ``PortCounters``
 ``tls``       the same loop over TLS, and ``tls_context_from_files``
 ``web``       ``SyntheticWeb``: many host names on a few ports, for broad crawls
+``postgres``  ``PostgresCluster``: a throwaway PostgreSQL server (the PostgreSQL
+              frontier's tests and benchmarks)
 ============  ===================================================================
 
 Everything a program imports is imported from here (``niofetcher.testing``, or
@@ -29,6 +31,7 @@ patches that module (``niofetcher.testing.server.RECV_SIZE``).
 
 from __future__ import annotations
 
+from .postgres import PostgresCluster, PostgresUnavailable, find_bindir
 from .server import _SO_TIMESTAMPNS as _SO_TIMESTAMPNS
 from .server import LISTEN_BACKLOG as LISTEN_BACKLOG
 from .server import PortCounters
@@ -36,4 +39,7 @@ from .site import TestSite
 from .tls import tls_context_from_files
 from .web import SyntheticWeb
 
-__all__ = ["PortCounters", "SyntheticWeb", "TestSite", "tls_context_from_files"]
+__all__ = [
+    "PortCounters", "PostgresCluster", "PostgresUnavailable", "SyntheticWeb", "TestSite", "find_bindir",
+    "tls_context_from_files",
+]
