@@ -11,6 +11,7 @@ beyond loose bounds on the event loop's stalls.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import Counter
@@ -76,7 +77,7 @@ async def ticking_while(work: Awaitable[Any], every: float = 0.01) -> tuple[Any,
         value = await work
     finally:
         ticker.cancel()
-    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
     return value, len(ticks), max(gaps, default=0.0)
 
 
@@ -149,7 +150,7 @@ def test_the_same_bean_fetched_twice_gets_two_results_and_register_goes_to_resul
         async with AsyncFetcher() as fetcher:
             assert fetcher.register(f"{b}page/1")
             assert fetcher.register_many([f"{b}page/{i}" for i in range(2, 6)]) == 4
-            fetched = await asyncio.gather(fetcher.fetch(bean), fetcher.fetch(bean), fetcher.fetch(f"{a}page/4"))
+            fetched = list(await asyncio.gather(fetcher.fetch(bean), fetcher.fetch(bean), fetcher.fetch(f"{a}page/4")))
             others = [result async for result in fetcher.results()]
         return fetched, others
 
