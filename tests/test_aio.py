@@ -103,17 +103,22 @@ def test_fetch_returns_each_urls_own_result_and_the_event_loop_keeps_ticking(
 
 
 def test_no_callback_on_the_event_loop_blocks_and_results_come_in_batches(
-    no_leaks: LeakBaseline, site: TestSite, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    no_leaks: LeakBaseline, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """asyncio's debug mode reports every callback slower than slow_callback_duration: none may be."""
-    urls = [f"{site.base_urls[0]}page/{i % 50}?n={i}" for i in range(1000)]
+    """asyncio's debug mode reports every callback slower than slow_callback_duration: none may be.
+
+    The site answers after 50 ms, so that the fetches take seconds: a blocking wait on the event
+    loop (a join, a get(), a shutdown) would be one callback as long as the whole run.
+    """
+    slow = TestSite(hosts=2, pages=50, page_size=512, delay=0.05)
+    urls: list[str] = []
     posts = 0
 
     async def main() -> list[FetchResult]:
         nonlocal posts
         loop = asyncio.get_running_loop()
         loop.set_debug(True)
-        loop.slow_callback_duration = 0.25  # loose (a shared machine); a blocking wait would take the whole run
+        loop.slow_callback_duration = 1.0  # loose (a shared machine, debug mode's own costs); the run takes 2.5 s
         post = loop.call_soon_threadsafe
 
         def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
@@ -122,22 +127,23 @@ def test_no_callback_on_the_event_loop_blocks_and_results_come_in_batches(
             return post(callback, *args, **kwargs)
 
         monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
-        async with AsyncFetcher(FetcherConfig(max_connections_per_host=2)) as fetcher:
+        urls.extend(f"{slow.base_urls[i % 2]}page/{i % 50}?n={i}" for i in range(400))
+        async with AsyncFetcher(FetcherConfig(max_connections_per_host=4)) as fetcher:
             results = await asyncio.gather(*(fetcher.fetch(url) for url in urls))
             await fetcher.shutdown()
         return results
 
-    with caplog.at_level(logging.WARNING, logger="asyncio"):
+    with slow, caplog.at_level(logging.WARNING, logger="asyncio"):
         loop = asyncio.new_event_loop()
         try:
             results = loop.run_until_complete(main())
         finally:
             loop.close()
-    assert len(results) == 1000
-    slow = [record.getMessage() for record in caplog.records if "took" in record.getMessage()]
-    assert not slow, slow
+    assert [r.url for r in results] == urls and all(r.ok for r in results)
+    stalls = [record.getMessage() for record in caplog.records if "took" in record.getMessage()]
+    assert not stalls, stalls
     # One post per batch (and one for the delivery's end, one for shutdown's): fewer than the results.
-    assert 2 < posts < 1000
+    assert 2 < posts < len(urls)
 
 
 def test_the_same_bean_fetched_twice_gets_two_results_and_register_goes_to_results(
