@@ -67,8 +67,15 @@ _CANCELLING = Phase.CANCELLING
 
 Deliver = Callable[[list[FetchResult]], None]
 
-#: A registration on its way to the loop: (url_or_bean, priority, target, registered_at), see ``submit``.
-InboxEntry = tuple[str | URLBean, int, Target, float]
+#: A str URL on its way to the loop, as atoms only: (url, priority, scheme, host, port, host_header,
+#: path, registered_at).  A tuple of atoms is one the collector stops walking, so a backlog of a
+#: million registrations costs a collection nothing; a Target (a NamedTuple: never untracked)
+#: in each would double the pause of every full collection while the backlog lasts (measured).
+PendingRegistration = tuple[str, int, str, str, int, str, str, float]
+#: A URLBean on its way: (bean, priority, target, registered_at).
+BeanRegistration = tuple[URLBean, int, Target, float]
+#: A registration on its way to the loop, see ``submit``.
+InboxEntry = PendingRegistration | BeanRegistration
 
 #: Registrations the loop moves from its inbox to the host queues per iteration (about a millisecond's work).
 INBOX_SLICE = 1024
@@ -137,9 +144,9 @@ class Engine:
     def submit(self, entries: list[InboxEntry]) -> None:
         """Queue registrations for the loop; ``wake()`` makes it look.
 
-        An entry is ``(url_or_bean, priority, target, registered_at)``: a URLBean carries
-        its own priority; a URL is a ``str`` exactly and ``priority`` an ``int`` exactly
-        (anything else comes in a URLBean).  The loop makes them Tasks or PendingURLs as it
+        An entry is a ``PendingRegistration`` (a URL that is a ``str`` exactly, with a
+        ``priority`` that is an ``int`` exactly) or a ``BeanRegistration`` (anything else comes
+        in a URLBean, which carries its own priority).  The loop makes them Tasks or PendingURLs as it
         takes them, so that a caller pays for a batch of any size, under its lock, one
         ``extend``.  A caller that limits ``pending()`` must hold one lock over both calls.
         """
@@ -274,8 +281,11 @@ class Engine:
 
     def _inbox_task(self, item: InboxEntry) -> Task:
         """The Task of a registration still in the inbox, made as it is cancelled, and kept in ``_live`` at once."""
-        url_or_bean, priority, target, registered_at = item
-        bean = url_or_bean if isinstance(url_or_bean, URLBean) else URLBean(url_or_bean, priority=priority)
+        if len(item) == 8:
+            url, priority, scheme, host, port, host_header, path, registered_at = item
+            bean, target = URLBean(url, priority=priority), Target(Origin(scheme, host, port), host_header, path)
+        else:
+            bean, priority, target, registered_at = item
         task = Task(bean, target, next(self._seq), registered_at, self._request_defaults)
         self._live.add(task)
         return task
@@ -299,6 +309,7 @@ class Engine:
             self._cancel_inbox(FetchFailure(ErrorKind.CANCELLED, "fetcher shut down"))
             return
         table = self.table
+        slots = table.slots
         now = self.loop.now
         seq = self._seq
         # A slice per iteration: register_many() of a million URLs must not stand the loop still
@@ -306,14 +317,18 @@ class Engine:
         for _ in range(min(len(inbox), INBOX_SLICE)):
             # Enqueue before popping: pending() counts inbox + table for max_pending
             # without the loop's cooperation, and must never see a task in neither.
-            url_or_bean, priority, target, registered_at = inbox[0]
-            if type(url_or_bean) is str:
+            item = inbox[0]
+            if len(item) == 8:
+                url, priority, scheme, host, port, host_header, path, registered_at = item
+                # A plain tuple finds the slot its Origin keys (equal, hashed alike): the host's
+                # Origin is made only for a host the table does not hold yet.
+                slot = slots.get((scheme, host, port))  # type: ignore[call-overload]
+                origin = slot.origin if slot is not None else Origin(scheme, host, port)
                 # Atoms only, so that the collector stops walking it (request.py explains).
-                pending = (-priority, next(seq), url_or_bean, target.host_header, target.path, registered_at)
-                table.enqueue_entry(target.origin, pending, now)
+                table.enqueue_entry(origin, (-priority, next(seq), url, host_header, path, registered_at), now)
             else:
-                # Anything but an exact str is a URLBean (submit); the exact-type test is the cheaper one.
-                task = Task(url_or_bean, target, next(seq), registered_at, self._request_defaults)  # type: ignore[arg-type]
+                bean, priority, target, registered_at = item
+                task = Task(bean, target, next(seq), registered_at, self._request_defaults)
                 self._live.add(task)
                 table.enqueue_entry(target.origin, (-task.priority, task.seq, task), now)
             inbox.popleft()

@@ -165,7 +165,10 @@ class NIOFetcher:
                 raise ValueError(f"priority must be an int, not {priority!r}")
             if type(url_or_bean) is str:  # an int subclass (an IntEnum) stays what it was, in a URLBean
                 url_or_bean = URLBean(url_or_bean, priority=priority)
-        return url_or_bean, priority, target, now
+        if type(url_or_bean) is str:
+            origin = target.origin
+            return url_or_bean, priority, origin.scheme, origin.host, origin.port, target.host_header, target.path, now
+        return url_or_bean, priority, target, now  # type: ignore[return-value]  # not a str: a URLBean, made above
 
     def _admit(self, entries: list[InboxEntry]) -> int:
         """Queue the first of ``entries`` that ``max_pending`` has room for, under one lock; how many."""
