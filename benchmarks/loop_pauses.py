@@ -2,12 +2,14 @@
 
     python benchmarks/loop_pauses.py                       # 100,000 then 1,000,000 pending URLs
     python benchmarks/loop_pauses.py --pending 100000 --steady 5
+    python benchmarks/loop_pauses.py --batch 1000          # register_many() of 1,000 URLs a call
 
 For each size: a fetcher with ``--connections`` connections to one test-site
 host (in its own process) answering after ``--delay`` ms, so that the
 registered URLs stay pending while responses keep the loop busy.  Phases:
 
-1. register: ``--pending`` URLs from this thread, as fast as register() goes;
+1. register: ``--pending`` URLs from this thread, as fast as register() goes
+   (or register_many() with ``--batch`` URLs a call);
 2. steady: ``--steady`` seconds with the URLs pending and responses flowing,
    the results taken by this thread;
 3. forced full collections (``gc.collect()``, the best of three, wall and
@@ -102,7 +104,21 @@ def wait_until(predicate: Any, timeout: float) -> None:
         time.sleep(0.01)
 
 
-def run(base: str, pending: int, connections: int, steady: float) -> None:
+def register_all(fetcher: NIOFetcher, base: str, pending: int, batch: int) -> None:
+    """``pending`` URLs through register() (``batch`` 0) or register_many() of ``batch`` a call."""
+    # Made one by one, or a batch at a time, not held in a list: a list of a million strs would
+    # cost the collector as much as the fetcher's own queues, and be this script's cost.
+    if batch:
+        register_many = fetcher.register_many
+        for start in range(0, pending, batch):
+            register_many([f"{base}page/{i % 100}?n={i}" for i in range(start, min(pending, start + batch))])
+        return
+    register = fetcher.register
+    for i in range(pending):
+        register(f"{base}page/{i % 100}?n={i}")
+
+
+def run(base: str, pending: int, connections: int, steady: float, batch: int = 0) -> None:
     """One size: register, steady, forced full collection; prints the three lines."""
     gc.collect()
     config = FetcherConfig(max_connections=connections, max_connections_per_host=connections,
@@ -159,12 +175,14 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--delay", type=float, default=20.0, metavar="MS", help="the site's latency")
     parser.add_argument("--steady", type=float, default=10.0, metavar="S", help="seconds of steady state")
+    parser.add_argument("--batch", type=int, default=0, metavar="N",
+                        help="register with register_many() of N URLs a call (0: register() one by one)")
     args = parser.parse_args()
     sizes = args.pending or [100_000, 1_000_000]
     print(f"python {sys.version.split()[0]}, gc thresholds {gc.get_threshold()}")
     with site_process(hosts=1, pages=100, delay_ms=args.delay, page_size=1024) as bases:
         for pending in sizes:
-            run(bases[0], pending, args.connections, args.steady)
+            run(bases[0], pending, args.connections, args.steady, args.batch)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ import itertools
 import logging
 import math
 import ssl
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +67,19 @@ _CANCELLING = Phase.CANCELLING
 
 Deliver = Callable[[list[FetchResult]], None]
 
+#: A str URL on its way to the loop, as atoms only: (url, priority, scheme, host, port, host_header,
+#: path, registered_at).  A tuple of atoms is one the collector stops walking, so a backlog of a
+#: million registrations costs a collection nothing; a Target (a NamedTuple: never untracked)
+#: in each would double the pause of every full collection while the backlog lasts (measured).
+PendingRegistration = tuple[str, int, str, str, int, str, str, float]
+#: A URLBean on its way: (bean, priority, target, registered_at).
+BeanRegistration = tuple[URLBean, int, Target, float]
+#: A registration on its way to the loop, see ``submit``.
+InboxEntry = PendingRegistration | BeanRegistration
+
+#: Registrations the loop moves from its inbox to the host queues per iteration (about a millisecond's work).
+INBOX_SLICE = 1024
+
 
 class Engine:
     """Owns the loop, the host table, the resolver pool and every connection.
@@ -91,7 +103,7 @@ class Engine:
 
     # Part of the face: make the loop look at its inbox, and at the room its consumer made
     # (max_completed).  It is the loop's own method, bound in __init__: register() calls it
-    # once per URL, and a wrapper would cost one Python call more each time.
+    # once per URL (register_many() once per batch), and a wrapper would cost one Python call more each time.
     wake: Callable[[], None]
 
     def __init__(
@@ -110,8 +122,7 @@ class Engine:
         self.counters = Counters()  # read by FetcherStats
         self.phase = Phase.RUNNING
         self.failure: BaseException | None = None  # what ended the loop thread, if not a shutdown
-        # A URLBean's Task, or a str URL's origin and PendingURL (request.py).
-        self._inbox: collections.deque[Task | tuple[Origin, PendingURL]] = collections.deque()
+        self._inbox: collections.deque[InboxEntry] = collections.deque()
         self._seq = itertools.count()
         self._request_defaults = RequestDefaults.from_config(config)
         self._deliver = deliver
@@ -130,19 +141,16 @@ class Engine:
 
     # -- the face: any thread -------------------------------------------------
 
-    def submit(self, url_or_bean: str | URLBean, priority: int, target: Target) -> None:
-        """Queue a registration for the loop; ``wake()`` makes it look.
+    def submit(self, entries: list[InboxEntry]) -> None:
+        """Queue registrations for the loop; ``wake()`` makes it look.
 
-        A URLBean carries its own priority; a URL is a ``str`` exactly and ``priority`` an
-        ``int`` exactly (anything else comes in a URLBean).  A caller that limits
-        ``pending()`` must hold one lock over both calls.
+        An entry is a ``PendingRegistration`` (a URL that is a ``str`` exactly, with a
+        ``priority`` that is an ``int`` exactly) or a ``BeanRegistration`` (anything else comes
+        in a URLBean, which carries its own priority).  The loop makes them Tasks or PendingURLs as it
+        takes them, so that a caller pays for a batch of any size, under its lock, one
+        ``extend``.  A caller that limits ``pending()`` must hold one lock over both calls.
         """
-        if isinstance(url_or_bean, URLBean):
-            self._inbox.append(Task(url_or_bean, target, next(self._seq), time.monotonic(), self._request_defaults))
-        else:
-            # Atoms only, so that the collector stops walking it (request.py explains).
-            pending = (-priority, next(self._seq), url_or_bean, target.host_header, target.path, time.monotonic())
-            self._inbox.append((target.origin, pending))
+        self._inbox.extend(entries)
 
     def pending(self) -> int:
         """Registrations not dispatched yet: in the inbox or a host queue."""
@@ -182,7 +190,7 @@ class Engine:
         loop = self.loop
         try:
             while self.phase < _CANCELLING:
-                loop.run_once(None)
+                loop.run_once(0.0 if self._inbox else None)  # a slice of the inbox is left: no waiting
                 if self._inbox:
                     self._take_inbox()
                 self._dispatch()
@@ -271,8 +279,16 @@ class Engine:
                 if len(entry) != 3 and entry[1] not in live:
                     self._finish_error(self._pending_task(entry, slot.origin), cancelled)
 
-    def _inbox_task(self, item: Task | tuple[Origin, PendingURL]) -> Task:
-        return item if isinstance(item, Task) else self._pending_task(item[1], item[0])
+    def _inbox_task(self, item: InboxEntry) -> Task:
+        """The Task of a registration still in the inbox, made as it is cancelled, and kept in ``_live`` at once."""
+        if len(item) == 8:
+            url, priority, scheme, host, port, host_header, path, registered_at = item
+            bean, target = URLBean(url, priority=priority), Target(Origin(scheme, host, port), host_header, path)
+        else:
+            bean, priority, target, registered_at = item
+        task = Task(bean, target, next(self._seq), registered_at, self._request_defaults)
+        self._live.add(task)
+        return task
 
     def _pending_task(self, entry: PendingURL, origin: Origin) -> Task:
         """The Task of a pending str URL, made as it starts or is cancelled, and kept in ``_live`` at once."""
@@ -289,20 +305,32 @@ class Engine:
         # host's Crawl-delay, then registers its first pages, and they must not start before it.
         self.loop.run_calls()
         inbox = self._inbox
+        if self.phase >= _CANCELLING:  # a stop() was among those calls
+            self._cancel_inbox(FetchFailure(ErrorKind.CANCELLED, "fetcher shut down"))
+            return
         table = self.table
+        slots = table.slots
         now = self.loop.now
-        while inbox:
+        seq = self._seq
+        # A slice per iteration: register_many() of a million URLs must not stand the loop still
+        # for the seconds their queueing takes.  run() does not wait for events while some are left.
+        for _ in range(min(len(inbox), INBOX_SLICE)):
             # Enqueue before popping: pending() counts inbox + table for max_pending
             # without the loop's cooperation, and must never see a task in neither.
             item = inbox[0]
-            if self.phase >= _CANCELLING:
-                self._finish_error(self._inbox_task(item), FetchFailure(ErrorKind.CANCELLED, "fetcher shut down"))
-            elif isinstance(item, Task):
-                self._live.add(item)
-                table.enqueue_entry(item.target.origin, (-item.priority, item.seq, item), now)
+            if len(item) == 8:
+                url, priority, scheme, host, port, host_header, path, registered_at = item
+                # A plain tuple finds the slot its Origin keys (equal, hashed alike): the host's
+                # Origin is made only for a host the table does not hold yet.
+                slot = slots.get((scheme, host, port))  # type: ignore[call-overload]
+                origin = slot.origin if slot is not None else Origin(scheme, host, port)
+                # Atoms only, so that the collector stops walking it (request.py explains).
+                table.enqueue_entry(origin, (-priority, next(seq), url, host_header, path, registered_at), now)
             else:
-                origin, pending = item
-                table.enqueue_entry(origin, pending, now)
+                bean, priority, target, registered_at = item
+                task = Task(bean, target, next(seq), registered_at, self._request_defaults)
+                self._live.add(task)
+                table.enqueue_entry(target.origin, (-task.priority, task.seq, task), now)
             inbox.popleft()
 
     def _dispatch(self) -> None:

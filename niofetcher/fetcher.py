@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 
 from .config import FetcherConfig
-from .engine import Engine
+from .engine import Engine, InboxEntry
 from .models import FetcherStats, FetchResult, HostStats, URLBean
 from .urls import Origin, parse_target
 
@@ -123,6 +124,25 @@ class NIOFetcher:
 
         Raises ValueError for anything but an absolute http(s) URL with a host.
         """
+        return self._admit([self._entry(url_or_bean, priority, time.monotonic())]) == 1
+
+    def register_many(self, urls_or_beans: Iterable[str | URLBean]) -> int:
+        """Queue many URLs (any thread) with one lock and one wake-up; how many were accepted.
+
+        Each is checked as ``register()`` checks it: a bad one raises ValueError and none of
+        the batch is queued.  A str has priority 0, a URLBean its own.  Accepted are the
+        first ones in order, as many as ``max_pending`` leaves room for (all without it);
+        none when shut down.  A URL not accepted is not queued, and yields no result.
+
+        The lock is held only to append the prepared entries, so a batch of any size
+        stalls neither the loop nor other callers; the loop takes a large batch in slices.
+        """
+        entry = self._entry
+        now = time.monotonic()  # one registration time for the batch
+        return self._admit([entry(url_or_bean, 0, now) for url_or_bean in urls_or_beans])
+
+    def _entry(self, url_or_bean: str | URLBean, priority: int, now: float) -> InboxEntry:
+        """Check one registration and make its inbox entry: the one rule of register() and register_many()."""
         # A caller registering a million URLs holds the GIL the loop thread needs,
         # so this path is kept short: exact-type checks first, the general ones after.
         # A str makes no URLBean here: the engine keeps it as atoms until it starts (request.py).
@@ -145,18 +165,29 @@ class NIOFetcher:
                 raise ValueError(f"priority must be an int, not {priority!r}")
             if type(url_or_bean) is str:  # an int subclass (an IntEnum) stays what it was, in a URLBean
                 url_or_bean = URLBean(url_or_bean, priority=priority)
+        if type(url_or_bean) is str:
+            origin = target.origin
+            return url_or_bean, priority, origin.scheme, origin.host, origin.port, target.host_header, target.path, now
+        return url_or_bean, priority, target, now  # type: ignore[return-value]  # not a str: a URLBean, made above
+
+    def _admit(self, entries: list[InboxEntry]) -> int:
+        """Queue the first of ``entries`` that ``max_pending`` has room for, under one lock; how many."""
         engine = self._engine
         with self._lock:  # the condition's own lock: nobody waits on a registration
             if self._closed:
-                return False
+                return 0
             limit = self.config.max_pending
-            if limit is not None and engine.pending() >= limit:
-                return False
-            engine.submit(url_or_bean, priority, target)
-            self._registered += 1
-            self._unfinished += 1
-        engine.wake()
-        return True
+            if limit is not None:
+                room = max(0, limit - engine.pending())
+                if room < len(entries):
+                    del entries[room:]
+            engine.submit(entries)
+            accepted = len(entries)
+            self._registered += accepted
+            self._unfinished += accepted
+        if accepted:
+            engine.wake()
+        return accepted
 
     def cancel_pending(self) -> None:
         """Cancel every registered URL that has not been dispatched yet (any thread).
@@ -193,16 +224,33 @@ class NIOFetcher:
 
     def get(self, timeout: float | None = None) -> FetchResult | None:
         """The next completed result (any thread); None when ``timeout`` passes first."""
+        batch = self.get_batch(1, timeout)
+        return batch[0] if batch else None
+
+    def get_batch(self, max_items: int, timeout: float | None = None) -> list[FetchResult]:
+        """Up to ``max_items`` completed results, oldest first (any thread).
+
+        Waits at most ``timeout`` seconds (None: for ever) for the first one, and not at all
+        once there is one: what has completed by then is the batch.  Empty when ``timeout``
+        passes first, or when the fetcher is shut down with nothing left to deliver.
+        """
+        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+            raise ValueError(f"max_items must be a positive int, not {max_items!r}")
+        completed = self._completed
         with self._cond:
             # After shutdown with nothing left, waiting could only hang.
             self._cond.wait_for(
-                lambda: self._completed or (self._closed and self._unfinished == 0) or self._loop_ended, timeout
+                lambda: completed or (self._closed and self._unfinished == 0) or self._loop_ended, timeout
             )
-            if not self._completed:
-                return None
-            result = self._completed.popleft()
+            if not completed:
+                return []
+            if max_items >= len(completed):
+                batch = list(completed)
+                completed.clear()
+            else:
+                batch = [completed.popleft() for _ in range(max_items)]
         self._after_take()
-        return result
+        return batch
 
     def drain(self) -> list[FetchResult]:
         """Every result completed so far, without waiting."""

@@ -63,6 +63,8 @@ def _pycurl_note(scenario: FetchScenario, run: Run) -> str:
 
 FETCH_CLIENTS: tuple[Client, ...] = (
     Client("niofetcher", "niofetcher_client.py", ("niofetcher", "h11")),
+    Client("niofetcher-asyncio", "niofetcher_aio_client.py", ("niofetcher", "h11"), ("--loop", "asyncio"),
+           note=lambda scenario, run: "asyncio caller: AsyncFetcher.fetch() from worker tasks"),
     Client("aiohttp", "aiohttp_client.py", ("aiohttp",), ("--loop", "asyncio")),
     Client("aiohttp+uvloop", "aiohttp_client.py", ("aiohttp", "uvloop"), ("--loop", "uvloop")),
     Client("httpx", "httpx_client.py", ("httpx",), note=_httpx_note),

@@ -227,8 +227,7 @@ class Crawler:
                         )
                         if budget is not None:
                             budget -= len(claimed)
-                        for item in claimed:
-                            self._start(item, frontier, fetcher)
+                        self._start(claimed, frontier, fetcher)
                 self._give_back(self._robots.retry_due(fetcher), frontier)
             robots_due = self._robots.next_retry()
             if time.monotonic() - counted_at > 0.5:  # counts() commits pending outcomes: not per report
@@ -283,7 +282,7 @@ class Crawler:
                 self._give_back(give_back, frontier)
                 for item in start:
                     self._in_progress.pop(item.url)
-                    self._start(item, frontier, fetcher)
+                self._start(start, frontier, fetcher)
             elif isinstance(report, Broken):
                 broken.append(report)
             else:
@@ -300,30 +299,41 @@ class Crawler:
 
     # -- coordinator: starting URLs ---------------------------------------------
 
-    def _start(self, item: FrontierURL, frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
-        origin = parse_target(item.url).origin
-        if self.config.obey_robots:
-            rules = self._robots.rules(origin)
-            if rules is None:  # it waits for its origin's robots.txt, in progress meanwhile
-                self._in_progress.add(item)
-                self._give_back(self._robots.hold(item, origin, fetcher), frontier)
-                return
-            if self._robots.crawl_delay(rules):
-                self._in_progress.slow_down(item.host)
-            refusal = rules.refuses(item.url, self.config.fetcher.user_agent)
-            if refusal:
-                self._in_progress.pop(item.url)
-                frontier.fail(item.url, refusal, retry=False)
-                self._errors["robots_unavailable" if rules.refusal else "robots_disallowed"] += 1
-                return
-        if self._stop.is_set() or not fetcher.register(
-            URLBean(item.url, priority=item.priority, meta={"frontier": item, "origin": origin})
-        ):
-            self._in_progress.pop(item.url)
-            frontier.release([item.url])  # stopping: the URL waits for a resume
+    def _start(self, items: list[FrontierURL], frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
+        """Register claimed URLs, those that robots.txt lets through, with one ``register_many()``.
+
+        Each URL gets its own robots.txt decision first: it waits for its origin's rules, is
+        refused, or goes to the fetcher.  What the fetcher does not take (stopping) waits for a resume.
+        """
+        beans: list[URLBean] = []
+        for item in items:
+            origin = parse_target(item.url).origin
+            if self.config.obey_robots:
+                rules = self._robots.rules(origin)
+                if rules is None:  # it waits for its origin's robots.txt, in progress meanwhile
+                    self._in_progress.add(item)
+                    self._give_back(self._robots.hold(item, origin, fetcher), frontier)
+                    continue
+                if self._robots.crawl_delay(rules):
+                    self._in_progress.slow_down(item.host)
+                refusal = rules.refuses(item.url, self.config.fetcher.user_agent)
+                if refusal:
+                    self._in_progress.pop(item.url)
+                    frontier.fail(item.url, refusal, retry=False)
+                    self._errors["robots_unavailable" if rules.refusal else "robots_disallowed"] += 1
+                    continue
+            beans.append(URLBean(item.url, priority=item.priority, meta={"frontier": item, "origin": origin}))
+        if not beans:
             return
-        self._in_progress.add(item)
-        self._active[origin] += 1
+        accepted = 0 if self._stop.is_set() else fetcher.register_many(beans)  # the first ones, in order
+        for bean in beans[:accepted]:
+            self._in_progress.add(bean.meta["frontier"])
+            self._active[bean.meta["origin"]] += 1
+        refused = beans[accepted:]
+        if refused:
+            for bean in refused:
+                self._in_progress.pop(bean.url)
+            frontier.release([bean.url for bean in refused])  # stopping: the URLs wait for a resume
 
     def _give_back(self, held: list[FrontierURL], frontier: FrontierBackend) -> None:
         """URLs that waited for their origin's robots.txt go back to 'waiting' (stopping): nothing is settled."""

@@ -1,0 +1,231 @@
+"""AsyncFetcher: the fetcher's face to asyncio code (uvloop included).
+
+Theory of operation.  The fetching is NIOFetcher's, on its own selectors loop
+thread, exactly as without asyncio; this module only carries results across
+into the event loop and routes them.
+
+- In: ``register()``, ``register_many()`` and ``fetch()`` call NIOFetcher's
+  registration directly on the event loop thread.  That is no blocking call:
+  the fetcher's lock is held for an ``extend`` of its inbox, never while
+  anything waits.
+- Out: one *delivery thread* takes results with ``get_batch()`` and hands each
+  batch to the event loop with ONE ``call_soon_threadsafe``, never one per
+  result.  A thread rather than a hook in the engine's hand-off: the results
+  then go through NIOFetcher's own bookkeeping (exactly once, ``join``, the
+  counters) and the loop thread never calls into a foreign event loop, whose
+  ``call_soon_threadsafe`` takes a lock and writes to its self-pipe -- a cost
+  and a failure (an event loop closed under it) that must stay out of the
+  loop thread.  While the event loop is busy the results pile up in the
+  fetcher and the next batch is simply bigger.
+- Routing, on the event loop: ``fetch()`` registers a URLBean of its own
+  (``FetchResult.bean`` is the very object registered), and its future waits
+  under that bean's identity; the same bean fetched twice is two
+  registrations and two futures, served in order.  A result nobody awaits
+  goes to ``results()``.  A cancelled ``fetch()`` leaves its future behind
+  until its result arrives, which is then dropped: nothing outlives the
+  registration.
+- Shutdown runs NIOFetcher's (blocking) shutdown and the delivery thread's end
+  in a thread of its own, and the event loop awaits its future; the last
+  batches are routed before that future resolves, since they were posted first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable
+from types import TracebackType
+from typing import Any
+
+from .config import FetcherConfig
+from .fetcher import NIOFetcher
+from .models import FetcherStats, FetchResult, URLBean
+
+__all__ = ["AsyncFetcher"]
+
+#: The most results one hand-over to the event loop carries.
+DELIVERY_BATCH = 4096
+
+
+class AsyncFetcher:
+    """NIOFetcher for asyncio: ``async with AsyncFetcher(config) as f: result = await f.fetch(url)``.
+
+    Every registration that is accepted yields exactly one FetchResult: to the
+    ``fetch()`` that made it, or else through ``results()``.
+    """
+
+    def __init__(self, config: FetcherConfig | None = None) -> None:
+        self.fetcher = NIOFetcher(config)  # the same fetcher and loop thread, for what this face lacks
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._delivery: threading.Thread | None = None
+        # id(bean) -> (the bean, kept alive so that its id stays its own; the futures awaiting it, in order).
+        self._waiting: dict[int, tuple[URLBean, collections.deque[asyncio.Future[FetchResult]]]] = {}
+        self._unclaimed: collections.deque[FetchResult] = collections.deque()  # for results()
+        self._outstanding = 0  # registrations accepted and not yet routed
+        self._arrival: asyncio.Event | None = None  # set when results are routed or delivery ends
+        self._delivery_over = False
+        self._shutdown: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<AsyncFetcher [outstanding: {self._outstanding} | awaited: {len(self._waiting)}] {self.fetcher!r}>"
+
+    # -- life -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the loop thread and the delivery thread, bound to the running event loop."""
+        if self._loop is not None:
+            raise RuntimeError("AsyncFetcher.start() may be called only once")
+        self._loop = asyncio.get_running_loop()
+        self._arrival = asyncio.Event()
+        self.fetcher.start()
+        self._delivery = threading.Thread(target=self._deliver, name="niofetcher-aio-delivery", daemon=True)
+        self._delivery.start()
+
+    async def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
+        """NIOFetcher.shutdown() without blocking the event loop; every result is routed when it returns.
+
+        ``wait=True`` finishes the registered work (at most ``timeout`` s, then the rest is
+        cancelled), ``wait=False`` cancels it at once; unfinished URLs come back ``cancelled``,
+        to their ``fetch()`` or to ``results()``.  Calling it again waits for the first call's end.
+        """
+        loop = self._loop
+        if loop is None:  # never started: nothing runs, nothing to wait for
+            self.fetcher.shutdown()
+            return
+        if self._shutdown is None:
+            self._shutdown = loop.create_future()
+            done = self._shutdown
+
+            def blocking() -> None:
+                try:
+                    self.fetcher.shutdown(wait, timeout)
+                    if self._delivery is not None:
+                        self._delivery.join()
+                finally:
+                    _post(loop, _resolve, done)
+
+            threading.Thread(target=blocking, name="niofetcher-aio-shutdown", daemon=True).start()
+        await asyncio.shield(self._shutdown)
+
+    async def __aenter__(self) -> AsyncFetcher:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.shutdown(wait=exc_type is None)
+
+    # -- in -------------------------------------------------------------------
+
+    def register(self, url_or_bean: str | URLBean, priority: int = 0) -> bool:
+        """NIOFetcher.register(): its result comes through ``results()``."""
+        accepted = self.fetcher.register(url_or_bean, priority)
+        self._outstanding += accepted
+        return accepted
+
+    def register_many(self, urls_or_beans: Iterable[str | URLBean]) -> int:
+        """NIOFetcher.register_many(): their results come through ``results()``."""
+        accepted = self.fetcher.register_many(urls_or_beans)
+        self._outstanding += accepted
+        return accepted
+
+    async def fetch(self, url_or_bean: str | URLBean, priority: int = 0) -> FetchResult:
+        """Fetch one URL and return its result (an error result, not an exception, when it fails).
+
+        Raises ValueError for a URL ``register()`` refuses, and RuntimeError when the fetcher
+        is not started, is shut down or has ``max_pending`` URLs waiting.
+        """
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("AsyncFetcher.fetch() before start(): use `async with AsyncFetcher(...)`")
+        bean = url_or_bean if isinstance(url_or_bean, URLBean) else URLBean(url_or_bean, priority=priority)
+        future: asyncio.Future[FetchResult] = loop.create_future()
+        # Registered, then waited for: its result cannot be routed in between, routing runs on this thread.
+        if not self.fetcher.register(bean):
+            raise RuntimeError(f"{bean.url} not accepted: the fetcher is shut down or max_pending URLs wait")
+        self._outstanding += 1
+        key = id(bean)
+        waiting = self._waiting.get(key)
+        if waiting is None:
+            self._waiting[key] = (bean, collections.deque([future]))
+        else:
+            waiting[1].append(future)
+        return await future
+
+    # -- out ------------------------------------------------------------------
+
+    async def results(self) -> AsyncIterator[FetchResult]:
+        """Yield the results no ``fetch()`` awaits, until nothing is registered and unrouted."""
+        arrival = self._arrival
+        if arrival is None:
+            return
+        while True:
+            while self._unclaimed:
+                yield self._unclaimed.popleft()
+            if self._outstanding == 0 or self._delivery_over:
+                return
+            arrival.clear()
+            await arrival.wait()
+
+    def stats(self) -> FetcherStats:
+        """NIOFetcher.stats()."""
+        return self.fetcher.stats()
+
+    def _deliver(self) -> None:
+        """Delivery thread: hand the fetcher's results to the event loop, a batch per call."""
+        loop = self._loop
+        assert loop is not None
+        fetcher = self.fetcher
+        try:
+            # Empty only once the fetcher is shut down with everything delivered.
+            while batch := fetcher.get_batch(DELIVERY_BATCH):
+                if not _post(loop, self._route, batch):
+                    return
+        finally:
+            _post(loop, self._delivery_ended)
+
+    def _route(self, batch: list[FetchResult]) -> None:
+        """Event loop: each result to its fetch(), or to results()."""
+        waiting = self._waiting
+        for result in batch:
+            key = id(result.bean)
+            entry = waiting.get(key)
+            if entry is not None and entry[0] is result.bean:
+                futures = entry[1]
+                future = futures.popleft()
+                if not futures:
+                    del waiting[key]
+                if not future.done():  # a cancelled fetch(): its result is dropped
+                    future.set_result(result)
+            else:
+                self._unclaimed.append(result)
+        self._outstanding -= len(batch)
+        assert self._arrival is not None
+        self._arrival.set()
+
+    def _delivery_ended(self) -> None:
+        """Event loop: nothing more will come; a fetch() still waiting (a loop that died) is told so."""
+        self._delivery_over = True
+        for _, futures in self._waiting.values():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(RuntimeError("the fetcher ended without a result for this URL"))
+        self._waiting.clear()
+        assert self._arrival is not None
+        self._arrival.set()
+
+
+def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> bool:
+    """Any thread: run ``callback`` on ``loop``; False when that loop is closed (nobody is left to tell)."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
