@@ -19,6 +19,7 @@ docstring holding its part of the theory:
               delays, closing politely) and ``PortCounters``
 ``tls``       the same loop over TLS, and ``tls_context_from_files``
 ``web``       ``SyntheticWeb``: many host names on a few ports, for broad crawls
+``proxy``     ``ForwardProxy``: an HTTP forward proxy (CONNECT too), or its faults
 ============  ===================================================================
 
 Everything a program imports is imported from here (``niofetcher.testing``, or
@@ -29,6 +30,7 @@ patches that module (``niofetcher.testing.server.RECV_SIZE``).
 
 from __future__ import annotations
 
+from .proxy import ForwardProxy, ProxyCounters
 from .server import _SO_TIMESTAMPNS as _SO_TIMESTAMPNS
 from .server import LISTEN_BACKLOG as LISTEN_BACKLOG
 from .server import PortCounters
@@ -36,4 +38,4 @@ from .site import TestSite
 from .tls import tls_context_from_files
 from .web import SyntheticWeb
 
-__all__ = ["PortCounters", "SyntheticWeb", "TestSite", "tls_context_from_files"]
+__all__ = ["ForwardProxy", "PortCounters", "ProxyCounters", "SyntheticWeb", "TestSite", "tls_context_from_files"]
