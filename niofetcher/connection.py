@@ -476,7 +476,7 @@ class Connection:
         if self._absolute_form and response.status == 407:
             # The proxy's own answer, not the origin's: the credentials are missing or wrong.
             answer = f"{response.status} {response.reason}".rstrip()
-            self.fail(FetchFailure(ErrorKind.PROXY_ERROR, f"proxy {self.proxy} answered {answer}"), response)
+            self.fail(FetchFailure(ErrorKind.PROXY_ERROR, f"proxy {self.proxy}: answered {answer}"), response)
             return
         task = self.task
         assert task is not None

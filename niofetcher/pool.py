@@ -332,7 +332,12 @@ class HostTable:
             queued = slot.queue[0]
             task = queued[2] if len(queued) == 3 else self._make_task(queued, slot.origin)
             route = task.proxy
-            conn = None if task.needs_fresh_connection else self._take_idle(slot, route)
+            idle = slot.idle
+            if idle and route is None and not self._proxied and not task.needs_fresh_connection:
+                conn = idle.pop()  # no proxy anywhere, as in nearly every crawl: _take_idle's first case, inline
+                del self._idle_lru[conn]
+            else:
+                conn = None if task.needs_fresh_connection else self._take_idle(slot, route)
             evict: Connection | None = None
             evict_for_proxy: Connection | None = None
             if conn is None:
@@ -357,7 +362,7 @@ class HostTable:
                             evict = next(iter(spare))  # frees a place of the proxy's, and one of the total
             heapq.heappop(ready)
             slot.ready_entry = None
-            if slot.parked is not None or slot.woken is not None:
+            if self.per_proxy is not None and (slot.parked is not None or slot.woken is not None):
                 self._waited(slot, route, now)
             heapq.heappop(slot.queue)
             self.pending -= 1

@@ -138,7 +138,9 @@ class Task:
         chosen = bean.proxy
         proxy: Proxy | None = None
         if chosen is None:
-            proxy = defaults.route(target.origin.host)
+            proxy = defaults.proxy
+            if proxy is not None:  # a call less for the crawls without one
+                proxy = defaults.route(target.origin.host)
         elif chosen:
             try:
                 proxy = parse_proxy(chosen)
