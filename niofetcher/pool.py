@@ -333,6 +333,7 @@ class HostTable:
             task = queued[2] if len(queued) == 3 else self._make_task(queued, slot.origin)
             route = task.proxy
             idle = slot.idle
+            conn: Connection | None
             if idle and route is None and not self._proxied and not task.needs_fresh_connection:
                 conn = idle.pop()  # no proxy anywhere, as in nearly every crawl: _take_idle's first case, inline
                 del self._idle_lru[conn]
