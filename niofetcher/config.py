@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._version import __version__
-from .urls import normal_host
+from .urls import NoProxy, Proxy, normal_host, parse_proxy
 
 Sockaddr = tuple[Any, ...]  # (host, port) or (host, port, flowinfo, scope_id), as socket.connect() takes it
 Address = tuple[int, Sockaddr]  # (family, sockaddr)
@@ -60,6 +60,9 @@ class FetcherConfig:
     deny_networks: Sequence[str] = ()
     max_pending: int | None = None
     max_completed: int | None = None
+    proxy: str | None = None
+    no_proxy: Sequence[str] = ()
+    max_connections_per_proxy: int | None = None
 
     def __post_init__(self) -> None:
         _positive_int(self, "max_connections")
@@ -111,6 +114,19 @@ class FetcherConfig:
             raise ValueError("deny_networks is a sequence of names or CIDR strings, not one str")
         object.__setattr__(self, "deny_networks", tuple(self.deny_networks))
         self.denied_networks()  # validates
+        _positive_int(self, "max_connections_per_proxy", optional=True)
+        if self.proxy is not None:
+            try:
+                parse_proxy(self.proxy)
+            except ValueError as exc:
+                raise ValueError(f"proxy: {exc}") from None
+        if isinstance(self.no_proxy, str):
+            raise ValueError("no_proxy is a sequence of host names or addresses, not one str")
+        object.__setattr__(self, "no_proxy", tuple(self.no_proxy))
+        try:
+            NoProxy(self.no_proxy)
+        except ValueError as exc:
+            raise ValueError(f"no_proxy: {exc}") from None
 
     def denied_networks(self) -> tuple[IPNetwork, ...]:
         """deny_networks expanded into network objects."""
@@ -124,6 +140,11 @@ class FetcherConfig:
                         f"deny_networks entries are {sorted(NETWORK_GROUPS)} or CIDR strings, not {entry!r}"
                     ) from None
         return tuple(networks)
+
+
+    def proxy_route(self) -> tuple[Proxy | None, NoProxy]:
+        """``proxy`` parsed, and the ``no_proxy`` hosts that go direct (both validated at construction)."""
+        return (parse_proxy(self.proxy) if self.proxy is not None else None), NoProxy(self.no_proxy)
 
 
 def _resolve_key(key: str) -> str:

@@ -3,7 +3,20 @@
 Theory of operation.  A connection is born bound to the request that caused
 it and walks RESOLVING -> CONNECTING -> HANDSHAKING -> ACTIVE; after a
 response it is either IDLE (kept for reuse, still watched for readability so
-that a server closing it is noticed at once) or CLOSED.  It reports to its
+that a server closing it is noticed at once) or CLOSED.
+
+Through a proxy (``proxy``, taken from the task that opens it: a connection
+only ever carries requests of one route) the name looked up and the address
+connected to are the proxy's.  Plain http then goes on as above, with the
+request target in absolute form (``GET http://host:port/path``).  https
+takes one more step, TUNNELING, between CONNECTING and HANDSHAKING: a
+``CONNECT host:port`` is sent and the proxy's answer read (http11's
+TunnelRequest); after a 2xx the TLS handshake with the origin runs over the
+same socket, as it would have on a direct one.  The connect timeout covers
+TCP, CONNECT and TLS together.  Until the tunnel stands, every failure's
+detail starts with "proxy host:port", never the credentials; a proxy's
+error answer (a 407, or a CONNECT refused with any status) is ``proxy_error``
+with that status and head in the result.  It reports to its
 owner, the engine, through four calls: ``exchange_done`` (with the
 ``Response``) and ``exchange_failed`` (with the head, if one came) for the
 request it carried, ``connection_closed`` exactly once when it goes away,
@@ -30,13 +43,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from .config import Address, FetcherConfig, IPNetwork, Sockaddr
 from .errors import ErrorKind, FetchFailure
-from .http11 import ClientHTTP11, Response
+from .http11 import ClientHTTP11, Response, TunnelRequest
 from .loop import READ, WRITE, Loop
 from .models import Counters
 from .request import Task
 from .timers import Timer
 from .transport import WANT_READ, WANT_WRITE, PlainTransport, TLSTransport, Transport
-from .urls import bracketed
+from .urls import Proxy, bracketed
 
 if TYPE_CHECKING:
     from .pool import HostSlot
@@ -51,12 +64,15 @@ class ConnectionState(enum.IntEnum):
     ACTIVE = 3
     IDLE = 4
     CLOSED = 5
+    TUNNELING = 6  # through a proxy: CONNECT sent, its answer awaited (between CONNECTING and HANDSHAKING)
 
 
 # The states as globals, for the per-event paths: on Python 3.11 an Enum member read
 # through its class goes through EnumType.__getattr__, six times the cost of a global.
 RESOLVING, CONNECTING, HANDSHAKING = ConnectionState.RESOLVING, ConnectionState.CONNECTING, ConnectionState.HANDSHAKING
 ACTIVE, IDLE, CLOSED = ConnectionState.ACTIVE, ConnectionState.IDLE, ConnectionState.CLOSED
+TUNNELING = ConnectionState.TUNNELING
+_BEFORE_TUNNEL = frozenset((RESOLVING, CONNECTING, TUNNELING))  # a failure then is the proxy's
 _IN_PROGRESS = {errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN, errno.EALREADY}
 _INF = float("inf")
 
@@ -94,6 +110,7 @@ class Connection:
     """A socket plus h11 state, driven by readiness events from the loop."""
 
     __slots__ = (
+        "_absolute_form",
         "_address_index",
         "_addresses",
         "_connect_deadline",
@@ -106,6 +123,7 @@ class Connection:
         "_speed_mark_at",
         "_speed_mark_bytes",
         "_timer",
+        "_tunnel",
         "carried",
         "config",
         "established_at",
@@ -115,6 +133,7 @@ class Connection:
         "last_activity",
         "loop",
         "owner",
+        "proxy",
         "requests_done",
         "reuse_deadline",
         "reused",
@@ -163,10 +182,14 @@ class Connection:
         self._denied = denied
         self._session_saved = False
         self.session_reused = False  # the TLS handshake resumed an earlier session
+        self.proxy: Proxy | None = task.proxy
+        self._absolute_form = self.proxy is not None and slot.origin.scheme == "http"
+        self._tunnel: TunnelRequest | None = None
         self._arm(self._deadline())
 
     def __repr__(self) -> str:
-        return f"<Connection {self.slot.origin} {self.state.name} served={self.requests_done}>"
+        via = f" via {self.proxy.authority}" if self.proxy is not None else ""
+        return f"<Connection {self.slot.origin}{via} {self.state.name} served={self.requests_done}>"
 
     # -- opening ------------------------------------------------------------
 
@@ -207,8 +230,15 @@ class Connection:
         self.fail(FetchFailure(ErrorKind.CONNECT_ERROR, self._last_connect_error or "no address to connect to"))
 
     def _refusal(self, sockaddr: Sockaddr) -> str:
-        """Why the network-safety settings forbid this resolved address, or ''."""
+        """Why the network-safety settings forbid this resolved address, or ''.
+
+        Through a proxy, allowed_ports holds for the origin's port, and deny_networks
+        cannot be checked here at all: the proxy resolves the origin's name, not us.
+        """
         allowed = self.config.allowed_ports
+        if self.proxy is not None:
+            port = self.slot.origin.port
+            return f"port {port} of {self.slot.origin} is not in allowed_ports" if allowed and port not in allowed else ""
         if allowed is not None and sockaddr[1] not in allowed:
             return f"port {sockaddr[1]} is not in allowed_ports"
         if self._denied:
@@ -236,20 +266,79 @@ class Connection:
     def _on_tcp_connected(self) -> None:
         sock = self.sock
         assert sock is not None
-        origin = self.slot.origin
-        if origin.scheme == "https":
-            self.loop.set_interest(self, sock, 0)  # the SSL socket takes the descriptor over
-            try:
-                tls = TLSTransport(sock, self.owner.tls_context(), origin.host, self.slot.tls_session)
-            except (OSError, ValueError) as exc:
-                self.fail(FetchFailure(ErrorKind.TLS_ERROR, f"cannot start TLS: {exc}"))
-                return
-            self.sock = tls.sock
-            self.transport = tls
-        else:
-            self.transport = PlainTransport(sock)
+        if self.slot.origin.scheme == "https":
+            if self.proxy is not None:
+                self._start_tunnel(self.proxy)
+            else:
+                self._start_tls()
+            return
+        self.transport = PlainTransport(sock)
         self.state = HANDSHAKING
         self._continue_handshake()
+
+    def _start_tls(self) -> None:
+        sock = self.sock
+        assert sock is not None
+        origin = self.slot.origin
+        self.loop.set_interest(self, sock, 0)  # the SSL socket takes the descriptor over
+        try:
+            tls = TLSTransport(sock, self.owner.tls_context(), origin.host, self.slot.tls_session)
+        except (OSError, ValueError) as exc:
+            self.fail(FetchFailure(ErrorKind.TLS_ERROR, f"cannot start TLS: {exc}"))
+            return
+        self.sock = tls.sock
+        self.transport = tls
+        self.state = HANDSHAKING
+        self._continue_handshake()
+
+    # -- a tunnel through a proxy -------------------------------------------
+
+    def _start_tunnel(self, proxy: Proxy) -> None:
+        assert self.sock is not None
+        self.transport = PlainTransport(self.sock)
+        self.state = TUNNELING
+        origin = self.slot.origin
+        headers = [("User-Agent", self.config.user_agent)]
+        if proxy.authorization is not None:
+            headers.append(("Proxy-Authorization", proxy.authorization))
+        tunnel = self._tunnel = TunnelRequest(self.config.max_header_size)
+        try:
+            data = tunnel.start(f"{bracketed(origin.host)}:{origin.port}", headers)
+        except FetchFailure as failure:
+            self.fail(failure)
+            return
+        self._out = memoryview(data)
+        self._flush()
+
+    def _read_tunnel_answer(self) -> None:
+        transport = self.transport
+        tunnel = self._tunnel
+        assert transport is not None and tunnel is not None
+        try:
+            n = transport.recv_into(self.loop.recv_view)
+        except OSError as exc:
+            self.fail(FetchFailure(ErrorKind.CONNECTION_CLOSED, f"{exc.strerror or exc} before answering CONNECT"))
+            return
+        if n < 0:
+            return
+        self._received += n
+        self._counters.bytes_received += n
+        try:
+            head = tunnel.receive(bytes(self.loop.recv_view[:n]))
+        except FetchFailure as failure:
+            self.fail(failure)
+            return
+        if head is None:
+            return
+        self._tunnel = None
+        if 200 <= head.status < 300:
+            self._start_tls()
+            return
+        origin = self.slot.origin
+        answer = f"{head.status} {head.reason}".rstrip()
+        self.fail(FetchFailure(
+            ErrorKind.PROXY_ERROR, f"answered {answer} to CONNECT {bracketed(origin.host)}:{origin.port}"
+        ), head)
 
     def _continue_handshake(self) -> None:
         transport = self.transport
@@ -296,8 +385,11 @@ class Connection:
         self.last_activity = now
         self._speed_mark_at = now
         self._speed_mark_bytes = self._received
+        target = task.target
+        # Through a proxy, plain http names the whole URL (RFC 9112 3.2.2): the proxy connects on.
+        path = f"http://{target.host_header}{target.path}" if self._absolute_form else target.path
         try:
-            data = self.http.start_request(task.method, task.target.path, task.wire_headers(), task.body)
+            data = self.http.start_request(task.method, path, task.wire_headers(), task.body)
         except FetchFailure as failure:
             self.fail(failure)
             return
@@ -327,7 +419,7 @@ class Connection:
     def on_writable(self) -> None:
         """The socket is writable: send on, or finish the connect or a handshake step."""
         state = self.state
-        if state is ACTIVE:
+        if state is ACTIVE or state is TUNNELING:
             self._flush()
         elif state is CONNECTING:
             self._finish_connect()
@@ -339,6 +431,9 @@ class Connection:
         state = self.state
         if state is HANDSHAKING:
             self._continue_handshake()
+            return
+        if state is TUNNELING:
+            self._read_tunnel_answer()
             return
         transport = self.transport
         assert transport is not None
@@ -378,6 +473,11 @@ class Connection:
                 return
 
     def _exchange_complete(self, response: Response) -> None:
+        if self._absolute_form and response.status == 407:
+            # The proxy's own answer, not the origin's: the credentials are missing or wrong.
+            answer = f"{response.status} {response.reason}".rstrip()
+            self.fail(FetchFailure(ErrorKind.PROXY_ERROR, f"proxy {self.proxy}: answered {answer}"), response)
+            return
         task = self.task
         assert task is not None
         self.task = None
@@ -494,18 +594,25 @@ class Connection:
         elif now >= self._connect_deadline:
             if self.state is RESOLVING and not self._addresses:
                 return FetchFailure(ErrorKind.DNS_ERROR, f"name lookup took longer than {config.connect_timeout} s")
+            if self.state is TUNNELING:
+                return FetchFailure(ErrorKind.CONNECT_TIMEOUT, f"no answer to CONNECT within {config.connect_timeout} s")
             return FetchFailure(ErrorKind.CONNECT_TIMEOUT, f"not connected within {config.connect_timeout} s")
         return None
 
     # -- ending -------------------------------------------------------------
 
-    def fail(self, failure: FetchFailure) -> None:
-        """End the connection and the request it carries with ``failure``."""
+    def fail(self, failure: FetchFailure, head: Response | None = None) -> None:
+        """End the connection and the request it carries with ``failure`` (after ``head``, else the exchange's).
+
+        Before a proxy's tunnel stands, the failure is the proxy's, and its detail says which.
+        """
+        if self.proxy is not None and self.state in _BEFORE_TUNNEL:
+            failure = FetchFailure(failure.kind, f"proxy {self.proxy}: {failure.detail}")
         task = self.task
         self.task = None
         self.close()
         if task is not None:
-            self.owner.exchange_failed(self, task, failure, False, self.http.head())
+            self.owner.exchange_failed(self, task, failure, False, head if head is not None else self.http.head())
 
     def close(self) -> None:
         """Release the socket and the timer; tells the owner once."""
@@ -522,6 +629,7 @@ class Connection:
             sock.close()
             self.sock = None
         self._out = None
+        self._tunnel = None
         self.owner.connection_closed(self, was_idle)
 
     def on_internal_error(self, exc: Exception) -> None:

@@ -116,6 +116,7 @@ class Engine:
         self.table = HostTable(
             config.max_connections, config.max_connections_per_host, config.host_delay,
             config.host_delay_jitter, self.loop.timers.call_at, lambda: self.loop.now, self._pending_task,
+            config.max_connections_per_proxy,
         )
         self.resolver = ResolverPool(config, self.loop.call_soon_threadsafe)
         self.connections: set[Connection] = set()
@@ -349,7 +350,7 @@ class Engine:
             assignment = table.next_assignment(now)
             if assignment is None:
                 return
-            slot, task, conn, evict = assignment
+            slot, task, conn, evict, evict_for_proxy = assignment
             if task.first_dispatch_at is None:
                 task.first_dispatch_at = now
             task.dispatched_at = now
@@ -359,6 +360,8 @@ class Engine:
             try:
                 if evict is not None:
                     evict.close()
+                if evict_for_proxy is not None:
+                    evict_for_proxy.close()
                 if conn is not None:
                     counters.reused_requests += 1
                     task.connection_reused = True
@@ -367,11 +370,11 @@ class Engine:
                     task.connection_reused = False
                     task.needs_fresh_connection = False
                     conn = Connection(self, self.loop, self.config, slot, task, self._denied)
-                    table.connection_opened(slot)
+                    table.connection_opened(slot, conn)
                     self.connections.add(conn)
                     counters.connections_opened += 1
-                    origin = slot.origin
-                    self.resolver.lookup(origin.host, origin.port, _resolved_callback(conn), now)
+                    peer = task.proxy or slot.origin  # through a proxy, its name is the one looked up
+                    self.resolver.lookup(peer.host, peer.port, _resolved_callback(conn), now)
             except Exception as exc:  # noqa: BLE001 - a fault in starting one request costs that request only
                 if conn is not None:
                     conn.on_internal_error(exc)

@@ -20,6 +20,7 @@ class ErrorKind(str, enum.Enum):
     READ_TIMEOUT = "read_timeout"
     TIMEOUT = "timeout"
     TLS_ERROR = "tls_error"
+    PROXY_ERROR = "proxy_error"  # the proxy refused: a 407, or an error status in answer to CONNECT
     PROTOCOL_ERROR = "protocol_error"
     CONNECTION_CLOSED = "connection_closed"
     TOO_LARGE = "too_large"

@@ -19,6 +19,7 @@ from types import TracebackType
 from .config import FetcherConfig
 from .engine import Engine, InboxEntry
 from .models import FetcherStats, FetchResult, HostStats, URLBean
+from .request import bean_proxy
 from .urls import Origin, parse_target
 
 _METHOD_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -154,6 +155,8 @@ class NIOFetcher:
             method = url_or_bean.method
             if method != "GET" and (not method or not set(method) <= _METHOD_CHARS):
                 raise ValueError(f"invalid HTTP method {method!r}")
+            if url_or_bean.proxy:
+                bean_proxy(url_or_bean.proxy)
         elif isinstance(url_or_bean, str):  # a str subclass: kept as it came, in a URLBean
             url_or_bean = URLBean(url_or_bean, priority=priority)
             url = url_or_bean.url

@@ -209,3 +209,66 @@ class ClientHTTP11:
         # refused before it starts (its headers) must not report the last response's head.
         self._reset()
         return True
+
+
+class TunnelRequest:
+    """A ``CONNECT`` to an HTTP proxy and its answer, sans-IO, on a client h11 Connection of its own.
+
+    After a 2xx answer to CONNECT h11 switches protocol: both sides go to
+    SWITCHED_PROTOCOL, ``next_event()`` gives PAUSED after the head, and any
+    bytes past the head wait in ``trailing_data`` -- the start of the tunnel,
+    which must be empty here, since TLS speaks first and the origin has had
+    nothing to answer yet.  Any other answer is an ordinary response whose
+    head is all we need: the connection closes after it.
+    """
+
+    __slots__ = ("_h11", "_max_head", "_received")
+
+    def __init__(self, max_header_size: int) -> None:
+        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_size)
+        self._max_head = max_header_size
+        self._received = 0
+
+    def start(self, authority: str, headers: list[tuple[str, str]]) -> bytes:
+        """The CONNECT request for ``authority`` (``host:port``); Host is added first.  FetchFailure if unsendable."""
+        conn = self._h11
+        try:
+            request = h11.Request(method="CONNECT", target=authority, headers=[("Host", authority), *headers])
+            return conn.send(request) + conn.send(_END_OF_MESSAGE)
+        except h11.LocalProtocolError as exc:
+            raise FetchFailure(ErrorKind.PROTOCOL_ERROR, f"cannot send CONNECT: {exc}") from None
+
+    def receive(self, data: bytes) -> Response | None:
+        """Feed the proxy's bytes (``b""`` = it closed): its answer's head once complete, else None.
+
+        Raises FetchFailure: CONNECTION_CLOSED when the proxy closes first,
+        PROTOCOL_ERROR for a malformed or oversize answer, or bytes after a 2xx head.
+        """
+        self._received += len(data)
+        conn = self._h11
+        conn.receive_data(data)
+        try:
+            while True:
+                event = conn.next_event()
+                if event is _NEED_DATA:
+                    if not data:
+                        raise FetchFailure(ErrorKind.CONNECTION_CLOSED, "closed before answering CONNECT")
+                    if self._received > self._max_head:
+                        raise FetchFailure(ErrorKind.PROTOCOL_ERROR, "answer to CONNECT exceeds max_header_size")
+                    return None
+                kind = type(event)
+                if kind is _Informational:
+                    continue
+                if kind is not _Response:
+                    raise FetchFailure(ErrorKind.CONNECTION_CLOSED, "closed before answering CONNECT")
+                head: h11.Response = event  # type: ignore[assignment]
+                if 200 <= head.status_code < 300 and conn.trailing_data[0]:
+                    raise FetchFailure(ErrorKind.PROTOCOL_ERROR, "sent data after its 2xx answer to CONNECT")
+                headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in head.headers.raw_items()]
+                return Response(head.status_code, head.reason.decode("latin-1"), headers, b"")
+        except h11.RemoteProtocolError as exc:
+            if not data:
+                raise FetchFailure(ErrorKind.CONNECTION_CLOSED, f"closed before answering CONNECT: {exc}") from None
+            if exc.error_status_hint == 431:
+                raise FetchFailure(ErrorKind.PROTOCOL_ERROR, "answer to CONNECT exceeds max_header_size") from None
+            raise FetchFailure(ErrorKind.PROTOCOL_ERROR, f"malformed answer to CONNECT: {exc}") from None

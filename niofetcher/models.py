@@ -15,6 +15,12 @@ class URLBean:
 
     ``meta`` travels untouched to the result, so a crawler can carry its depth
     or parent through the fetcher.
+
+    ``proxy`` routes this URL: None takes the configuration's ``proxy`` (and
+    its ``no_proxy``), ``""`` goes direct whatever the configuration says, and
+    ``"http://[user:pass@]host:port"`` goes through that proxy (``no_proxy``
+    does not apply to a proxy given here).  A malformed one makes
+    ``register()`` raise ValueError.
     """
 
     url: str
@@ -23,6 +29,7 @@ class URLBean:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     meta: dict[str, Any] = field(default_factory=dict)
+    proxy: str | None = None
 
 
 @dataclass(slots=True, eq=False)

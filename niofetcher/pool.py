@@ -32,6 +32,21 @@ crawler's Crawl-delay) live in their own map, SET_DELAYS hosts at most, least
 recently used forgotten first, so a host keeps its delay long after its slot
 is gone: the map is all that stays, a few hundred bytes a host, where a slot
 kept alive for its delay would hold its lists, its figures and a TLS session.
+
+Proxies.  A slot is still one origin, and its limit counts every connection
+to that origin whatever the route; but a connection carries requests of one
+route only (direct, or through one proxy with one set of credentials), so
+an idle connection is taken only by a task of its route.  When none fits, a
+new one opens -- after closing one of the slot's idle ones if the slot is at
+its limit.  ``max_connections_per_proxy`` bounds the open connections of one
+proxy (host:port) over all origins, as the total limit does for all: an idle
+connection of that proxy is closed to make room, and when none is idle the
+slot is *parked* on the proxy, out of the ready heap so that it blocks no
+other host, in a FIFO of that proxy's waiters.  Each time one of the
+proxy's connections closes or goes idle, one waiter is woken back into the
+ready heap (O(log n) again); a woken slot whose next task turns out not to
+need the proxy passes the wake on, so a free place is never left unused
+while a waiter sleeps.  Parked entries are deleted lazily, like ready ones.
 """
 
 from __future__ import annotations
@@ -40,13 +55,13 @@ import heapq
 import itertools
 import random
 import ssl
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .request import MakeTask, PendingURL, QueueEntry, Task
-from .urls import Origin
+from .urls import Origin, Proxy
 
 if TYPE_CHECKING:
     from .connection import Connection  # which names HostSlot only in annotations too
@@ -74,6 +89,8 @@ class HostSlot:
     ready_entry: tuple[int, int, int, HostSlot] | None = field(default=None, repr=False)
     delay_timer_armed: bool = field(default=False, repr=False)
     tls_session: ssl.SSLSession | None = field(default=None, repr=False)  # resumed by the next connection
+    parked: str | None = field(default=None, repr=False)  # the proxy it waits on for a place (module docstring)
+    woken: str | None = field(default=None, repr=False)  # the proxy whose free place it was woken for
     peak_open: int = 0
     served: int = 0
     dispatched: int = 0
@@ -92,12 +109,17 @@ def _tasks_only(entry: PendingURL, origin: Origin) -> Task:
 
 
 class Assignment(NamedTuple):
-    """A decision of the scheduler: run ``task``, on ``conn`` or on a new connection, after closing ``evict``."""
+    """A decision of the scheduler: run ``task``, on ``conn`` or on a new connection, after closing ``evict``.
+
+    ``evict_for_proxy``: an idle connection of the task's proxy, closed as well when both the
+    host's limit and ``max_connections_per_proxy`` need a place.
+    """
 
     slot: HostSlot
     task: Task
     conn: Connection | None
     evict: Connection | None
+    evict_for_proxy: Connection | None = None
 
 
 class HostTable:
@@ -105,9 +127,12 @@ class HostTable:
 
     def __init__(
         self, max_connections: int, per_host: int, delay: float, jitter: float, schedule_at: ScheduleAt, clock: Clock,
-        make_task: MakeTask | None = None,
+        make_task: MakeTask | None = None, per_proxy: int | None = None,
     ) -> None:
-        """``make_task`` is needed only by a table that queues PendingURLs (``enqueue_entry``)."""
+        """``make_task`` is needed only by a table that queues PendingURLs (``enqueue_entry``).
+
+        ``per_proxy``: open connections one proxy gets at most (None: only the total limit).
+        """
         if make_task is None:
             make_task = _tasks_only
         self.max_connections = max_connections
@@ -125,6 +150,11 @@ class HostTable:
         self._schedule_at = schedule_at
         self._clock = clock
         self._make_task = make_task
+        self.per_proxy = per_proxy
+        self._proxied: dict[Connection, Proxy] = {}  # every open connection through a proxy, and its proxy
+        self.proxy_open: dict[str, int] = {}  # open connections per proxy authority (host:port)
+        self._proxy_idle: dict[str, OrderedDict[Connection, None]] = {}  # with per_proxy only: oldest first
+        self._proxy_waiters: dict[str, deque[HostSlot]] = {}
 
     def slot(self, origin: Origin) -> HostSlot:
         """The slot of ``origin``: its live one, its recent one back, or a new one."""
@@ -176,11 +206,16 @@ class HostTable:
             slot.delay = delay
             self.refresh(slot, now)
 
-    def connection_opened(self, slot: HostSlot) -> None:
-        """A connection of ``slot``'s began (it counts from its name lookup on)."""
+    def connection_opened(self, slot: HostSlot, conn: Connection | None = None) -> None:
+        """A connection of ``slot``'s began (it counts from its name lookup on); ``conn`` tells its route."""
         slot.open += 1
         self.total_open += 1
         slot.peak_open = max(slot.peak_open, slot.open)
+        proxy = conn.proxy if conn is not None else None
+        if proxy is not None:
+            self._proxied[conn] = proxy  # type: ignore[index]
+            key = proxy.authority
+            self.proxy_open[key] = self.proxy_open.get(key, 0) + 1
 
     def connection_idle(self, conn: Connection, now: float) -> None:
         """``conn`` waits for its next request."""
@@ -188,6 +223,11 @@ class HostTable:
         slot.idle.append(conn)
         self._idle_lru[conn] = None
         self.refresh(slot, now)
+        if self._proxied and self.per_proxy is not None:
+            proxy = self._proxied.get(conn)
+            if proxy is not None:
+                self._proxy_idle.setdefault(proxy.authority, OrderedDict())[conn] = None
+                self._wake(proxy.authority, now)  # a place to take, by closing it
 
     def connection_closed(self, conn: Connection, was_idle: bool, now: float) -> None:
         """``conn`` is gone; ``was_idle``: from the idle pool."""
@@ -198,8 +238,52 @@ class HostTable:
         slot.open -= 1
         self.total_open -= 1
         self.refresh(slot, now)
+        if self._proxied:
+            proxy = self._proxied.pop(conn, None)
+            if proxy is not None:
+                self._proxy_closed(conn, proxy.authority, was_idle, now)
         if not slot.open:
             self._free_if_unused(slot, now)
+
+    def _proxy_closed(self, conn: Connection, key: str, was_idle: bool, now: float) -> None:
+        left = self.proxy_open[key] - 1
+        if left:
+            self.proxy_open[key] = left
+        else:
+            del self.proxy_open[key]
+        if self.per_proxy is None:
+            return
+        if was_idle:
+            self._forget_proxy_idle(conn, key)
+        self._wake(key, now)
+
+    def _forget_proxy_idle(self, conn: Connection, key: str) -> None:
+        idle = self._proxy_idle[key]
+        del idle[conn]
+        if not idle:
+            del self._proxy_idle[key]
+
+    def _take_idle(self, slot: HostSlot, route: Proxy | None) -> Connection | None:
+        """The slot's most recently used idle connection of ``route``, out of the idle pool; None if none."""
+        idle = slot.idle
+        if not idle:
+            return None
+        proxied = self._proxied
+        if not proxied:  # no proxy anywhere: every idle connection is direct
+            if route is not None:
+                return None
+            conn = idle.pop()
+        else:
+            for index in range(len(idle) - 1, -1, -1):
+                if proxied.get(idle[index]) == route:
+                    conn = idle.pop(index)
+                    break
+            else:
+                return None
+            if route is not None and self.per_proxy is not None:
+                self._forget_proxy_idle(conn, route.authority)
+        del self._idle_lru[conn]
+        return conn
 
     def exchange_ended(self, slot: HostSlot, served: bool, now: float) -> None:
         """A request of ``slot``'s left its connection; ``served``: with a complete response."""
@@ -247,17 +331,40 @@ class HostTable:
             # Made before anything is taken: should it fail, the URL is still queued.
             queued = slot.queue[0]
             task = queued[2] if len(queued) == 3 else self._make_task(queued, slot.origin)
-            conn: Connection | None = None
-            evict: Connection | None = None
-            if slot.idle and not task.needs_fresh_connection:
-                conn = slot.idle.pop()
+            route = task.proxy
+            idle = slot.idle
+            conn: Connection | None
+            if idle and route is None and not self._proxied and not task.needs_fresh_connection:
+                conn = idle.pop()  # no proxy anywhere, as in nearly every crawl: _take_idle's first case, inline
                 del self._idle_lru[conn]
-            elif slot.idle:
-                evict = slot.idle[0]  # a replay after a stale connection: its idle siblings are suspect too
-            elif self.total_open >= self.max_connections:
-                evict = next(iter(self._idle_lru))
+            else:
+                conn = None if task.needs_fresh_connection else self._take_idle(slot, route)
+            evict: Connection | None = None
+            evict_for_proxy: Connection | None = None
+            if conn is None:
+                host_evict = bool(slot.idle) and (task.needs_fresh_connection or slot.open >= slot.limit)
+                if host_evict:
+                    # A replay after a stale connection: its idle siblings are suspect too.  Or
+                    # the host is at its limit with idle connections of another route only.
+                    evict = slot.idle[0]
+                elif self.total_open >= self.max_connections:
+                    evict = next(iter(self._idle_lru))
+                if route is not None and self.per_proxy is not None:
+                    key = route.authority
+                    frees_one = evict is not None and self._proxied.get(evict) == route
+                    if self.proxy_open.get(key, 0) >= self.per_proxy and not frees_one:
+                        spare = self._proxy_idle.get(key)
+                        if not spare:
+                            self._park(slot, key, queued, task)
+                            continue
+                        if host_evict:
+                            evict_for_proxy = next(iter(spare))
+                        else:
+                            evict = next(iter(spare))  # frees a place of the proxy's, and one of the total
             heapq.heappop(ready)
             slot.ready_entry = None
+            if self.per_proxy is not None and (slot.parked is not None or slot.woken is not None):
+                self._waited(slot, route, now)
             heapq.heappop(slot.queue)
             self.pending -= 1
             slot.in_flight += 1
@@ -267,8 +374,44 @@ class HostTable:
             slot.wait_max = max(slot.wait_max, wait)
             if slot.delay:
                 slot.next_start_at = now + slot.next_delay()
-            return Assignment(slot, task, conn, evict)
+            return Assignment(slot, task, conn, evict, evict_for_proxy)
         return None
+
+    def _park(self, slot: HostSlot, key: str, queued: QueueEntry, task: Task) -> None:
+        """``slot``'s next task needs proxy ``key``, which has no place: out of the ready heap, into its waiters."""
+        heapq.heappop(self._ready)
+        slot.ready_entry = None
+        if len(queued) != 3:
+            # Its Task is made (and counted live by the engine): keep that one, under the same key.
+            slot.queue[0] = (queued[0], queued[1], task)
+        slot.woken = None  # a wake it had found the place taken
+        if slot.parked != key:
+            slot.parked = key
+            self._proxy_waiters.setdefault(key, deque()).append(slot)
+
+    def _waited(self, slot: HostSlot, route: Proxy | None, now: float) -> None:
+        """``slot`` starts a task after it was parked or woken: a wake it does not use goes on."""
+        woken = slot.woken
+        slot.parked = slot.woken = None
+        if woken is not None and (route is None or route.authority != woken):
+            self._wake(woken, now)
+
+    def _wake(self, key: str, now: float) -> None:
+        """Proxy ``key`` has a place (one closed, or went idle): the first waiter that can start goes back."""
+        waiters = self._proxy_waiters.get(key)
+        if waiters is None:
+            return
+        while waiters:
+            slot = waiters.popleft()
+            if slot.parked != key:
+                continue  # it started, or parked again elsewhere, since
+            slot.parked = None
+            if self._can_start(slot, now):
+                slot.woken = key
+                self.refresh(slot, now)
+                break
+        if not waiters:
+            del self._proxy_waiters[key]
 
     @staticmethod
     def _can_start(slot: HostSlot, now: float) -> bool:
@@ -310,6 +453,8 @@ class HostTable:
         for slot in self.slots.values():
             slot.queue.clear()
             slot.ready_entry = None
+            slot.parked = slot.woken = None
         self._ready.clear()
+        self._proxy_waiters.clear()
         self.pending = 0
         return tasks

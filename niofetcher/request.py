@@ -12,6 +12,11 @@ body that has no framing of its own.  A redirect to another origin drops the
 credentials (Authorization, Cookie, Proxy-Authorization); one that turns the
 request into a GET drops the body and the headers that describe it.
 
+A Task knows its route too: ``proxy``, the proxy it goes through or None.
+A plain http request through a proxy carries the proxy's credentials as
+``Proxy-Authorization``; a redirect recomputes the configuration's route
+for the new host (``no_proxy``), while a URLBean's own proxy stays.
+
 Pending URLs and the garbage collector.  A URL registered as a plain str
 waits in its host queue as a ``PendingURL``: a tuple of strs, ints and a
 float, no Task, no URLBean and no Target yet.  The cyclic collector untracks
@@ -35,7 +40,7 @@ from .config import FetcherConfig
 from .content import ACCEPT_ENCODING
 from .http11 import RequestHeaders, validated_headers
 from .models import URLBean
-from .urls import Origin, Target
+from .urls import NoProxy, Origin, Proxy, Target, parse_proxy
 
 IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
 HOST_HEADERS_CACHE = 4096  # Host headers whose validated request headers are kept
@@ -43,6 +48,19 @@ _CROSS_ORIGIN_DROPPED = frozenset(("authorization", "cookie", "proxy-authorizati
 _BODY_HEADERS = frozenset(("content-length", "content-type", "content-encoding", "transfer-encoding"))
 _INF = math.inf
 
+
+
+def bean_proxy(proxy: str) -> Proxy:
+    """A URLBean's own ``proxy``, parsed.  register() checks it before it queues the bean (the loop
+    makes the Task, where a bad one could not be refused).
+
+    Raises:
+        ValueError: "URLBean.proxy: " and what is wrong with it.
+    """
+    try:
+        return parse_proxy(proxy)
+    except ValueError as exc:
+        raise ValueError(f"URLBean.proxy: {exc}") from None
 
 class TaskState(enum.IntEnum):
     """Where a task is, so that a fault anywhere on its way settles it exactly once."""
@@ -84,6 +102,7 @@ class Task:
         "method",
         "needs_fresh_connection",
         "priority",
+        "proxy",
         "redirects",
         "registered_at",
         "replayed",
@@ -128,6 +147,16 @@ class Task:
                 headers[name.lower()] = (name, value)
         self._headers = headers
         self._wire_headers: RequestHeaders | None = None
+        # The route: the configuration's (no_proxy decides per host), or the bean's own ("" = direct).
+        chosen = bean.proxy
+        proxy: Proxy | None = None
+        if chosen is None:
+            proxy = defaults.proxy
+            if proxy is not None:  # a call less for the crawls without one
+                proxy = defaults.route(target.origin.host)
+        elif chosen:
+            proxy = bean_proxy(chosen)
+        self.proxy = proxy
 
     def wire_headers(self) -> RequestHeaders:
         """The request headers for the current target, Host first, validated.  Raises FetchFailure."""
@@ -135,10 +164,17 @@ class Task:
         if wire is None:
             defaults = self._defaults
             host_header = self.target.host_header
-            if self._headers is defaults.headers and not self.body:
+            headers = self._headers
+            proxy = self.proxy
+            if (proxy is not None and proxy.authorization is not None and self.target.origin.scheme == "http"
+                    and "proxy-authorization" not in headers):
+                # Plain http goes to the proxy as it is, so each request carries the credentials
+                # (an https request goes inside the tunnel: the CONNECT carried them).
+                headers = {**headers, "proxy-authorization": ("Proxy-Authorization", proxy.authorization)}
+            if headers is defaults.headers and not self.body:
                 wire = defaults.for_host(host_header)
             else:
-                wire = validated_headers(_header_list(host_header, self._headers, self.body))
+                wire = validated_headers(_header_list(host_header, headers, self.body))
             self._wire_headers = wire
         return wire
 
@@ -155,6 +191,8 @@ class Task:
         self.url = url
         self.target = target
         self._wire_headers = None
+        if self.bean.proxy is None:  # the configuration's route, which no_proxy decides per host
+            self.proxy = self._defaults.route(target.origin.host)
 
 
 MakeTask = Callable[[PendingURL, Origin], Task]  # the Task of a PendingURL, made as it starts or is cancelled
@@ -163,10 +201,14 @@ MakeTask = Callable[[PendingURL, Origin], Task]  # the Task of a PendingURL, mad
 class RequestDefaults:
     """The headers every request carries, and their validated wire form per Host, built once."""
 
-    __slots__ = ("_by_host", "headers")
+    __slots__ = ("_by_host", "_no_proxy", "headers", "proxy")
 
-    def __init__(self, headers: dict[str, tuple[str, str]]) -> None:
+    def __init__(
+        self, headers: dict[str, tuple[str, str]], proxy: Proxy | None = None, no_proxy: NoProxy | None = None,
+    ) -> None:
         self.headers = headers
+        self.proxy = proxy  # the configuration's proxy, for the hosts no_proxy leaves to it
+        self._no_proxy = no_proxy if no_proxy else None
         self._by_host: dict[str, RequestHeaders] = {}
 
     @classmethod
@@ -180,7 +222,14 @@ class RequestDefaults:
             headers["accept-encoding"] = ("Accept-Encoding", ACCEPT_ENCODING)
         for name, value in config.headers.items():
             headers[name.lower()] = (name, value)
-        return cls(headers)
+        return cls(headers, *config.proxy_route())
+
+    def route(self, host: str) -> Proxy | None:
+        """The configuration's proxy for ``host`` (an Origin's host), or None: direct."""
+        proxy = self.proxy
+        if proxy is not None and self._no_proxy is not None and self._no_proxy.matches(host):
+            return None
+        return proxy
 
     def for_host(self, host_header: str) -> RequestHeaders:
         """Loop thread only."""

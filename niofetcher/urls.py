@@ -76,7 +76,9 @@ The rules behind the table:
   fails (:func:`decode_location`), as wget and curl read nginx's raw bytes;
   the fetcher follows it to :func:`redirect_url` (urljoin, fragment dropped:
   the next request's target is then parse_target's), the crawler reads it
-  with :func:`absolute_url`.
+  with :func:`absolute_url`;
+- a proxy setting is read by :func:`parse_proxy`, and ``no_proxy`` by
+  :class:`NoProxy` (curl's rules), with the same host rules.
 
 Each function has a fast path for the URLs no rule changes (nearly all of
 them, one regular expression each, because each form's "nothing to change"
@@ -87,10 +89,13 @@ agree.
 
 from __future__ import annotations
 
+import base64
 import functools
+import ipaddress
 import re
+from collections.abc import Iterable
 from typing import NamedTuple
-from urllib.parse import quote, urljoin, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urljoin, urlsplit, urlunsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -520,3 +525,143 @@ def _absolute_general(href: str, base: str) -> str | None:
     if query and _QUERY_UNSAFE.search(query):
         query = quote(query, safe=_QUERY_SAFE)
     return urlunsplit((scheme, netloc, path, query, ""))
+
+
+# -- proxies ---------------------------------------------------------------------
+
+
+class Proxy(NamedTuple):
+    """An HTTP forward proxy, as :func:`parse_proxy` reads ``http://[user:pass@]host:port``.
+
+    ``authority`` (``host:port``, an IPv6 literal in brackets) is how errors and
+    limits name it; ``authorization`` is the ``Proxy-Authorization`` value, or
+    None without credentials.  Its repr leaves the credentials out, so that a
+    log line never carries a password.
+    """
+
+    host: str
+    port: int
+    authority: str
+    authorization: str | None
+
+    def __repr__(self) -> str:
+        credentials = ", with credentials" if self.authorization is not None else ""
+        return f"<Proxy {self.authority}{credentials}>"
+
+    def __str__(self) -> str:
+        return self.authority
+
+
+@functools.lru_cache(maxsize=256)
+def parse_proxy(url: str) -> Proxy:
+    """The proxy of a ``proxy`` setting: ``http://[user:pass@]host:port`` (port required).
+
+    Only plain ``http://`` proxies are spoken to (an https URL goes through one
+    by ``CONNECT``; TLS *to* the proxy is not supported).  User and password
+    are percent-decoded as UTF-8 (``%40`` for an "@" in a password) and sent as
+    ``Proxy-Authorization: Basic`` (RFC 7617).  A path, a query or a fragment
+    other than "/" is refused, as is anything else the URL rules refuse in a host.
+
+    Cached: a crawler giving each URLBean one of a few proxies parses each once.
+
+    Raises:
+        ValueError: saying what is wrong; the message never repeats the password.
+    """
+    if not isinstance(url, str):
+        raise ValueError(f"must be a str like 'http://host:port', not {type(url).__name__}")
+    if any(c in url for c in "\x00\t\n\r"):
+        raise ValueError("holds a control character")
+    parts = urlsplit(url.strip())
+    shown = _without_password(url)
+    if parts.scheme.lower() != "http":
+        raise ValueError(f"only http:// proxies are supported, not {shown!r}")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"a proxy URL is scheme, host and port only, not {shown!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"the port must be 1-65535, in {shown!r}") from None
+    if port is None or port == 0:
+        raise ValueError(f"the port must be given, 1-65535, in {shown!r}")
+    host = parts.hostname or ""
+    if ":" not in host:
+        try:
+            host = normal_host(host)
+        except ValueError as exc:
+            raise ValueError(f"invalid host in {shown!r}: {exc}") from None
+    if not host or _bad_host_char(host) or not host.isascii():
+        raise ValueError(f"invalid host in {shown!r}")
+    authorization = None
+    if parts.username is not None:
+        user, password = unquote(parts.username), unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        authorization = f"Basic {token}"
+    return Proxy(host, port, f"{bracketed(host)}:{port}", authorization)
+
+
+def _without_password(url: str) -> str:
+    """``url`` with the password of its userinfo masked, for an error message."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, hostport = rest.partition("@")
+    if not at or ":" not in userinfo.split("/", 1)[0]:
+        return url
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{hostport}"
+
+
+class NoProxy:
+    """The hosts that go direct although a proxy is set: curl's ``NO_PROXY`` rules.
+
+    Each entry is ``*`` (every host), a host name, or an IP address with an
+    optional CIDR length (``10.0.0.0/8``, ``::1``, IPv6 without brackets).  A
+    name matches that host and every host below it: ``example.com`` (or
+    ``.example.com``: a leading dot changes nothing, as in curl since 7.86)
+    matches ``example.com`` and ``www.example.com``, never
+    ``notexample.com``.  An address entry matches IP literals only, exactly or
+    within its network; a name never matches an IP literal, and no name is
+    resolved to decide.  Names are compared as the URL rules write them (lower
+    case, A-labels, trailing dots dropped).  Ports play no part.
+    """
+
+    __slots__ = ("_all", "_names", "_networks")
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        """Raises ValueError for an entry that is no host name or address."""
+        self._all = False
+        names: list[str] = []
+        networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        for entry in entries:
+            if not isinstance(entry, str):
+                raise ValueError(f"entries are host names or addresses (str), not {entry!r}")
+            text = entry.strip()
+            if text == "*":
+                self._all = True
+                continue
+            if text.startswith("[") and "]" in text:  # an IPv6 literal written as in a URL
+                text = text[1:].replace("]", "", 1)
+            try:
+                networks.append(ipaddress.ip_network(text, strict=False))
+                continue
+            except ValueError:
+                pass
+            try:
+                name = normal_host(text.lstrip("."))
+            except ValueError as exc:
+                raise ValueError(f"{entry!r}: {exc}") from None
+            if not name or _bad_host_char(name) or ":" in name or "/" in name:
+                raise ValueError(f"{entry!r} is neither a host name nor an IP address or network")
+            names.append(name)
+        self._names = tuple(names)
+        self._networks = tuple(networks)
+
+    def __bool__(self) -> bool:
+        return self._all or bool(self._names) or bool(self._networks)
+
+    def matches(self, host: str) -> bool:
+        """True when ``host`` (an Origin's host: normal, IPv6 without brackets) goes direct."""
+        if self._all:
+            return True
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return any(host == name or host.endswith(f".{name}") for name in self._names)
+        return any(address in network for network in self._networks if network.version == address.version)

@@ -140,6 +140,8 @@ def test_under_max_pending_the_first_ones_in_order_are_accepted(no_leaks: LeakBa
 @pytest.mark.parametrize("bad", [
     "ftp://example.test/", "/relative/path", "http:///no-host", "not a url", 42, None,
     URLBean("http://example.test/", method="GE T"), URLBean("mailto:someone@example.test"),
+    # Checked by the caller: the loop makes a bean's Task, and a bad proxy there would end the loop.
+    URLBean("http://example.test/", proxy="socks5://proxy.test:1080"),
 ], ids=repr)
 def test_a_bad_url_in_a_batch_raises_as_register_does_and_queues_none(
     no_leaks: LeakBaseline, bad: Any, site: TestSite) -> None:

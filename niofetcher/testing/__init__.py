@@ -21,6 +21,7 @@ docstring holding its part of the theory:
 ``web``       ``SyntheticWeb``: many host names on a few ports, for broad crawls
 ``postgres``  ``PostgresCluster``: a throwaway PostgreSQL server (the PostgreSQL
               frontier's tests and benchmarks)
+``proxy``     ``ForwardProxy``: an HTTP forward proxy (CONNECT too), or its faults
 ============  ===================================================================
 
 Everything a program imports is imported from here (``niofetcher.testing``, or
@@ -32,6 +33,7 @@ patches that module (``niofetcher.testing.server.RECV_SIZE``).
 from __future__ import annotations
 
 from .postgres import PostgresCluster, PostgresUnavailable, find_bindir
+from .proxy import ForwardProxy, ProxyCounters
 from .server import _SO_TIMESTAMPNS as _SO_TIMESTAMPNS
 from .server import LISTEN_BACKLOG as LISTEN_BACKLOG
 from .server import PortCounters
@@ -40,6 +42,6 @@ from .tls import tls_context_from_files
 from .web import SyntheticWeb
 
 __all__ = [
-    "PortCounters", "PostgresCluster", "PostgresUnavailable", "SyntheticWeb", "TestSite", "find_bindir",
-    "tls_context_from_files",
+    "ForwardProxy", "PortCounters", "PostgresCluster", "PostgresUnavailable", "ProxyCounters", "SyntheticWeb",
+    "TestSite", "find_bindir", "tls_context_from_files",
 ]
