@@ -215,14 +215,14 @@ def urlset(urls: Sequence[str], lastmod: str | None = LASTMOD) -> bytes:
     stamp = f"<lastmod>{lastmod}</lastmod>" if lastmod else ""
     entries = "".join(f"<url><loc>{url}</loc>{stamp}</url>\n" for url in urls)
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
-            f"{entries}</urlset>\n").encode("utf-8")
+            f"{entries}</urlset>\n").encode()
 
 
 def sitemap_index(urls: Sequence[str]) -> bytes:
     """A sitemap index (``<sitemapindex>``) listing the sitemaps at ``urls``."""
     entries = "".join(f"<sitemap><loc>{url}</loc></sitemap>\n" for url in urls)
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
-            f"\n{entries}</sitemapindex>\n").encode("utf-8")
+            f"\n{entries}</sitemapindex>\n").encode()
 
 
 def _sitemap_resources(site: TestSite, index: int) -> dict[str, Resource]:
