@@ -42,7 +42,8 @@ from warcio.archiveiterator import ArchiveIterator
 from niofetcher.testing import TestSite
 
 ROBOTS = "/robots.txt"
-JSONL_FIELDS = {"url", "final_url", "status", "content_type", "depth", "parent", "links", "error", "fetched_at"}
+JSONL_FIELDS = {"url", "final_url", "status", "content_type", "depth", "parent", "links", "error", "fetched_at",
+                "canonical", "noindex", "lastmod"}
 
 
 def niofetcher(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     crawl.add_argument("--parse-workers", type=_positive_int, default=2, metavar="N")
     crawl.add_argument("--parse-mode", choices=("process", "thread"), default="process")
     crawl.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N")
+    crawl.add_argument("--sitemaps", action="store_true",
+                       help="seed also from each seed host's sitemaps: the Sitemap: lines of its robots.txt "
+                            "and /sitemap.xml (indexes and gzip included)")
     crawl.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto",
                        help="a progress bar on a terminal, periodic lines otherwise (default auto)")
     _add_fetcher_options(crawl)

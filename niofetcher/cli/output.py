@@ -213,4 +213,7 @@ def page_record(page: CrawledPage) -> dict[str, object]:
         "links": len(page.links.links) if page.links is not None else 0,
         "error": result.error.value if result.error is not None else None,
         "fetched_at": round(time.time(), 3),
+        "canonical": page.canonical,
+        "noindex": page.noindex,
+        "lastmod": page.lastmod,
     }

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..config import FetcherConfig
 from ..models import FetchResult
 from ..urls import parse_target
+from .directives import canonical_header, header_directives
 from .frontier.postgres_schema import check_crawl_name
 
 if TYPE_CHECKING:  # a program that reads CrawlConfig need not load bs4 and lxml
@@ -46,6 +47,8 @@ class CrawlConfig:
     # and the name of the crawl in that database (one database holds several crawls).
     frontier: str | None = None
     crawl_name: str | None = None
+    # Seed also from each seed host's robots.txt Sitemap: lines and /sitemap.xml (sitemaps.py).
+    sitemaps: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.seeds, str) or not self.seeds:
@@ -111,6 +114,30 @@ class CrawledPage:
         """The URL as the frontier stores it, which was fetched (``result.url``)."""
         return self.result.url
 
+    @property
+    def robots(self) -> frozenset[str]:
+        """The page's robots directives: ``<meta name="robots">`` and ``X-Robots-Tag`` together."""
+        meta = self.links.robots if self.links is not None else frozenset()
+        return meta | header_directives(self.result) if self.result.headers else meta
+
+    @property
+    def noindex(self) -> bool:
+        """The page asks not to be indexed (``noindex`` or ``none``).  It was fetched and is recorded
+        all the same, flagged: what an index leaves out is the indexer's call (docs/crawler.md)."""
+        return "noindex" in self.robots
+
+    @property
+    def canonical(self) -> str | None:
+        """The page's canonical URL, absolute: its ``Link: <...>; rel="canonical"`` header, else its
+        ``<link rel="canonical">``; None when it names none."""
+        return canonical_header(self.result) or (self.links.canonical if self.links is not None else None)
+
+    @property
+    def lastmod(self) -> str | None:
+        """The ``<lastmod>`` of the sitemap entry that led to this URL in this run, as written there."""
+        lastmod: str | None = self.result.bean.meta.get("lastmod")
+        return lastmod
+
 
 class CrawlOutput(Protocol):
     """Files that must hold exactly one record per recorded URL, whatever stops the crawl."""
@@ -137,6 +164,8 @@ class CrawlSummary:
     bytes: int
     seconds: float
     stopped: bool  # URLs are still waiting (stop() or max_pages): rerun with the same db_path to go on
+    # With CrawlConfig.sitemaps: sitemap files read, URLs added from them, invalid, cut (see Sitemaps).
+    sitemaps: dict[str, int] = field(default_factory=dict)
 
     @property
     def pages_per_second(self) -> float:

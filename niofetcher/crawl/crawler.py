@@ -72,6 +72,7 @@ from .parsing import ParseExecutor
 from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
 from .policy import LinkScope, error_text, is_redirect, retry_after
 from .robots_gate import RobotsGate, RobotsReply
+from .sitemaps import Sitemaps
 
 log = logging.getLogger("niofetcher")
 
@@ -111,6 +112,7 @@ class Crawler:
         self._errors: Counter[str] = Counter()
         self._counts: dict[str, int] = {}
         self._fetcher: NIOFetcher | None = None  # while run() runs
+        self._sitemaps = Sitemaps(self._scope, config.seeds, self._errors) if config.sitemaps else None
 
     # -- any thread -----------------------------------------------------------
 
@@ -151,6 +153,8 @@ class Crawler:
                 # not see this run's first records appended a second time after a crash.
                 frontier.complete_many([], checkpoint=self.output.commit([]))
             frontier.add(config.seeds, depth=0)
+            if self._sitemaps is not None:
+                frontier.add_many(self._sitemaps.roots())
             # Redirects are links the crawler follows itself, through scope and robots.txt like any other.
             fetcher_config = dataclasses.replace(config.fetcher, follow_redirects=False)
             pipeline = self._pipeline
@@ -188,6 +192,7 @@ class Crawler:
         return CrawlSummary(
             counts=dict(self._counts), errors=dict(self._errors), pages=self._finished, bytes=self._bytes,
             seconds=time.monotonic() - self._started, stopped=stopped,
+            sitemaps=dict(self._sitemaps.report) if self._sitemaps is not None else {},
         )
 
     def _coordinate(self, frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
@@ -279,6 +284,8 @@ class Crawler:
         for report in reports:
             if isinstance(report, RobotsReply):
                 start, give_back = self._robots.arrived(report, frontier, fetcher)
+                if self._sitemaps is not None:
+                    frontier.add_many(self._sitemaps.from_robots(report.origin, self._robots.rules(report.origin)))
                 self._give_back(give_back, frontier)
                 for item in start:
                     self._in_progress.pop(item.url)
@@ -322,7 +329,9 @@ class Crawler:
                     frontier.fail(item.url, refusal, retry=False)
                     self._errors["robots_unavailable" if rules.refusal else "robots_disallowed"] += 1
                     continue
-            beans.append(URLBean(item.url, priority=item.priority, meta={"frontier": item, "origin": origin}))
+            lastmod = self._sitemaps.lastmod(item.url) if self._sitemaps else None
+            beans.append(URLBean(item.url, priority=item.priority,
+                                 meta={"frontier": item, "origin": origin, "lastmod": lastmod}))
         if not beans:
             return
         accepted = 0 if self._stop.is_set() else fetcher.register_many(beans)  # the first ones, in order
@@ -387,10 +396,12 @@ class Crawler:
         """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority)."""
         if not page.final or page.failure:
             return []
+        if self._sitemaps is not None and self._sitemaps.is_sitemap(page.item):
+            return self._sitemaps.entries(page.item, page.result, self.config.max_depth)
         depth = page.item.depth + 1
         if self.config.max_depth is not None and depth > self.config.max_depth:
             return []
-        return [(url, depth, page.item.url, 0) for url in page.followed]
+        return [(url, depth, page.item.url, 0) for url in self._scope.after_headers(page.result, page.followed)]
 
     def _record_failure(self, page: Page, frontier: FrontierBackend) -> None:
         result = page.result

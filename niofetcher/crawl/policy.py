@@ -1,5 +1,13 @@
 """The crawl's rules for fetches and links: which fetch is tried again, and which links are followed.
 
+Followed: a page's links, areas, frames and canonical URL (``<link rel="canonical">`` or a
+``Link: <...>; rel="canonical"`` header), in scope; none of them when the page says nofollow
+(``<meta name="robots" content="nofollow">``, ``none``, or the same in ``X-Robots-Tag``), its
+canonical included: a page that asks not to be followed leads nowhere.  ``follow_nofollow``
+ignores nofollow, as it ignores ``rel="nofollow"``.  A canonical URL is followed like a link, so a
+canonical the frontier knows already (waiting, done) is not fetched again, and an unknown one is
+fetched once; the page that named it stays recorded as fetched, with ``canonical`` in its record.
+
 Plain functions and plain data: :class:`LinkScope` travels to the parse processes, and the retry
 rules are the same for a page and for robots.txt.
 """
@@ -18,6 +26,7 @@ from ..errors import ErrorKind
 from ..http11 import REDIRECT_STATUSES
 from ..models import FetchResult
 from ..urls import normal_host
+from .directives import canonical_header, header_directives
 from .parse import PageLinks
 
 __all__ = ["LinkScope", "error_text", "is_final", "is_redirect", "retry_after"]
@@ -69,10 +78,33 @@ class LinkScope:
     follow_nofollow: bool = False
 
     def followed(self, links: PageLinks) -> list[str]:
-        """The page's links, image-map areas and frames that the crawl follows, each once, in page order."""
-        skip = frozenset() if self.follow_nofollow else links.nofollow
+        """The page's links, image-map areas and frames that the crawl follows, each once, in page
+        order, then its canonical URL; nothing from a page whose ``<meta name="robots">`` says
+        nofollow (unless ``follow_nofollow``)."""
+        if self.follow_nofollow:
+            skip: frozenset[str] = frozenset()
+        elif "nofollow" in links.robots:
+            return []
+        else:
+            skip = links.nofollow
         candidates = dict.fromkeys((*links.links, *links.areas, *links.frames))
+        if links.canonical is not None:
+            # Not fetched twice: the frontier knows a canonical that is known, and adds one that is not.
+            candidates[links.canonical] = None
         return [url for url in candidates if url not in skip and self.in_scope(url)]
+
+    def after_headers(self, result: FetchResult, followed: list[str]) -> list[str]:
+        """``followed`` (what the body led to) as the response's headers leave it: nothing when
+        ``X-Robots-Tag`` says nofollow (unless ``follow_nofollow``), the ``Link`` header's
+        canonical URL added (in scope)."""
+        if not result.headers:
+            return followed
+        if not self.follow_nofollow and "nofollow" in header_directives(result):
+            return []
+        canonical = canonical_header(result)
+        if canonical is None or canonical in followed or not self.in_scope(canonical):
+            return followed
+        return [*followed, canonical]
 
     def in_scope(self, url: str) -> bool:
         """Whether the crawl follows ``url``: its host allowed, included (when ``include`` is given), not excluded."""

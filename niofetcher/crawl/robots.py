@@ -56,6 +56,7 @@ class RobotsRules:
     parser: Protego | None = None  # None: everything is allowed
     refusal: str = ""  # not "": nothing is allowed, for this reason (robots.txt stayed unreachable)
     crawl_delay: float | None = None  # seconds, as the file says (the crawler caps it)
+    sitemaps: tuple[str, ...] = ()  # its Sitemap: lines, as written (any user agent's: they are global)
 
     def refuses(self, url: str, user_agent: str) -> str:
         """Why ``url`` must not be fetched; "" when it may be."""
@@ -90,7 +91,7 @@ def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | 
     if 200 <= status < 300:
         parser = Protego.parse(result.text)
         delay = parser.crawl_delay(user_agent)
-        return RobotsRules(parser, crawl_delay=float(delay) if delay else None)
+        return RobotsRules(parser, crawl_delay=float(delay) if delay else None, sitemaps=tuple(parser.sitemaps))
     if status in _REDIRECTS and hops < MAX_REDIRECTS:
         target = absolute_url(result.header("location") or "", result.url)
         if target is not None:

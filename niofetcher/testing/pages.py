@@ -9,11 +9,15 @@ memory per page. The links are the package docstring's graph:
 cross-host ones. ``/robots.txt`` holds the site's ``robots_disallow`` and
 ``robots_crawl_delay`` rules, behind a chain of redirects when asked (hop k of
 host j's chain is ``/robots/j/k``, and every host serves every chain) and
-behind N ``503`` answers (``InTurn``).
+behind N ``503`` answers (``InTurn``), with ``Sitemap:`` lines when asked; ``/sitemap.xml``
+(a sitemap, an index of a gzip one and a plain one, or a broken one) and orphan pages, linked from
+nowhere, that only a sitemap (or a canonical URL) leads to; pages whose head or headers hold robots
+directives and canonical URLs (``_about_page``).
 """
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -63,11 +67,11 @@ def links_html(hrefs: Sequence[tuple[str, str]]) -> str:
     return f'<ul class="testsite-links">\n{items}</ul>\n'
 
 
-def generated_page(title: str, links: str, page_size: int) -> bytes:
-    """An HTML page padded with filler text to about ``page_size`` bytes."""
+def generated_page(title: str, links: str, page_size: int, head: str = "") -> bytes:
+    """An HTML page padded with filler text to about ``page_size`` bytes; ``head`` goes into its head."""
     start = (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
-        f"<title>{title}</title></head>\n<body>\n<h1>{title}</h1>\n{links}<p>"
+        f"<title>{title}</title>{head}</head>\n<body>\n<h1>{title}</h1>\n{links}<p>"
     )
     end = "</p>\n</body></html>\n"
     missing = max(0, page_size - len(start) - len(end))
@@ -87,12 +91,14 @@ def split_at_body_end(body: bytes) -> tuple[memoryview, memoryview]:
     return view[:cut], view[cut:]
 
 
-def robots_txt(disallow: Sequence[str], crawl_delay: float | None = None) -> bytes:
-    """A ``/robots.txt`` for every user agent: the ``Disallow:`` lines and an optional ``Crawl-delay:``."""
+def robots_txt(disallow: Sequence[str], crawl_delay: float | None = None, sitemaps: Sequence[str] = ()) -> bytes:
+    """A ``/robots.txt`` for every user agent: the ``Disallow:`` lines, an optional ``Crawl-delay:``
+    and ``Sitemap:`` lines."""
     lines = ["User-agent: *"]
     lines += [f"Disallow: {path}" for path in disallow] or ["Disallow:"]
     if crawl_delay is not None:
         lines.append(f"Crawl-delay: {crawl_delay:g}")
+    lines += [f"Sitemap: {url}" for url in sitemaps]
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
@@ -154,7 +160,12 @@ def build_host(site: TestSite, index: int) -> Resources:
             generated_page(f"Test site host {index}", links_html(index_links), site.page_size)
         ]),
         **_robots_resources(site, index),
+        **_sitemap_resources(site, index),
     }
+    for i in range(site.orphan_pages):
+        table[f"/orphan/{i}"] = Resource("200 OK", HTML_TYPE, [
+            generated_page(f"Test site host {index} orphan {i}", "", site.page_size)
+        ])
 
     def page(i: int) -> Resource:
         hrefs = [(f"/page/{j}", f"page {j}") for j in _link_targets(i, pages, count)]
@@ -162,12 +173,13 @@ def build_host(site: TestSite, index: int) -> Resources:
             hrefs.append((f"{next_base}page/{i}", f"page {i} on the next host"))
         links = links_html(hrefs)
         body: list[Chunk]
+        head, headers = _about_page(site, i)
         if site.bodies is None:
-            body = [generated_page(f"Test site host {index} page {i}", links, site.page_size)]
+            body = [generated_page(f"Test site host {index} page {i}", links, site.page_size, head)]
         else:
             before, after = site._body_parts[i % len(site._body_parts)]
             body = [before, links.encode("utf-8"), after]
-        return Resource("200 OK", HTML_TYPE, body)
+        return Resource("200 OK", HTML_TYPE, body, headers)
 
     if pages * site.hosts > PREBUILT_PAGES:
         return GeneratedPages(table, pages, page)
@@ -176,10 +188,74 @@ def build_host(site: TestSite, index: int) -> Resources:
     return table
 
 
+def _about_page(site: TestSite, i: int) -> tuple[str, str]:
+    """What page ``i`` says about itself: the tags of its head (``<meta name="robots">``, ``<link
+    rel="canonical">``) and its header lines (``X-Robots-Tag``, ``Link: <...>; rel="canonical"``)."""
+    head = headers = ""
+    if i in site.meta_robots:
+        head += f'<meta name="robots" content="{site.meta_robots[i]}">'
+    if i in site.canonicals:
+        head += f'<link rel="canonical" href="{site.canonicals[i]}">'
+    if i in site.robots_headers:
+        headers += f"X-Robots-Tag: {site.robots_headers[i]}\r\n"
+    if i in site.canonical_headers:
+        headers += f'Link: <{site.canonical_headers[i]}>; rel="canonical"\r\n'
+    return head, headers
+
+
+#: A URL every generated sitemap lists and no crawl of the site may fetch (not the site's host).
+OUT_OF_SCOPE = "http://out-of-scope.invalid/page"
+#: The ``<lastmod>`` of every entry of a generated sitemap.
+LASTMOD = "2024-01-02"
+SITEMAP_TYPE = "application/xml"
+
+
+def urlset(urls: Sequence[str], lastmod: str | None = LASTMOD) -> bytes:
+    """A sitemap (``<urlset>``) listing ``urls``, each with ``lastmod`` when given."""
+    stamp = f"<lastmod>{lastmod}</lastmod>" if lastmod else ""
+    entries = "".join(f"<url><loc>{url}</loc>{stamp}</url>\n" for url in urls)
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+            f"{entries}</urlset>\n").encode()
+
+
+def sitemap_index(urls: Sequence[str]) -> bytes:
+    """A sitemap index (``<sitemapindex>``) listing the sitemaps at ``urls``."""
+    entries = "".join(f"<sitemap><loc>{url}</loc></sitemap>\n" for url in urls)
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            f"\n{entries}</sitemapindex>\n").encode()
+
+
+def _sitemap_resources(site: TestSite, index: int) -> dict[str, Resource]:
+    """``/sitemap.xml`` of host ``index`` as ``site.sitemap`` says (none: it is a 404).
+
+    It lists ``/``, every page and every orphan page, and :data:`OUT_OF_SCOPE`.  ``"index"``:
+    ``/sitemap.xml`` lists ``/sitemaps/pages`` (``/`` and the pages, gzip, under a name that
+    does not say so) and ``/sitemaps/orphans.xml`` (the rest); ``"malformed"``: it breaks off
+    after its first entry (the first orphan's)."""
+    base = site.base_urls[index]
+    pages = [base, *(f"{base}page/{i}" for i in range(site.pages))]
+    orphans = [*(f"{base}orphan/{i}" for i in range(site.orphan_pages)), OUT_OF_SCOPE]
+    if site.sitemap is None:
+        return {}
+    if site.sitemap == "urlset":
+        return {"/sitemap.xml": Resource("200 OK", SITEMAP_TYPE, [urlset(pages + orphans)])}
+    if site.sitemap == "index":
+        packed = gzip.compress(urlset(pages), mtime=0)
+        return {
+            "/sitemap.xml": Resource("200 OK", SITEMAP_TYPE, [sitemap_index([f"{base}sitemaps/pages",
+                                                                            f"{base}sitemaps/orphans.xml"])]),
+            "/sitemaps/pages": Resource("200 OK", "application/octet-stream", [packed]),
+            "/sitemaps/orphans.xml": Resource("200 OK", SITEMAP_TYPE, [urlset(orphans)]),
+        }
+    broken = urlset(orphans[:1])[: -len("</urlset>\n")] + b"<url><loc>" + base.encode() + b"page/0</l"
+    return {"/sitemap.xml": Resource("200 OK", SITEMAP_TYPE, [broken])}
+
+
 def _robots_resources(site: TestSite, index: int) -> dict[str, Resource]:
     """``/robots.txt`` of host ``index`` and the hops of every host's redirect chain (each host
     serves them all: which host a hop is asked of is the chain's business)."""
-    rules = Resource("200 OK", TEXT_TYPE, [robots_txt(site.robots_disallow, site.robots_crawl_delay)])
+    sitemaps = [site.base_urls[index] + path.lstrip("/") if "://" not in path else path for path in site.robots_sitemaps]
+    rules = Resource("200 OK", TEXT_TYPE, [robots_txt(site.robots_disallow, site.robots_crawl_delay, sitemaps)])
     status = site.robots_redirect_status
     hops = site.robots_redirects
 

@@ -12,14 +12,17 @@ import ipaddress
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from .pages import REDIRECT_REASONS, build_host, split_at_body_end
 from .server import LISTEN_BACKLOG, Origin, PortCounters, Server
 from .tls import TLSServer
 
-__all__ = ["LoopbackSite", "TestSite"]
+__all__ = ["SITEMAPS", "LoopbackSite", "TestSite"]
+
+#: The values of ``TestSite(sitemap=...)``.
+SITEMAPS = (None, "urlset", "index", "malformed")
 
 # typing.Self is Python 3.11+, typing_extensions is not the standard library: a bound TypeVar.
 SiteT = TypeVar("SiteT", bound="LoopbackSite")
@@ -239,6 +242,17 @@ class TestSite(LoopbackSite):
             site cannot outlive a test run; None = no bound.
         tls: a server-side ``ssl.SSLContext`` (see ``tls_context_from_files``) to
             serve HTTPS on every port; the URLs are then ``https://``. None = plain HTTP.
+        sitemap: what each host's ``/sitemap.xml`` is: None (a 404), ``"urlset"`` (a sitemap of
+            ``/``, every page, every orphan page and one URL of another host, each with a
+            ``<lastmod>``), ``"index"`` (an index of a gzip sitemap of the pages and a plain one of
+            the rest) or ``"malformed"`` (its first entry, then it breaks off).
+        robots_sitemaps: ``Sitemap:`` lines for ``/robots.txt``: a path (made absolute on each
+            host) or a URL.
+        orphan_pages: pages ``/orphan/0`` .. on each host that no page links to.
+        meta_robots: page number -> the content of a ``<meta name="robots">`` in its head.
+        canonicals: page number -> the href of a ``<link rel="canonical">`` in its head.
+        robots_headers: page number -> an ``X-Robots-Tag`` header value.
+        canonical_headers: page number -> the target of a ``Link: <...>; rel="canonical"`` header.
     """
 
     __test__ = False  # the name starts with "Test"; stop pytest collecting it
@@ -263,7 +277,18 @@ class TestSite(LoopbackSite):
         robots_redirect_cross_host: bool = False,
         robots_unavailable: int = 0,
         log_requests: bool = False,
+        sitemap: str | None = None,
+        robots_sitemaps: Sequence[str] = (),
+        orphan_pages: int = 0,
+        meta_robots: Mapping[int, str] | None = None,
+        canonicals: Mapping[int, str] | None = None,
+        robots_headers: Mapping[int, str] | None = None,
+        canonical_headers: Mapping[int, str] | None = None,
     ) -> None:
+        if sitemap not in SITEMAPS:
+            raise ValueError(f"sitemap must be one of {SITEMAPS}, not {sitemap!r}")
+        if orphan_pages < 0:
+            raise ValueError(f"orphan_pages must be >= 0, not {orphan_pages!r}")
         if hosts < 1 or pages < 1 or links_per_page < 1:
             raise ValueError(
                 f"hosts, pages and links_per_page must be >= 1, not {hosts!r}, {pages!r}, {links_per_page!r}"
@@ -295,6 +320,13 @@ class TestSite(LoopbackSite):
         self.robots_redirect_cross_host = robots_redirect_cross_host
         self.robots_unavailable = robots_unavailable
         self.bodies = None if bodies is None else list(bodies)
+        self.sitemap = sitemap
+        self.robots_sitemaps = tuple(robots_sitemaps)
+        self.orphan_pages = orphan_pages
+        self.meta_robots = dict(meta_robots or {})
+        self.canonicals = dict(canonicals or {})
+        self.robots_headers = dict(robots_headers or {})
+        self.canonical_headers = dict(canonical_headers or {})
         self._body_parts = [split_at_body_end(body) for body in self.bodies or ()]
 
     def __repr__(self) -> str:

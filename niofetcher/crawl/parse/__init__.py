@@ -88,6 +88,14 @@ Other decisions:
   cell's text leaves out any nested table (that table is reported on its
   own) and ``script``/``style``/``template`` content; block elements and
   ``<br>`` separate words; whitespace is collapsed.
+* ``robots``: the directives of every ``<meta name="robots" content>`` (the
+  name compared case-insensitively), as ``directives.robots_directives``
+  reads them: lower-case, ``none`` expanded to ``noindex`` and ``nofollow``,
+  several tags added up. ``canonical``: the href of the first ``<link>``
+  whose rel holds ``canonical``, made absolute like a link (against the
+  base), wherever it stands (libxml2 moves a misplaced one into the body
+  anyway); None when there is none. Both are harvested with ``links_only``
+  too: the crawler's parse processes need them.
 * ``title``: the text of the first ``title`` element, whitespace collapsed;
   None when there is none or it is blank. (libxml2 knows no SVG namespace, so
   an inline SVG's ``<title>`` placed before the head's would win - on real
@@ -115,7 +123,7 @@ harvested by the bs4 extractor instead, so the two still agree.
 Speed (benchmarks/parse.py, corpus median 88 KB): bs4 ~8.6 ms a page,
 lxml ~1.1 ms, of which libxml2's parse is ~0.7 ms. Beautiful Soup's cost is
 building Python objects, so the strainer keeps only ``a img area frame
-iframe form table title base`` subtrees (a kept subtree is kept whole, which
+iframe form table title base meta link`` subtrees (a kept subtree is kept whole, which
 is how a table keeps its rows and a form its fields) and the tree is walked
 once. The lxml extractor never builds a Python object for an element it does
 not read. URLs are resolved once per distinct raw value, most of them by a
@@ -132,6 +140,7 @@ from lxml import etree  # type: ignore[import-untyped,unused-ignore]
 
 from ...content import charset_of, sniff_charset
 from ...urls import C0_CONTROL_OR_SPACE, absolute_url
+from ..directives import robots_directives
 from .harvest import Harvest
 from .links_bs4 import harvest_bs4
 from .links_lxml import harvest_lxml
@@ -162,6 +171,9 @@ class PageLinks:
     tables: list[list[list[str]]]  # each table: rows, each row: cell texts
     title: str | None
     nofollow: frozenset[str]  # links and areas that carried rel="nofollow" everywhere
+    # The page about itself (defaults: what a redirect's or a non-HTML page's PageLinks says).
+    robots: frozenset[str] = frozenset()  # <meta name="robots"> directives, lower-case, "none" expanded
+    canonical: str | None = None  # <link rel="canonical" href>, absolute
 
 
 def extract(
@@ -184,10 +196,10 @@ def extract(
         extractor: ``"bs4"`` (Beautiful Soup with lxml, the default) or
             ``"lxml"`` (lxml directly, ~8x faster, same result).
         links_only: only what a crawler follows: ``links``, ``areas``,
-            ``frames`` and ``nofollow``, exactly as without it; ``images``,
+            ``frames``, ``nofollow``, ``robots`` and ``canonical``, exactly as without it; ``images``,
             ``forms`` and ``tables`` stay empty and ``title`` None.  Beautiful
-            Soup then builds only the subtrees of a, area, frame, iframe and
-            base, about a quarter less work on real pages.
+            Soup then builds only the subtrees of a, area, frame, iframe,
+            base, meta and link, about a quarter less work on real pages.
 
     Returns:
         A PageLinks; an empty one when nothing can be found.
@@ -318,4 +330,9 @@ def _finish(harvest: Harvest, base_url: str) -> PageLinks:
         tables=harvest.tables,
         title=harvest.title or None,
         nofollow=frozenset(unfollowed - followed),
+        robots=robots_directives(harvest.robots) if harvest.robots else _NO_DIRECTIVES,
+        canonical=absolute(harvest.canonical) if harvest.canonical is not None else None,
     )
+
+
+_NO_DIRECTIVES: frozenset[str] = frozenset()

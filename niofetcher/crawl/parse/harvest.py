@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-SIMPLE_TAGS = frozenset(("a", "area", "img", "frame", "iframe", "base"))
+# meta and link: <meta name="robots"> and <link rel="canonical">, which a crawler needs as much as links.
+SIMPLE_TAGS = frozenset(("a", "area", "img", "frame", "iframe", "base", "meta", "link"))
 FIELD_TAGS = frozenset(("input", "select", "textarea", "button"))
 CELL_TAGS = frozenset(("td", "th"))
 # Everything either extractor looks at. Beautiful Soup is strained to the tags
@@ -19,7 +20,7 @@ CELL_TAGS = frozenset(("td", "th"))
 # in tables, and a kept subtree is kept whole.
 TAGS = tuple(sorted(SIMPLE_TAGS | FIELD_TAGS | CELL_TAGS | {"form", "table", "tr", "title"}))
 # links_only: the tags that hold what a crawler follows (and <base>, which says where it leads).
-LINK_TAGS = ("a", "area", "base", "frame", "iframe")
+LINK_TAGS = ("a", "area", "base", "frame", "iframe", "link", "meta")
 
 # Text left out of a cell, title or option: code, and a nested table (reported on its own).
 NO_TEXT = frozenset(("script", "style", "template", "table"))
@@ -34,7 +35,7 @@ Get = Callable[[str], str | None]  # an element's attribute getter: the value, o
 class Harvest:
     """Raw attribute values and texts in document order; ``parse._finish`` makes URLs of them."""
 
-    __slots__ = ("areas", "base", "forms", "frames", "images", "links", "tables", "title")
+    __slots__ = ("areas", "base", "canonical", "forms", "frames", "images", "links", "robots", "tables", "title")
 
     def __init__(self) -> None:
         self.base: str | None = None  # the first <base href>
@@ -45,9 +46,11 @@ class Harvest:
         self.frames: list[str] = []
         self.forms: list[tuple[str | None, str | None, list[tuple[str, str, str]]]] = []
         self.tables: list[list[list[str]]] = []
+        self.robots: list[str] = []  # the content of every <meta name="robots">
+        self.canonical: str | None = None  # the href of the first <link rel="canonical">
 
     def simple(self, tag: str, get: Get) -> None:
-        """An element whose attributes are all we need: a, area, img, frame, iframe, base."""
+        """An element whose attributes are all we need: a, area, img, frame, iframe, base, meta, link."""
         if tag == "a" or tag == "area":
             href = get("href")
             if href is not None:
@@ -62,6 +65,16 @@ class Harvest:
             href = get("href")
             if self.base is None and href is not None:
                 self.base = href
+        elif tag == "meta":
+            name = get("name")
+            if name is not None and name.strip().lower() == "robots":
+                content = get("content")
+                if content is not None:
+                    self.robots.append(content)
+        elif tag == "link":
+            rel = get("rel")
+            if self.canonical is None and rel is not None and "canonical" in rel.lower().split():
+                self.canonical = get("href")
         else:  # frame, iframe
             src = get("src")
             if src is not None:

@@ -1,7 +1,7 @@
 """The ``bs4`` extractor: Beautiful Soup over the lxml parser, strained to the subtrees we read.
 
 Beautiful Soup's cost is building Python objects, so a ``SoupStrainer`` keeps
-only the subtrees of ``a img area frame iframe form table title base`` (a kept
+only the subtrees of ``a img area frame iframe form table title base meta link`` (a kept
 subtree is kept whole, which is how a table keeps its rows and a form its
 fields), and the tree is walked once.  It drives libxml2 through SAX events,
 which have no depth limit: ``links_lxml`` hands it the pages too deep for

@@ -1,0 +1,288 @@
+"""Sitemaps (sitemaps.org): more seeds, from each seed host's robots.txt ``Sitemap:`` lines and
+its ``/sitemap.xml``.
+
+Theory of operation
+-------------------
+
+*A sitemap is a URL of the frontier.*  It is fetched as every URL is: by the crawl's own
+fetcher, after its host's robots.txt (a sitemap robots.txt disallows is not fetched), within
+the host's connection limit and delay, retried on a 503, recorded ``done`` once (a resumed crawl
+does not read it again), with its JSONL and WARC records like any page.  What makes it a
+sitemap is its priority, :data:`SITEMAP_PRIORITY`, given only by this module, which the frontier
+stores: a resumed crawl still knows the sitemaps left waiting, and claims them before the pages
+of their host (the priority is the highest), so the URLs they list are known early.  A URL the
+frontier already knew as a page (a link to ``/sitemap.xml``) stays a page.
+
+*Depth.*  The sitemap files are at depth 0, like the seeds they stand beside -- a sitemap index
+and the sitemaps it lists too: an index only cuts one long list into files of 50,000 -- and the
+URLs they list at depth 1, with the sitemap as their parent, as the links of a seed's page are:
+``max_depth=0`` fetches the seeds and the sitemaps (cheap, and reported) but no page they list,
+``max_depth=1`` the seeds, their links and every page of the sitemaps.  Depth 0 for the listed
+URLs would make a sitemap of a million pages a million seeds, and ``max_depth`` meaningless.
+
+*Bounds.*  A sitemap is read up to :data:`MAX_BYTES` uncompressed and :data:`MAX_URLS` entries
+(sitemaps.org's own limits): a larger one is cut there, and the cut is logged and counted
+(``CrawlSummary.sitemaps["cut"]``), never silent.  A gzip sitemap is known by its magic bytes, not
+by its name (``.xml.gz`` is often served as ``application/octet-stream``, ``/sitemap`` as gzip),
+and is inflated only up to the same bound, so a gzip bomb stops there.  An index may list indexes
+down to :data:`MAX_NESTING` levels (sitemaps.org allows none; some sites nest once), and at most
+:data:`MAX_PER_HOST` sitemap files of one host are added in a run.
+
+*XML.*  lxml's ``iterparse``, with no DTD loaded, no entity resolved (a "billion laughs"
+document expands nothing), no network access and libxml2's default limits (``huge_tree``
+off): a sitemap cannot make the crawler fetch anything or grow without bound.  Elements are
+cleared as they are read, so a 50 MB sitemap takes little memory.  Names are matched without
+their namespace (``urlset``/``url``/``loc``, ``sitemapindex``/``sitemap``/``loc``): sitemaps in
+the wrong namespace or none are common and mean the same.  A text sitemap (one URL a line, which
+sitemaps.org allows) is read too.  A document that is not a sitemap, or breaks off (malformed
+XML, a bad gzip stream), keeps the entries read before the break and counts one
+``sitemap_invalid`` error; the crawl goes on.
+
+*The URLs listed* go through the crawl's scope (allowed domains, include, exclude) and the URL
+cleanup of links (``absolute_url``, relative ones against the sitemap's URL); the sitemaps an
+index lists go through the scope too.  ``<lastmod>`` is kept, as written, for the URL's fetch in
+this run (``CrawledPage.lastmod`` and the JSONL record): see docs/crawler.md for why not in the
+frontier yet.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from lxml import etree  # type: ignore[import-untyped,unused-ignore]
+
+from ..models import FetchResult
+from ..urls import Origin, absolute_url, host_key, parse_target
+from .frontier import FrontierURL
+from .policy import LinkScope, is_redirect
+from .robots import RobotsRules
+
+__all__ = [
+    "MAX_BYTES", "MAX_NESTING", "MAX_PER_HOST", "MAX_URLS", "SITEMAP_PRIORITY", "Sitemap", "Sitemaps", "read_sitemap",
+]
+
+log = logging.getLogger("niofetcher")
+
+#: The frontier priority that marks a sitemap (and has it claimed before its host's pages).
+SITEMAP_PRIORITY = 1 << 20
+#: A sitemap is read up to this many bytes, uncompressed (sitemaps.org: 50 MB) ...
+MAX_BYTES = 50 * 1024 * 1024
+#: ... and this many entries (sitemaps.org: 50,000).
+MAX_URLS = 50_000
+#: Levels of sitemap index followed: a root index, an index it lists, then sitemaps only.
+MAX_NESTING = 2
+#: Sitemap files of one host added in one run, at most.
+MAX_PER_HOST = 1000
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_KINDS = {"urlset": "url", "sitemapindex": "sitemap"}  # root element -> its entries' element
+Entry = tuple[str, int, str | None, int]  # a frontier entry: (url, depth, parent, priority)
+
+
+@dataclass(slots=True)
+class Sitemap:
+    """What one sitemap file holds: its kind, its entries in order, and what went wrong."""
+
+    kind: str  # "urlset", "sitemapindex", "text", or "" (not a sitemap)
+    entries: list[tuple[str, str | None]] = field(default_factory=list)  # (loc, lastmod), as written
+    cut: str = ""  # not "": the file went past a bound and the rest was not read (why)
+    error: str = ""  # not "": the file is no sitemap, or broke off after its entries (why)
+
+
+def read_sitemap(body: bytes) -> Sitemap:
+    """The entries of a sitemap (urlset or index; XML or text; gzip or not), within the bounds."""
+    data, cut, error = _inflated(body)
+    if error:
+        return Sitemap("", error=error)
+    start = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    if start != b"<":
+        return _text_sitemap(data, cut) if start else Sitemap("", error="empty")
+    return _xml_sitemap(data, cut)
+
+
+def _inflated(body: bytes) -> tuple[bytes, str, str]:
+    """``(data, cut, error)``: the body, gunzipped when it is gzip, cut at MAX_BYTES."""
+    cut = ""
+    if body[:2] == _GZIP_MAGIC:
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(body)) as stream:
+                data = stream.read(MAX_BYTES + 1)  # never more: a gzip bomb stops here
+        except (OSError, EOFError, zlib.error) as exc:
+            return b"", "", f"bad gzip: {exc}"
+    else:
+        data = body
+    if len(data) > MAX_BYTES:
+        data = data[:MAX_BYTES]
+        cut = f"larger than {MAX_BYTES} bytes"
+    return data, cut, ""
+
+
+def _text_sitemap(data: bytes, cut: str) -> Sitemap:
+    sitemap = Sitemap("text", cut=cut)
+    for line in data.decode("utf-8", "replace").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if len(sitemap.entries) == MAX_URLS:
+            sitemap.cut = f"more than {MAX_URLS} URLs"
+            break
+        sitemap.entries.append((line, None))
+    return sitemap
+
+
+def _xml_sitemap(data: bytes, cut: str) -> Sitemap:
+    sitemap = Sitemap("", cut=cut)
+    entry_name = ""
+    depth = 0  # of the element being read: 1 the root, 2 an entry, 3 its loc/lastmod
+    loc: str | None = None
+    lastmod: str | None = None
+    events = etree.iterparse(
+        io.BytesIO(data), events=("start", "end"), resolve_entities=False, load_dtd=False, no_network=True,
+        huge_tree=False, remove_comments=True, remove_pis=True,
+    )
+    try:
+        for event, element in events:
+            if event == "start":
+                depth += 1
+                if depth == 1:
+                    root = _local_name(element.tag)
+                    if root not in _KINDS:
+                        sitemap.error = f"not a sitemap: its root element is <{root}>"
+                        return sitemap
+                    sitemap.kind, entry_name = root, _KINDS[root]
+                continue
+            name = _local_name(element.tag)
+            if depth == 3 and name == "loc":
+                loc = (element.text or "").strip()
+            elif depth == 3 and name == "lastmod":
+                lastmod = (element.text or "").strip() or None
+            elif depth == 2:
+                if name == entry_name and loc:
+                    if len(sitemap.entries) == MAX_URLS:
+                        sitemap.cut = f"more than {MAX_URLS} entries"
+                        return sitemap
+                    sitemap.entries.append((loc, lastmod))
+                loc = lastmod = None
+                element.clear()  # the entries read are dropped: memory stays flat
+                while element.getprevious() is not None:
+                    del element.getparent()[0]
+            depth -= 1
+    except etree.XMLSyntaxError as exc:
+        if not sitemap.cut:  # a file cut at MAX_BYTES breaks off where it was cut: that is the cut
+            sitemap.error = f"malformed XML: {exc}"
+    return sitemap
+
+
+def _local_name(tag: object) -> str:
+    """An element's name without its namespace ("" for what is no element's name)."""
+    return tag.rpartition("}")[2] if isinstance(tag, str) else ""
+
+
+class Sitemaps:
+    """The sitemaps of one crawl run: which to add, and what each one fetched leads to.
+
+    Only the coordinator's thread calls it.  ``report`` counts what happened: sitemap files
+    ``read``, ``urls`` added from them, ``invalid`` ones, ``cut`` ones, indexes ``too_deep`` and
+    sitemaps left out as ``too_many`` for their host; an invalid sitemap also counts one
+    ``sitemap_invalid`` in ``errors`` (the crawl's error counts).
+    """
+
+    def __init__(self, scope: LinkScope, seeds: Sequence[str], errors: Counter[str]) -> None:
+        self._scope = scope
+        self._errors = errors
+        self._origins = dict.fromkeys(parse_target(seed).origin for seed in seeds)  # the seed hosts, in order
+        self._robots_read: set[Origin] = set()  # origins whose Sitemap: lines were added
+        self._levels: dict[str, int] = {}  # a sitemap's index nesting: 0 for a root
+        self._per_host: Counter[str] = Counter()
+        self._lastmods: dict[str, str] = {}
+        self.report: Counter[str] = Counter()
+
+    @staticmethod
+    def is_sitemap(item: FrontierURL) -> bool:
+        """Whether a claimed URL came into the frontier as a sitemap."""
+        return item.priority == SITEMAP_PRIORITY
+
+    def lastmod(self, url: str) -> str | None:
+        """The ``<lastmod>`` a sitemap gave ``url``, once: for its fetch (None: none known)."""
+        return self._lastmods.pop(url, None) if self._lastmods else None
+
+    def roots(self) -> list[Entry]:
+        """The frontier entries of each seed host's ``/sitemap.xml`` (when in scope)."""
+        return self._added([f"{origin}/sitemap.xml" for origin in self._origins], 0, None, 0)
+
+    def from_robots(self, origin: Origin, rules: RobotsRules | None) -> list[Entry]:
+        """The frontier entries of the ``Sitemap:`` lines of a seed host's robots.txt, once a run
+        (rules None: not settled yet)."""
+        if rules is None or origin not in self._origins or origin in self._robots_read:
+            return []
+        self._robots_read.add(origin)
+        robots_url = f"{origin}/robots.txt"
+        urls = [url for url in (absolute_url(line, robots_url) for line in rules.sitemaps) if url is not None]
+        return self._added(urls, 0, robots_url, 0)
+
+    def entries(self, item: FrontierURL, result: FetchResult, max_depth: int | None) -> list[Entry]:
+        """What a fetched sitemap leads to: the URLs it lists, the sitemaps an index lists, or a
+        redirect's target (a sitemap still).  A 404 or another failure leads nowhere."""
+        url = item.url
+        level = self._levels.get(url, MAX_NESTING)  # unknown: left waiting by an earlier run
+        if is_redirect(result):
+            target = absolute_url(result.header("location") or "", result.url)
+            return self._added([target] if target else [], item.depth, url, level)
+        if not result.ok:
+            return []
+        sitemap = read_sitemap(result.body)
+        self.report["read"] += 1
+        if sitemap.cut:
+            self.report["cut"] += 1
+            log.warning("sitemap %s: %s; the rest of it is not read", url, sitemap.cut)
+        if sitemap.error:
+            self.report["invalid"] += 1
+            self._errors["sitemap_invalid"] += 1
+            log.warning("sitemap %s: %s", url, sitemap.error)
+        base = result.final_url
+        if sitemap.kind == "sitemapindex":
+            if level >= MAX_NESTING:
+                self.report["too_deep"] += 1
+                log.warning("sitemap %s: an index %d levels down is not followed", url, level)
+                return []
+            return self._added(_absolute(sitemap, base), item.depth, url, level + 1)
+        depth = item.depth + 1
+        if max_depth is not None and depth > max_depth:
+            return []
+        found: list[Entry] = []
+        for loc, lastmod in sitemap.entries:
+            page = absolute_url(loc, base)
+            if page is not None and self._scope.in_scope(page):
+                found.append((page, depth, url, 0))
+                if lastmod is not None:
+                    self._lastmods[page] = lastmod
+        self.report["urls"] += len(found)
+        return found
+
+    def _added(self, urls: list[str], depth: int, parent: str | None, level: int) -> list[Entry]:
+        """Frontier entries for sitemap files: in scope, within the per-host cap, their level kept."""
+        entries: list[Entry] = []
+        for url in dict.fromkeys(urls):
+            if not self._scope.in_scope(url):
+                continue
+            host = host_key(url)
+            if self._per_host[host] >= MAX_PER_HOST and url not in self._levels:
+                self.report["too_many"] += 1
+                if self.report["too_many"] == 1:
+                    log.warning("sitemaps of %s: more than %d in this run; the rest are left out", host, MAX_PER_HOST)
+                continue
+            if url not in self._levels:
+                self._per_host[host] += 1
+                self._levels[url] = level
+            entries.append((url, depth, parent, SITEMAP_PRIORITY))
+        return entries
+
+
+def _absolute(sitemap: Sitemap, base: str) -> list[str]:
+    return [url for url in (absolute_url(loc, base) for loc, _ in sitemap.entries) if url is not None]

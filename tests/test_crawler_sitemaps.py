@@ -1,0 +1,164 @@
+"""Sitemaps (``CrawlConfig(sitemaps=True)``, docs/crawler.md), against the real test site.
+
+What the server was asked for is the proof: a page that only a sitemap lists (an orphan) is
+fetched once with sitemaps and never without; a URL out of scope never is.  The reader alone
+(``read_sitemap``) is held to the bounds: 50,000 entries, 50 MB, a gzip known by its bytes, no
+entity expanded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler, CrawlSummary, sitemaps
+from niofetcher.crawl.sitemaps import read_sitemap
+from niofetcher.testing import TestSite
+from niofetcher.testing.pages import LASTMOD, OUT_OF_SCOPE, sitemap_index, urlset
+
+
+def crawl(tmp_path: Path, site: TestSite, **options: Any) -> tuple[CrawlSummary, list[CrawledPage]]:
+    options.setdefault("parse_mode", "thread")
+    options.setdefault("sitemaps", True)
+    pages: list[CrawledPage] = []
+    config = CrawlConfig(seeds=[site.base_urls[0]], db_path=str(tmp_path / "crawl.sqlite"), **options)
+    return Crawler(config, on_page=pages.append).run(), pages
+
+
+def served(site: TestSite) -> Counter[str]:
+    return site.counters().paths
+
+
+def orphans(site: TestSite) -> set[str]:
+    return {f"/orphan/{i}" for i in range(site.orphan_pages)}
+
+
+def test_sitemap_xml_seeds_orphans_once_and_drops_out_of_scope(tmp_path: Path) -> None:
+    with TestSite(pages=5, sitemap="urlset", orphan_pages=3) as site:
+        summary, pages = crawl(tmp_path, site)
+        paths = served(site)
+    assert all(paths[p] == 1 for p in orphans(site) | {"/sitemap.xml", "/", "/page/4"}), paths
+    assert max(paths.values()) == 1  # every page once, though both the sitemap and links lead there
+    assert OUT_OF_SCOPE not in {page.url for page in pages}
+    assert summary.counts["error"] == 0 and summary.errors == {}
+    assert summary.sitemaps == {"read": 1, "urls": 9}  # /, 5 pages, 3 orphans
+    by_url = {page.url: page for page in pages}
+    orphan = by_url[site.base_urls[0] + "orphan/0"]
+    assert (orphan.depth, orphan.parent, orphan.lastmod) == (1, site.base_urls[0] + "sitemap.xml", LASTMOD)
+    assert by_url[site.base_urls[0] + "sitemap.xml"].depth == 0
+
+
+def test_without_sitemaps_nothing_of_it_is_fetched(tmp_path: Path) -> None:
+    with TestSite(pages=5, sitemap="urlset", orphan_pages=3, robots_sitemaps=["/sitemap.xml"]) as site:
+        summary, _ = crawl(tmp_path, site, sitemaps=False)
+        paths = served(site)
+    assert "/sitemap.xml" not in paths and not orphans(site) & set(paths)
+    assert summary.sitemaps == {}
+
+
+def test_index_with_a_gzip_sitemap_known_by_its_bytes(tmp_path: Path) -> None:
+    with TestSite(pages=4, sitemap="index", orphan_pages=2) as site:
+        summary, _ = crawl(tmp_path, site)
+        paths = served(site)
+    assert paths["/sitemaps/pages"] == 1 and paths["/sitemaps/orphans.xml"] == 1
+    assert all(paths[p] == 1 for p in orphans(site))
+    assert summary.sitemaps == {"read": 3, "urls": 7}  # the index, then / + 4 pages and 2 orphans
+
+
+def test_robots_sitemap_lines_and_a_sitemap_behind_a_404(tmp_path: Path) -> None:
+    with TestSite(pages=3, sitemap="urlset", orphan_pages=1, robots_sitemaps=["/missing.xml", "/sitemap.xml"]) as site:
+        summary, pages = crawl(tmp_path, site)
+        paths = served(site)
+    assert paths["/missing.xml"] == 1 and paths["/sitemap.xml"] == 1 and paths["/orphan/0"] == 1
+    assert summary.errors == {"http_404": 1}  # the missing sitemap, a result like any 404
+    missing = next(page for page in pages if page.url.endswith("/missing.xml"))
+    assert missing.parent == site.base_urls[0] + "robots.txt"
+
+
+def test_robots_txt_disallow_holds_for_sitemaps(tmp_path: Path) -> None:
+    with TestSite(pages=3, sitemap="urlset", orphan_pages=2, robots_disallow=["/orphan/1"]) as site:
+        crawl(tmp_path, site)
+        paths = served(site)
+    assert paths["/orphan/0"] == 1 and "/orphan/1" not in paths
+
+
+def test_malformed_sitemap_counts_one_error_and_the_crawl_goes_on(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with TestSite(pages=3, sitemap="malformed", orphan_pages=2) as site, caplog.at_level(logging.WARNING, "niofetcher"):
+        summary, _ = crawl(tmp_path, site)
+        paths = served(site)
+    assert summary.errors == {"sitemap_invalid": 1}
+    assert summary.sitemaps == {"read": 1, "invalid": 1, "urls": 1}  # the entry before the break is kept
+    assert paths["/orphan/0"] == 1 and "/orphan/1" not in paths and paths["/page/2"] == 1
+    assert "malformed XML" in caplog.text
+
+
+def test_oversized_sitemap_is_cut_and_the_cut_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sitemaps, "MAX_URLS", 3)
+    with TestSite(pages=20, links_per_page=1, cross_host_links=False, sitemap="urlset", orphan_pages=5) as site, \
+            caplog.at_level(logging.WARNING, "niofetcher"):
+        summary, _ = crawl(tmp_path, site, max_depth=1)
+        paths = served(site)
+    assert summary.sitemaps == {"read": 1, "cut": 1, "urls": 3}
+    assert "more than 3 entries" in caplog.text and "sitemap.xml" in caplog.text
+    assert not orphans(site) & set(paths)  # listed after the cut
+
+
+def test_max_depth_zero_reads_sitemaps_but_fetches_nothing_they_list(tmp_path: Path) -> None:
+    with TestSite(pages=3, sitemap="index", orphan_pages=2) as site:
+        summary, _ = crawl(tmp_path, site, max_depth=0)
+        paths = served(site)
+    assert set(paths) == {"/robots.txt", "/", "/sitemap.xml", "/sitemaps/pages", "/sitemaps/orphans.xml"}
+    assert summary.sitemaps["read"] == 3
+
+
+def test_resumed_crawl_reads_no_sitemap_twice(tmp_path: Path) -> None:
+    with TestSite(pages=3, sitemap="index", orphan_pages=2) as site:
+        crawl(tmp_path, site)
+        site.reset_counters()
+        summary, _ = crawl(tmp_path, site)
+        paths = served(site)
+    assert not paths and summary.pages == 0  # all done: not even robots.txt is asked for again
+
+
+# -- the reader ----------------------------------------------------------------
+
+
+def test_read_sitemap_bounds() -> None:
+    big = urlset([f"http://h.test/p/{i}" for i in range(sitemaps.MAX_URLS + 1)])
+    read = read_sitemap(big)
+    assert len(read.entries) == sitemaps.MAX_URLS and read.cut == f"more than {sitemaps.MAX_URLS} entries"
+    assert read_sitemap(gzip.compress(big)).entries == read.entries
+
+
+def test_read_sitemap_size_cap_also_on_gzip(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sitemaps, "MAX_BYTES", 1000)
+    body = urlset([f"http://h.test/p/{i}" for i in range(100)])
+    for data in (body, gzip.compress(body)):
+        read = read_sitemap(data)
+        assert read.cut == "larger than 1000 bytes" and not read.error and 0 < len(read.entries) < 100
+
+
+def test_read_sitemap_kinds_and_errors() -> None:
+    assert read_sitemap(sitemap_index(["/a.xml"])).kind == "sitemapindex"
+    no_namespace = read_sitemap(b"<urlset><url><loc> http://h.test/a </loc><lastmod>2020</lastmod></url></urlset>")
+    assert no_namespace.entries == [("http://h.test/a", "2020")]
+    assert read_sitemap(b"http://h.test/a\n\nhttp://h.test/b\n").entries == [("http://h.test/a", None), ("http://h.test/b", None)]
+    assert read_sitemap(b"<html><a href=x>x</a></html>").error == "not a sitemap: its root element is <html>"
+    assert read_sitemap(b"\x1f\x8b not gzip").error.startswith("bad gzip")
+    assert read_sitemap(b"").error == "empty"
+
+
+def test_read_sitemap_expands_no_entity() -> None:
+    lol = "".join(f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">' for i in range(1, 10))
+    bomb = f'<?xml version="1.0"?><!DOCTYPE u [<!ENTITY l0 "lol">{lol}]><urlset><url><loc>http://h.test/&l9;</loc></url></urlset>'
+    read = read_sitemap(bomb.encode())
+    assert all(len(loc) < 100 for loc, _ in read.entries)
+    external = b'<?xml version="1.0"?><!DOCTYPE u [<!ENTITY e SYSTEM "file:///etc/passwd">]><urlset><url><loc>http://h.test/&e;</loc></url></urlset>'
+    assert read_sitemap(external).entries == [("http://h.test/", None)]
