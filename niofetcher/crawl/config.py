@@ -46,6 +46,8 @@ class CrawlConfig:
     # and the name of the crawl in that database (one database holds several crawls).
     frontier: str | None = None
     crawl_name: str | None = None
+    # Seconds a worker of a PostgreSQL frontier owns a host after each renewal (renewed every third).
+    lease_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         if isinstance(self.seeds, str) or not self.seeds:
@@ -81,6 +83,9 @@ class CrawlConfig:
         self._check_frontier()
 
     def _check_frontier(self) -> None:
+        lease = self.lease_seconds
+        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease < float("inf"):
+            raise ValueError(f"lease_seconds must be a positive number of seconds, not {lease!r}")
         if self.frontier is None:
             if self.crawl_name is not None:
                 raise ValueError("crawl_name names a crawl in a PostgreSQL frontier: give frontier too")
