@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     crawl.add_argument("--frontier", metavar="URL",
                        help="keep the frontier in PostgreSQL instead: postgresql://user@host:port/db (needs --crawl)")
     crawl.add_argument("--crawl", metavar="NAME", help="the crawl's name in the --frontier database")
+    crawl.add_argument("--lease", type=_positive_float, default=10.0, metavar="S",
+                       help="with --frontier: seconds this worker owns a host after each renewal (default 10)")
     crawl.add_argument("--max-pages", type=_positive_int, default=None, metavar="N")
     crawl.add_argument("--max-depth", type=_non_negative_int, default=None, metavar="D")
     crawl.add_argument("--out", metavar="FILE",

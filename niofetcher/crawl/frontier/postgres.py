@@ -102,6 +102,7 @@ from .postgres_schema import (
     RELEASE,
     RENEW,
     SAVE_CHECKPOINT,
+    SHARE,
     STATE_OF,
     STORE_COUNTS,
     TAKE,
@@ -123,6 +124,8 @@ NO_HOST_LEASES = "NIOFETCHER_TEST_NO_HOST_LEASES"
 
 # The deepest a claim without a depth limit goes: depth is an INTEGER column.
 _DEEPEST = 2**31 - 1
+# Names the lock that serializes creating a crawl's tables, with the hash of its name ('niof').
+_LOCK_CLASS = 0x6E696F66
 # A claim asks the hosts of a pass again for more while it is short, at most this many times.
 _CLAIM_ROUNDS = 4
 # Hosts taken in one statement at most: a worker that starts first does not take everything at once.
@@ -136,6 +139,15 @@ _MINUTE = 60.0
 
 #: A row of CLAIM_ROWS: [host, url, depth, priority, attempts, parent, seq].
 _Row = tuple[Any, ...]
+
+
+def _not_a_pipeline_echo(record: logging.LogRecord) -> bool:
+    """psycopg logs "error ignored terminating <Pipeline>" when a pipeline ends on a connection
+    already lost; the FrontierError raised then says so already, in its one line."""
+    return not str(record.msg).startswith("error ignored terminating")
+
+
+logging.getLogger("psycopg").addFilter(_not_a_pipeline_echo)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -216,6 +228,7 @@ class PostgresFrontier:
         self._claims_by_host: Counter[str] = Counter()
         self._lost: list[str] = []  # hosts lost since lost_hosts() last said
         self._given_back: set[str] = set()  # hosts this worker gave back: a URL of one waits -> take again
+        self._leaving: set[str] = set()  # held hosts beyond a fair share: no more claims, given back once drained
         self._take_soon = True  # free hosts with work are likely: take at the next call
         self._take_at = 0.0  # time.monotonic() of the next take otherwise
         self._renew_at = 0.0  # ... of the next renewal
@@ -247,7 +260,14 @@ class PostgresFrontier:
         from psycopg import sql
 
         conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{round(statement_timeout * 1000)}ms",))
-        conn.commit()  # the setting is the session's, and outlives this transaction
+        # A transaction left open longer than a lease (a worker paused, stuck) holds row locks that
+        # other workers wait for: the server ends it, and the session with it, so that its hosts
+        # are free at once.  The worker finds its connection gone, which ends its crawl.
+        conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                     (f"{max(1000, round(self.lease_seconds * 1000))}ms",))
+        conn.commit()  # the settings are the session's, and outlive this transaction
+        # Workers started together must not both create the tables: one at a time (till the commit).
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, self.crawl))
         create_or_check(conn, self.crawl, self.where, self._clock)
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.crawl)))
         conn.commit()  # SET is transactional: committed, it holds for the session
@@ -266,6 +286,7 @@ class PostgresFrontier:
         self._held = {origin: (host_id, epoch) for host_id, origin, epoch in conn.execute(HELD, me)}
         self._claimed = {url: (origin, epoch) for url, origin, epoch in conn.execute(CLAIMS_OF_MINE, me)}
         self._claims_by_host = Counter(host for host, _epoch in self._claimed.values())
+        self._leaving.clear()
         # A renewal or a take rolled back: the leases are as last committed; renew at the next call.
         self._deadline = self._committed_deadline
         self._renew_at = 0.0
@@ -320,6 +341,7 @@ class PostgresFrontier:
             renewed = conn.execute(RENEW, me) if held else None
             conn.execute(HEARTBEAT, {"me": self.worker_id, "held": len(held),
                                      "pages": sum(n for _t, n in self._done_times)})
+            share = conn.execute(SHARE) if self._fenced else None
         if renewed is not None and self._fenced:
             kept = {host_id for (host_id,) in renewed.fetchall()}
             lost = [host for host, (host_id, _epoch) in held.items() if host_id not in kept]
@@ -328,12 +350,27 @@ class PostgresFrontier:
                 self._forget_hosts(lost, lost=True)
         self._deadline = now + self.lease_seconds * _SAFE_SHARE
         self._renew_at = now + self.lease_seconds / 3
+        if share is not None:
+            self._shed(*_single(share))
         idle = [host for host in held
                 if host not in self._rotation and host not in self._too_deep and not self._claims_by_host[host]]
         if idle:
             conn.execute(GIVE_BACK, {"me": self.worker_id, "ids": [held[host][0] for host in idle]})
             self._forget_hosts(idle, lost=False)
             self._given_back.update(idle)
+
+    def _shed(self, share: int) -> None:
+        """Fairness: hold no more than a fair share of the hosts with work (``share``: each live
+        worker the same), and let the hosts beyond it go -- those with the least in flight, which
+        stop being claimed for and are given back once nothing of them is in flight."""
+        staying = [host for host in self._held if host not in self._leaving]
+        excess = len(staying) - share
+        if excess <= 1:  # a host more than the share is no reason to move one
+            return
+        for host in sorted(staying, key=self._claims_by_host.__getitem__)[:excess]:
+            self._leaving.add(host)
+            self._rotation.forget(host)
+            self._too_deep.pop(host, None)
 
     def _take(self, conn: psycopg.Connection[tuple[Any, ...]], now: float) -> None:
         """Take free hosts with work (up to max_hosts held), and recover what their last owner had in flight."""
@@ -343,7 +380,7 @@ class PostgresFrontier:
         if most <= 0:
             return
         taken = conn.execute(TAKE, {"me": self.worker_id, "lease": self.lease_seconds, "most": most,
-                                    "fenced": self._fenced}).fetchall()
+                                    "held": len(self._held), "fenced": self._fenced}).fetchall()
         if len(taken) == most:
             self._take_at = now  # there may be more: at the next call
         if not taken:
@@ -363,6 +400,7 @@ class PostgresFrontier:
     def _forget_hosts(self, hosts: list[str], *, lost: bool) -> None:
         for host in hosts:
             del self._held[host]
+            self._leaving.discard(host)
             self._rotation.forget(host)
             self._too_deep.pop(host, None)
         if lost:
@@ -616,7 +654,7 @@ class PostgresFrontier:
     def _offer(self, host: str, priority: int) -> None:
         """A URL of ``host`` waits (new, or again): in line it goes, parked or not, if the host is
         this worker's; a host it gave back it takes again."""
-        if host not in self._held:
+        if host not in self._held or host in self._leaving:
             if host in self._given_back:
                 self._take_soon = True
             return

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # psycopg is loaded by postgres.py only, when a PostgreSQL fr
 __all__ = [
     "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
     "INSERT", "LEAVE", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
-    "RENEW", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "STATE_OF", "STORE_COUNTS", "TAKE", "check_crawl_name",
+    "RENEW", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SHARE", "STATE_OF", "STORE_COUNTS", "TAKE", "check_crawl_name",
     "create_or_check",
 ]
 
@@ -161,7 +161,20 @@ VALUES (%(me)s, %(host_name)s, %(pid)s, pg_backend_pid(), {_NOW}, {_NOW})
 
 LEAVE = "DELETE FROM workers WHERE id = %(me)s"
 
-# Up to %(most)s hosts with work (a URL waiting, or one in flight to recover) that are free, or
+# A fair share of the hosts with work for each live worker (its connection is there): the hosts
+# held and (up to a bound) the free ones with a URL waiting or in flight, over the live workers, at least 1.
+_FAIR_SHARE = """GREATEST(1, ceil((
+    (SELECT count(*) FROM hosts WHERE owner IS NOT NULL)
+    + (SELECT count(*) FROM (SELECT 1 FROM hosts AS f WHERE f.owner IS NULL
+           AND (EXISTS (SELECT 1 FROM urls WHERE urls.host_id = f.id AND urls.state = 'waiting')
+                OR EXISTS (SELECT 1 FROM urls WHERE urls.host_id = f.id AND urls.state = 'processing')) LIMIT 10000) AS free)
+)::float8 / GREATEST(1, (SELECT count(*) FROM workers AS w
+                         WHERE EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = w.backend_pid)))))::int"""
+
+SHARE = f"SELECT {_FAIR_SHARE}"
+
+# Up to %(most)s hosts with work (a URL waiting, or one in flight to recover) -- and no more than
+# a fair share with the %(held)s the worker has -- that are free, or
 # whose lease ran out, or whose owner's connection is gone (it can never write again): those of
 # other owners first, so that a dead worker's hosts go before new ones, in the order they came.
 # SKIP LOCKED: a host another worker is taking, or claiming from, is not waited for.
@@ -175,7 +188,7 @@ WITH dead AS (
       AND (EXISTS (SELECT 1 FROM urls WHERE urls.host_id = h.id AND urls.state = 'waiting')
            OR EXISTS (SELECT 1 FROM urls WHERE urls.host_id = h.id AND urls.state = 'processing'))
     ORDER BY h.owner IS NULL, h.id
-    LIMIT %(most)s
+    LIMIT GREATEST(0, LEAST(%(most)s, {_FAIR_SHARE} - %(held)s))
     FOR UPDATE OF h SKIP LOCKED
 )
 UPDATE hosts SET owner = %(me)s, lease_until = {_NOW} + %(lease)s, epoch = hosts.epoch + 1
