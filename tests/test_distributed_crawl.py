@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,10 +63,9 @@ class Workers:
 
     def wait(self, timeout: float, procs: list[subprocess.Popen[bytes]] | None = None) -> None:
         deadline = time.monotonic() + timeout
-        for n, proc in enumerate(procs or self.procs):
+        for proc in procs or self.procs:
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             assert proc.returncode in (0, -signal.SIGKILL), self.stderr(self.procs.index(proc))
-            del n
 
     def stderr(self, n: int) -> str:
         return (self.tmp_path / f"worker{n}.err").read_text(errors="replace")
