@@ -126,8 +126,12 @@ CREATE TABLE {schema}.state_counts (
 # A URL known already keeps its row, except that one found nearer a seed gets the smaller depth
 # and the parent that gave it.  Hosts not seen before get their row in the same statement (rows
 # inserted by a statement are invisible to its other parts, hence the union).  The counts are of
-# the rows inserted (xmax = 0), not of those whose depth went down, and of the new hosts (free:
-# the worker takes them).  seq comes from the sequence in the order of the arrays.
+# the rows inserted, not of those whose depth went down, and of the new hosts (free: the worker
+# takes them).  seq comes from the sequence in the order of the arrays (numbered over the sorted
+# subquery), but the rows go in by URL: workers inserting the same new URLs wait for each other
+# in one order, never in a cycle.  DO NOTHING locks no row that is there already (DO UPDATE
+# would lock every known link, other workers' rows in flight among them); the few rows whose
+# depth goes down are updated apart.
 INSERT = """
 WITH fresh AS (
     INSERT INTO hosts (origin) SELECT f.origin FROM unnest(%(fresh)s::text[]) AS f(origin)
@@ -135,17 +139,23 @@ WITH fresh AS (
     ON CONFLICT (origin) DO NOTHING RETURNING id, origin
 ), ids AS (
     SELECT id, origin FROM fresh UNION ALL SELECT id, origin FROM hosts WHERE origin = ANY(%(hosts)s::text[])
+), v AS MATERIALIZED (
+    SELECT s.*, nextval('urls_seq') AS seq FROM (
+        SELECT v.url, v.depth, v.priority, v.parent, ids.id AS host_id
+        FROM unnest(%(urls)s::text[], %(depths)s::int[], %(priorities)s::int[], %(parents)s::text[],
+                    %(host_of)s::text[]) WITH ORDINALITY AS v(url, depth, priority, parent, host, ord)
+        JOIN ids ON ids.origin = v.host
+        ORDER BY v.ord
+    ) AS s
 ), added AS (
-    INSERT INTO urls AS u (url, depth, priority, parent, discovered_at, next_attempt_at, host_id)
-    SELECT v.url, v.depth, v.priority, v.parent, %(now)s, %(now)s, ids.id
-    FROM unnest(%(urls)s::text[], %(depths)s::int[], %(priorities)s::int[], %(parents)s::text[], %(host_of)s::text[])
-         WITH ORDINALITY AS v(url, depth, priority, parent, host, ord)
-    JOIN ids ON ids.origin = v.host
-    ORDER BY v.ord
-    ON CONFLICT (url) DO UPDATE SET depth = excluded.depth, parent = excluded.parent WHERE excluded.depth < u.depth
-    RETURNING u.xmax
+    INSERT INTO urls (url, depth, priority, parent, discovered_at, next_attempt_at, host_id, seq)
+    SELECT url, depth, priority, parent, %(now)s, %(now)s, host_id, seq FROM v ORDER BY url
+    ON CONFLICT (url) DO NOTHING
+    RETURNING 1
+), lowered AS (
+    UPDATE urls SET depth = v.depth, parent = v.parent FROM v WHERE urls.url = v.url AND v.depth < urls.depth
 )
-SELECT (SELECT count(*) FROM added WHERE xmax = 0), (SELECT count(*) FROM fresh)
+SELECT (SELECT count(*) FROM added), (SELECT count(*) FROM fresh)
 """
 
 # -- host leases (see "Host leases" in postgres.py) ------------------------------------------
@@ -188,7 +198,7 @@ WITH dead AS (
       AND (EXISTS (SELECT 1 FROM urls WHERE urls.host_id = h.id AND urls.state = 'waiting')
            OR EXISTS (SELECT 1 FROM urls WHERE urls.host_id = h.id AND urls.state = 'processing'))
     ORDER BY h.owner IS NULL, h.id
-    LIMIT GREATEST(0, LEAST(%(most)s, {_FAIR_SHARE} - %(held)s))
+    LIMIT CASE WHEN %(fenced)s THEN GREATEST(0, LEAST(%(most)s, {_FAIR_SHARE} - %(held)s)) ELSE %(most)s END
     FOR UPDATE OF h SKIP LOCKED
 )
 UPDATE hosts SET owner = %(me)s, lease_until = {_NOW} + %(lease)s, epoch = hosts.epoch + 1
