@@ -270,3 +270,43 @@ def test_a_worker_paused_past_its_lease_fetches_and_records_nothing_for_the_host
             pytest.xfail(f"{len(late)} requests sent on resuming: the fetcher has no start deadline yet")
         print(f"paused {resumed_at - stopped_at:.1f} s; {len(fetched_again)} pages fetched again by the survivor "
               f"of {len(in_flight)} in flight")
+
+
+@pytest.mark.timeout(120)
+def test_status_shows_a_running_worker_and_a_stopped_one_gives_its_hosts_back_at_once(workers: Any) -> None:
+    """``niofetcher status`` names the live worker, its hosts and the busiest hosts; SIGTERM (the
+    graceful stop) gives every host back and leaves the workers table, before any lease ends."""
+    with TestSite(hosts=4, pages=100, max_seconds=110) as site:
+        crew: Workers = workers(site, "--lease", "30", "--delay", "0.2")  # 20 pages/s: a crawl of 20 s
+        worker = crew.start()
+        worker_id = crew.worker_id(worker)
+        deadline = time.monotonic() + 60
+        while not done_by_worker(crew).get(worker_id) or \
+                crew.rows("SELECT hosts_held FROM workers WHERE id = %s", worker_id) == [(0,)]:
+            assert time.monotonic() < deadline and worker.poll() is None
+            time.sleep(0.05)
+        shown = subprocess.run([sys.executable, "-m", "niofetcher", "status", "--frontier", crew.dsn, "--crawl",
+                                crew.crawl, "--top", "3"], capture_output=True, text=True, timeout=60, check=False)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert lines[0] == f"crawl {crew.crawl}" and lines[5] == "workers: 1 live", shown.stdout
+        assert worker_id in shown.stdout and f" {worker.pid} " in shown.stdout
+        busiest = lines[lines.index("hosts with the most URLs waiting: 3") + 1:]
+        assert len(busiest) == 3 and all(line.split()[1] + "/" in site.base_urls and line.split()[2] == worker_id
+                                         for line in busiest), shown.stdout
+        os.kill(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+        assert worker.returncode in (0, 1), crew.stderr(0)
+        assert crew.rows("SELECT COUNT(*) FROM hosts WHERE owner IS NOT NULL") == [(0,)]
+        assert crew.rows("SELECT COUNT(*) FROM workers") == [(0,)]
+        assert crew.rows("SELECT COUNT(*) FROM urls WHERE state = 'processing'") == [(0,)]
+    for args, words in (
+        (["--frontier", "postgresql://postgres:secret@127.0.0.1:1/postgres", "--crawl", crew.crawl],
+         "127.0.0.1:1/postgres"),
+        (["--frontier", crew.dsn, "--crawl", "nosuchcrawl"], "there is no crawl 'nosuchcrawl'"),
+        (["--frontier", crew.dsn, "--crawl", "Bad-Name"], "crawl name"),
+    ):
+        refused = subprocess.run([sys.executable, "-m", "niofetcher", "status", *args], capture_output=True,
+                                 text=True, timeout=60, check=False)
+        (line,) = refused.stderr.splitlines()
+        assert refused.returncode == 2 and refused.stdout == "" and words in line and "secret" not in line, line

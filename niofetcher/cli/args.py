@@ -72,6 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fetcher_options(crawl)
     crawl.set_defaults(module="crawl")
 
+    status = commands.add_parser(
+        "status", help="where a crawl on a PostgreSQL frontier stands: its URLs, workers and busiest hosts",
+        description="Print the URLs per state of a crawl in a --frontier database, its live workers and the "
+                    "hosts with the most URLs waiting. It reads only: no worker is started.",
+    )
+    status.add_argument("--frontier", metavar="URL", required=True, help="postgresql://user@host:port/db")
+    status.add_argument("--crawl", metavar="NAME", required=True, help="the crawl's name in that database")
+    status.add_argument("--top", type=_positive_int, default=10, metavar="N",
+                        help="how many of the busiest hosts to show (default 10)")
+    status.set_defaults(module="status")
+
     site = commands.add_parser("testsite", help="serve a generated local test site until Ctrl-C")
     site.add_argument("--port", type=int, default=8080, help="first port; host k listens on port+k (default 8080)")
     site.add_argument("--hosts", type=_positive_int, default=1, help="number of hosts (ports)")

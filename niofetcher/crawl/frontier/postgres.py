@@ -76,12 +76,14 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...urls import host_key, normalize_url
 from .base import STATES, FrontierError, FrontierURL, check_int, check_time, retry_delay
 from .hosts import HostRotation, Turn
 from .postgres_schema import (
+    BUSIEST_HOSTS,
     CLAIM_ROWS,
     CLAIMS_OF_MINE,
     COMPLETE_MANY,
@@ -93,6 +95,7 @@ from .postgres_schema import (
     HOSTS_AFTER_CLAIM,
     INSERT,
     LEAVE,
+    LIVE_WORKERS,
     MARK_CLAIMED,
     MIN_DUE_DEPTH,
     NEXT_DUE,
@@ -115,7 +118,7 @@ from .sqlite import _check_checkpoint  # the same rules for a checkpoint (the cr
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["NO_HOST_LEASES", "PostgresFrontier"]
+__all__ = ["NO_HOST_LEASES", "CrawlStatus", "PostgresFrontier", "WorkerStatus", "crawl_status"]
 
 log = logging.getLogger("niofetcher")
 
@@ -905,6 +908,55 @@ class PostgresFrontier:
             return f"<PostgresFrontier {self.crawl!r} at {self.where} closed>"
         return (f"<PostgresFrontier {self.crawl!r} at {self.where} worker {self.worker_id} "
                 f"hosts={len(self._held)} in_flight={len(self._claimed)}>")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """A live worker of a crawl, as its last heartbeat says."""
+
+    id: str
+    host_name: str
+    pid: int
+    hosts_held: int
+    pages_last_minute: int
+    heartbeat_age: float  # seconds since its heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlStatus:
+    """Where a crawl stands: its URLs per state, its live workers, its busiest hosts."""
+
+    counts: dict[str, int]
+    workers: list[WorkerStatus]
+    busiest: list[tuple[str, int, str | None]]  # (host, URLs waiting, owner) by URLs waiting
+
+
+def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float = 10.0) -> CrawlStatus:
+    """Read where crawl ``crawl`` at ``dsn`` stands, as no worker: nothing is taken or written.
+
+    Raises:
+        FrontierError: the server cannot be reached, or holds no frontier of that name and version.
+        ImportError: when psycopg is not installed.
+    """
+    import psycopg
+    from psycopg import sql
+
+    check_crawl_name(crawl)
+    where = _where(psycopg, dsn)
+    try:
+        with psycopg.connect(dsn, connect_timeout=max(1, round(connect_timeout)), autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s LIMIT 1",
+                                (crawl,)).fetchone():
+                raise FrontierError(f"there is no crawl {crawl!r} at {where}")
+            create_or_check(conn, crawl, where, time.time)  # it has tables: this only checks them
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(crawl)))
+            counts = dict.fromkeys(STATES, 0)
+            counts.update((state, int(n)) for state, n in conn.execute(COUNTS))
+            workers = [WorkerStatus(*row) for row in conn.execute(LIVE_WORKERS)]
+            busiest = [(host, int(n), owner) for host, n, owner in conn.execute(BUSIEST_HOSTS, {"top": top})]
+    except psycopg.Error as exc:
+        raise FrontierError(f"cannot read crawl {crawl!r} at {where}: {_first_line(exc)}") from None
+    return CrawlStatus(counts, workers, busiest)
 
 
 def _single(cursor: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:

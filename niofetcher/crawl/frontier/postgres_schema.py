@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # psycopg is loaded by postgres.py only, when a PostgreSQL fr
     import psycopg
 
 __all__ = [
-    "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
-    "INSERT", "LEAVE", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
+    "BUSIEST_HOSTS", "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
+    "INSERT", "LEAVE", "LIVE_WORKERS", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
     "RENEW", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SHARE", "STATE_OF", "STORE_COUNTS", "TAKE", "check_crawl_name",
     "create_or_check",
 ]
@@ -335,6 +335,23 @@ ORDER BY hosts.id
 NEXT_DUE = """
 SELECT (SELECT MIN(next_attempt_at) FROM urls WHERE state = 'waiting' AND (host_id = ANY(%(ids)s::int[]) OR NOT %(fenced)s)),
        EXISTS (SELECT 1 FROM urls WHERE state = 'waiting') OR EXISTS (SELECT 1 FROM urls WHERE state = 'processing')
+"""
+
+# -- status (``niofetcher status``): read only, by no worker ---------------------------------
+
+# The live workers (their connection is there), longest running first.
+LIVE_WORKERS = f"""
+SELECT w.id, w.host_name, w.pid, w.hosts_held, w.pages_minute, {_NOW} - w.heartbeat_at FROM workers AS w
+WHERE EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = w.backend_pid)
+ORDER BY w.started_at
+"""
+
+# The hosts with the most waiting URLs, with their owners.
+BUSIEST_HOSTS = """
+SELECT hosts.origin, q.n, hosts.owner FROM (
+    SELECT host_id, count(*) AS n FROM urls WHERE state = 'waiting' GROUP BY host_id ORDER BY n DESC LIMIT %(top)s
+) AS q JOIN hosts ON hosts.id = q.host_id
+ORDER BY q.n DESC, hosts.origin
 """
 
 MIN_DUE_DEPTH = "SELECT depth FROM urls WHERE state = 'waiting' AND next_attempt_at <= %s ORDER BY depth LIMIT 1"
