@@ -96,6 +96,7 @@ from .postgres_schema import (
     INSERT,
     LEAVE,
     LIVE_WORKERS,
+    LOCK_MINE,
     MARK_CLAIMED,
     MIN_DUE_DEPTH,
     NEXT_DUE,
@@ -131,8 +132,8 @@ _DEEPEST = 2**31 - 1
 _LOCK_CLASS = 0x6E696F66
 # A claim asks the hosts of a pass again for more while it is short, at most this many times.
 _CLAIM_ROUNDS = 4
-# Hosts taken in one statement at most: a worker that starts first does not take everything at once.
-_TAKE_STEP = 64
+# Hosts taken in one statement at most (the fair share bounds them too).
+_TAKE_STEP = 256
 # After a renewal sent at t, requests start until t + this share of the lease (renewals come every third).
 _SAFE_SHARE = 2 / 3
 # What next_due() says when nothing of this worker's waits but the crawl goes on elsewhere: look again in a second.
@@ -627,17 +628,19 @@ class PostgresFrontier:
         at the end.  The rows marked."""
         limited = deepest != _DEEPEST
         lines = {host: priority for host, _share, priority in turns}
-        with conn.pipeline():  # one round trip for both
-            marking = conn.execute(MARK_CLAIMED, {
-                "hosts": list(lines), "taken": [row[1] for row in rows], "me": self.worker_id,
-                "fenced": self._fenced}) if rows else None
+        mine = {"ids": [self._held[host][0] for host in lines if host in self._held], "me": self.worker_id,
+                "taken": [row[1] for row in rows], "fenced": self._fenced}
+        with conn.pipeline():  # one round trip for all three
+            if rows and self._fenced:
+                conn.execute(LOCK_MINE, mine)
+            marking = conn.execute(MARK_CLAIMED, mine) if rows else None
             hosts = conn.execute(HOSTS_AFTER_CLAIM, {
                 "asked": list(lines), "deepest": deepest, "idle": [limited and not found[host] for host in lines]})
-        marked: dict[str, int] = dict(marking.fetchall()) if marking is not None else {}
+        marked = {url for (url,) in marking.fetchall()} if marking is not None else set()
         # A row not marked was claimed by another worker: its host changed hands, as the next renewal will say.
         rows = [row for row in rows if row[1] in marked]
         for row in rows:
-            self._claimed[row[1]] = (row[0], marked[row[1]])
+            self._claimed[row[1]] = (row[0], self._held[row[0]][1])  # the host was locked as this worker's
             self._claims_by_host[row[0]] += 1
         front = []
         for host, top, within in hosts.fetchall():

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # psycopg is loaded by postgres.py only, when a PostgreSQL fr
 
 __all__ = [
     "BUSIEST_HOSTS", "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
-    "INSERT", "LEAVE", "LIVE_WORKERS", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
+    "INSERT", "LEAVE", "LIVE_WORKERS", "LOCK_MINE", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
     "RENEW", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SHARE", "STATE_OF", "STORE_COUNTS", "TAKE", "check_crawl_name",
     "create_or_check",
 ]
@@ -247,17 +247,22 @@ CROSS JOIN LATERAL (
 ) AS q
 """
 
-# The claimed rows (%(taken)s) of hosts the worker still owns to 'processing', with the epoch
-# each is claimed under.  FOR SHARE: a worker taking one of these hosts over skips it until this
-# transaction ends, so no row is marked for a host that changed hands meanwhile (which would
-# leave it 'processing' after the new owner recovered the host's rows).
+# Before a claim is marked, in its transaction, the hosts of %(ids)s still the worker's are locked
+# FOR SHARE: a worker taking one of them over skips it until this transaction ends, so that no
+# row is marked for a host that changed hands meanwhile (which would leave it 'processing' after
+# the new owner recovered the host's rows).
+LOCK_MINE = """
+SELECT count(*) FROM (SELECT 1 FROM hosts WHERE id = ANY(%(ids)s::int[]) AND owner = %(me)s FOR SHARE) AS mine
+"""
+
+# The claimed rows (%(taken)s) of hosts the worker owns to 'processing'.  The rows are found by
+# URL, the owner looked up per row by the host's key (a join from the hosts walked each host's
+# whole queue).
 MARK_CLAIMED = """
-WITH mine AS (
-    SELECT id, epoch FROM hosts WHERE origin = ANY(%(hosts)s::text[]) AND (owner = %(me)s OR NOT %(fenced)s) FOR SHARE
-)
-UPDATE urls SET state = 'processing', attempts = attempts + 1 FROM mine
-WHERE urls.url = ANY(%(taken)s::text[]) AND urls.state = 'waiting' AND urls.host_id = mine.id
-RETURNING urls.url, mine.epoch
+UPDATE urls SET state = 'processing', attempts = attempts + 1
+WHERE urls.url = ANY(%(taken)s::text[]) AND urls.state = 'waiting'
+  AND (NOT %(fenced)s OR (SELECT owner FROM hosts WHERE hosts.id = urls.host_id) = %(me)s)
+RETURNING urls.url
 """
 
 # ... and, in the same pipeline (so seeing them marked), where each host asked (%(asked)s) stands
@@ -274,13 +279,17 @@ ORDER BY a.ord
 
 # The outcomes are accepted only while the host is the worker's under the epoch each URL was
 # claimed under (the fencing token): a late one from a worker that lost the host changes nothing.
-_FENCE = "(NOT %(fenced)s OR (hosts.owner = %(me)s AND hosts.epoch = {epoch}))"
+# A scalar subquery, looked up by the host's key for each row found by URL; IS NOT DISTINCT FROM,
+# which no hash join can take for its key, so that it runs for those rows only (as "=", the
+# planner made it part of a hash key over every row in flight: a lookup each).
+_FENCE = ("(NOT %(fenced)s OR {epoch} IS NOT DISTINCT FROM"
+          " (SELECT h.epoch FROM hosts AS h WHERE h.id = urls.host_id AND h.owner = %(me)s))")
 
 # Each element of the arrays is a (url, status, epoch) triple.
 COMPLETE_MANY = f"""
 UPDATE urls SET state = 'done', status = v.status, error = NULL, fetched_at = %(now)s, next_attempt_at = NULL
-FROM unnest(%(urls)s::text[], %(statuses)s::int[], %(epochs)s::bigint[]) AS v(url, status, epoch), hosts
-WHERE urls.url = v.url AND urls.state = 'processing' AND hosts.id = urls.host_id AND {_FENCE.format(epoch="v.epoch")}
+FROM unnest(%(urls)s::text[], %(statuses)s::int[], %(epochs)s::bigint[]) AS v(url, status, epoch)
+WHERE urls.url = v.url AND urls.state = 'processing' AND {_FENCE.format(epoch="v.epoch")}
 """
 
 # A failed attempt, in one statement: waiting again after %(delays)s[attempts] seconds while
@@ -291,18 +300,17 @@ UPDATE urls SET
     status = %(status)s, error = %(error)s, fetched_at = %(now)s,
     next_attempt_at = CASE WHEN %(retry)s AND attempts < %(most)s
                            THEN %(now)s + (%(delays)s::float8[])[attempts] END
-FROM hosts WHERE urls.url = %(url)s AND urls.state = 'processing' AND hosts.id = urls.host_id
-    AND {_FENCE.format(epoch="%(epoch)s")}
-RETURNING urls.state, hosts.origin, urls.priority
+WHERE urls.url = %(url)s AND urls.state = 'processing' AND {_FENCE.format(epoch="%(epoch)s")}
+RETURNING urls.state, (SELECT origin FROM hosts WHERE hosts.id = urls.host_id), urls.priority
 """
 
 # Not fetched, so the attempt does not count; next_attempt_at is still the (past) time it was
 # due, so it is due again at once and keeps its place.  The hosts come back to be put in line.
 RELEASE = f"""
 UPDATE urls SET state = 'waiting', attempts = GREATEST(attempts - 1, 0)
-FROM unnest(%(urls)s::text[], %(epochs)s::bigint[]) AS v(url, epoch), hosts
-WHERE urls.url = v.url AND urls.state = 'processing' AND hosts.id = urls.host_id AND {_FENCE.format(epoch="v.epoch")}
-RETURNING hosts.origin, urls.priority
+FROM unnest(%(urls)s::text[], %(epochs)s::bigint[]) AS v(url, epoch)
+WHERE urls.url = v.url AND urls.state = 'processing' AND {_FENCE.format(epoch="v.epoch")}
+RETURNING (SELECT origin FROM hosts WHERE hosts.id = urls.host_id), urls.priority
 """
 
 SAVE_CHECKPOINT = """
