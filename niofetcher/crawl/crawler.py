@@ -158,6 +158,7 @@ class Crawler:
                                    failed=lambda exc: pipeline.report_broken("a parse job's hand-over", exc))
             with parser, NIOFetcher(fetcher_config) as fetcher:
                 self._fetcher = fetcher
+                self._robots.use(frontier, fetcher)
                 error: BaseException | None = None
                 try:
                     pipeline.start(fetcher, parser, self.on_page, self.output)

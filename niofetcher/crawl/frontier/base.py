@@ -148,6 +148,13 @@ class FrontierBackend(Protocol):
         """Keep what ownership of hosts needs (renewals, when due) and say which hosts this worker
         lost since the last call: what of them is registered and not started must not start."""
 
+    def robots(self, host: str) -> tuple[int, bytes] | None:
+        """(status, body) of ``host``'s robots.txt as another worker of the crawl fetched it
+        lately, None when there is none to reuse."""
+
+    def store_robots(self, host: str, status: int, body: bytes) -> None:
+        """Keep what ``host``'s robots.txt said (2xx or 4xx) for the crawl's other workers."""
+
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """A block whose calls become durable together: nothing commits until it ends."""
 

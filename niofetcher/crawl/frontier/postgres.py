@@ -105,10 +105,12 @@ from .postgres_schema import (
     REGISTER,
     RELEASE,
     RENEW,
+    ROBOTS_OF,
     SAVE_CHECKPOINT,
     SHARE,
     STATE_OF,
     STORE_COUNTS,
+    STORE_ROBOTS,
     TAKE,
     check_crawl_name,
     create_or_check,
@@ -138,6 +140,8 @@ _TAKE_STEP = 256
 _SAFE_SHARE = 2 / 3
 # What next_due() says when nothing of this worker's waits but the crawl goes on elsewhere: look again in a second.
 _POLL_SECONDS = 1.0
+# A robots.txt stored by a host's earlier owner is used for this long (RFC 9309: no more than a day).
+_ROBOTS_SECONDS = 24 * 3600.0
 # The window of "pages in the last minute" in the heartbeat.
 _MINUTE = 60.0
 
@@ -816,6 +820,23 @@ class PostgresFrontier:
             self._commit(conn)
             for host, priority in released:
                 self._offer(host, priority)
+
+    # -- robots.txt --------------------------------------------------------
+
+    def robots(self, host: str) -> tuple[int, bytes] | None:
+        """(status, body) of ``host``'s robots.txt as a worker of this crawl fetched it in the
+        last day, None when none did: a new owner of a host need not fetch it again."""
+        with self._db() as conn:
+            row = conn.execute(ROBOTS_OF, {"host": host, "since": time.time() - _ROBOTS_SECONDS}).fetchone()
+            self._commit(conn)
+            return (int(row[0]), bytes(row[1] or b"")) if row is not None else None
+
+    def store_robots(self, host: str, status: int, body: bytes) -> None:
+        """Keep what ``host``'s robots.txt said (a final answer: 2xx or 4xx) for the host's next owners."""
+        with self._db() as conn:
+            conn.execute(STORE_ROBOTS, {"host": host, "status": status, "body": body, "me": self.worker_id,
+                                        "fenced": self._fenced})
+            self._commit(conn)
 
     # -- looking -----------------------------------------------------------
 

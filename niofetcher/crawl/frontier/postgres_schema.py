@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # psycopg is loaded by postgres.py only, when a PostgreSQL fr
 __all__ = [
     "BUSIEST_HOSTS", "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
     "INSERT", "LEAVE", "LIVE_WORKERS", "LOCK_MINE", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
-    "RENEW", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SHARE", "STATE_OF", "STORE_COUNTS", "TAKE", "check_crawl_name",
+    "RENEW", "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SHARE", "STATE_OF", "STORE_COUNTS", "STORE_ROBOTS", "TAKE", "check_crawl_name",
     "create_or_check",
 ]
 
@@ -57,7 +57,10 @@ CREATE TABLE {schema}.hosts (
     origin       TEXT NOT NULL UNIQUE,
     owner        TEXT,
     lease_until  DOUBLE PRECISION,        -- unix time
-    epoch        BIGINT NOT NULL DEFAULT 0
+    epoch        BIGINT NOT NULL DEFAULT 0,
+    robots_status INTEGER,                -- its robots.txt as its owner fetched it, for the next owner
+    robots        BYTEA,
+    robots_at     DOUBLE PRECISION        -- unix time of that fetch
 );
 CREATE INDEX hosts_owner ON {schema}.hosts (owner);
 
@@ -231,6 +234,14 @@ HELD = "SELECT id, origin, epoch FROM hosts WHERE owner = %(me)s"
 CLAIMS_OF_MINE = """
 SELECT urls.url, hosts.origin, hosts.epoch FROM hosts JOIN urls ON urls.host_id = hosts.id AND urls.state = 'processing'
 WHERE hosts.owner = %(me)s
+"""
+
+# robots.txt as the host's owner last fetched it, when that was after %(since)s.
+ROBOTS_OF = "SELECT robots_status, robots FROM hosts WHERE origin = %(host)s AND robots_at > %(since)s"
+
+STORE_ROBOTS = f"""
+UPDATE hosts SET robots_status = %(status)s, robots = %(body)s, robots_at = {_NOW}
+WHERE origin = %(host)s AND (owner = %(me)s OR NOT %(fenced)s)
 """
 
 # -- claims and outcomes -------------------------------------------------------------------
