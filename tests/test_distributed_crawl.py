@@ -200,7 +200,7 @@ def test_without_host_ownership_the_limit_check_fails(workers: Any) -> None:
 @pytest.mark.timeout(150)
 def test_a_killed_workers_hosts_are_taken_over_and_only_its_pages_in_flight_are_fetched_again(workers: Any) -> None:
     lease = 2.0
-    with TestSite(hosts=12, pages=60, delay=0.1, log_requests=True, max_seconds=140) as site:
+    with TestSite(hosts=12, pages=60, delay=0.2, log_requests=True, max_seconds=140) as site:
         crew: Workers = workers(site, "--lease", str(lease))
         victim = crew.start()
         victim_id = crew.worker_id(victim)
@@ -233,7 +233,7 @@ def test_a_killed_workers_hosts_are_taken_over_and_only_its_pages_in_flight_are_
 @pytest.mark.timeout(150)
 def test_a_worker_paused_past_its_lease_fetches_and_records_nothing_for_the_hosts_it_lost(workers: Any) -> None:
     lease = 2.0
-    with TestSite(hosts=6, pages=60, delay=0.05, log_requests=True, max_seconds=140) as site:
+    with TestSite(hosts=6, pages=60, delay=0.2, log_requests=True, max_seconds=140) as site:
         crew: Workers = workers(site, "--lease", str(lease))
         paused = crew.start()
         paused_id = crew.worker_id(paused)
@@ -246,6 +246,14 @@ def test_a_worker_paused_past_its_lease_fetches_and_records_nothing_for_the_host
         in_flight = {url for (url,) in crew.rows("SELECT url FROM urls WHERE state = 'processing'")}
         done_before = done_by_worker(crew)[paused_id]
         survivor = crew.start()  # takes the paused one's hosts once their leases end, and finishes the crawl
+        crew.worker_id(survivor)
+        registered_at = time.monotonic()
+        owned = "SELECT COUNT(*) FROM hosts WHERE owner = %s AND EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id" \
+                " AND state IN ('waiting', 'processing'))"
+        while crew.rows(owned, paused_id) != [(0,)]:  # its connection is alive: only the leases' end frees them
+            assert time.monotonic() < max(registered_at, stopped_at + lease) + 5, "its hosts were not taken over"
+            time.sleep(0.02)
+        took = time.monotonic() - stopped_at
         crew.wait(100, [survivor])
         assert crew.rows("SELECT COUNT(*) FROM hosts WHERE owner = %s", paused_id)[0][0] == 0 or \
             crew.rows("SELECT COUNT(*) FROM urls WHERE state <> 'done'") == [(0,)]
@@ -261,7 +269,8 @@ def test_a_worker_paused_past_its_lease_fetches_and_records_nothing_for_the_host
         fetched_again = {url for url, times in log.items() if len(times) > 1}
         assert fetched_again <= in_flight
         late = [t for times in log.values() for t in times if t > resumed_at]
-        print(f"paused {resumed_at - stopped_at:.1f} s; {len(late)} requests after resuming; "
+        print(f"paused {resumed_at - stopped_at:.1f} s, its hosts taken {took:.2f} s after the pause (lease {lease} s); "
+              f"{len(late)} requests after resuming; "
               f"{len(fetched_again)} pages fetched again by the survivor of {len(in_flight)} in flight")
         if late:
             # The URLs it had registered and not started: its loop thread starts them the moment it
