@@ -213,7 +213,7 @@ def test_every_field_of_a_result_is_named(page: str, cls: type) -> None:
 # -- the CLI reference -------------------------------------------------------------------------
 
 
-COMMANDS = ("fetch", "crawl", "testsite", "demo")
+COMMANDS = ("fetch", "crawl", "status", "testsite", "demo")
 _CLI_PAGE = ROOT / "docs" / "cli.md"
 
 

@@ -624,12 +624,21 @@ def test_a_crashed_run_resumes_with_its_processing_urls_waiting(backend: Backend
     assert [c.url for c in claim_all(frontier)] == urls(10)[2:]  # in their old order
 
 
-def test_a_second_opener_is_refused_and_changes_nothing(backend: Backend) -> None:
+def test_a_second_opener_is_refused_or_shares_by_host_and_changes_nothing(backend: Backend) -> None:
+    """SQLite: one process per file.  PostgreSQL: a second worker joins, and takes none of the first
+    one's hosts until that one gives them back (closing)."""
     frontier = backend.open()
     frontier.add(urls(2))
     frontier.claim(1)
-    with pytest.raises(FrontierLocked, match="in use by another crawl"):
-        backend.open()
+    if backend.name == "sqlite":
+        with pytest.raises(FrontierLocked, match="in use by another crawl"):
+            backend.open()
+    else:
+        second = backend.open()
+        assert second.claim(10) == [] and not second.holds("http://a.test")
+        assert frontier.holds("http://a.test")
+        with pytest.raises(ValueError, match="another worker's claim"):
+            second.complete_many([(urls(1)[0], 200)])
     assert frontier.counts() == {"waiting": 1, "processing": 1, "done": 0, "error": 0}
     assert backend.rows("SELECT COUNT(*) FROM urls WHERE state = 'processing'") == [(1,)]
     frontier.close()

@@ -1,7 +1,7 @@
-"""The ``niofetcher`` command: fetch, crawl, testsite, demo.
+"""The ``niofetcher`` command: fetch, crawl, status, testsite, demo.
 
 One module per job: ``args`` (the parser), one module per command (``fetch``,
-``crawl``, ``site`` for testsite, ``demo``), and what the crawl commands share:
+``crawl``, ``status``, ``site`` for testsite, ``demo``), and what the crawl commands share:
 ``output`` (the JSONL and WARC files), ``progress`` (a crawl run from the
 terminal), ``signals`` (Ctrl-C and SIGTERM). A command's module, and with it
 what it depends on (the crawler, tqdm, warcio), is imported only when that

@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     crawl.add_argument("--frontier", metavar="URL",
                        help="keep the frontier in PostgreSQL instead: postgresql://user@host:port/db (needs --crawl)")
     crawl.add_argument("--crawl", metavar="NAME", help="the crawl's name in the --frontier database")
+    crawl.add_argument("--lease", type=_positive_float, default=10.0, metavar="S",
+                       help="with --frontier: seconds this worker owns a host after each renewal (default 10)")
     crawl.add_argument("--max-pages", type=_positive_int, default=None, metavar="N")
     crawl.add_argument("--max-depth", type=_non_negative_int, default=None, metavar="D")
     crawl.add_argument("--out", metavar="FILE",
@@ -72,6 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a progress bar on a terminal, periodic lines otherwise (default auto)")
     _add_fetcher_options(crawl)
     crawl.set_defaults(module="crawl")
+
+    status = commands.add_parser(
+        "status", help="where a crawl on a PostgreSQL frontier stands: its URLs, workers and busiest hosts",
+        description="Print the URLs per state of a crawl in a --frontier database, its live workers and the "
+                    "hosts with the most URLs waiting. It reads only: no worker is started.",
+    )
+    status.add_argument("--frontier", metavar="URL", required=True, help="postgresql://user@host:port/db")
+    status.add_argument("--crawl", metavar="NAME", required=True, help="the crawl's name in that database")
+    status.add_argument("--top", type=_positive_int, default=10, metavar="N",
+                        help="how many of the busiest hosts to show (default 10)")
+    status.set_defaults(module="status")
 
     site = commands.add_parser("testsite", help="serve a generated local test site until Ctrl-C")
     site.add_argument("--port", type=int, default=8080, help="first port; host k listens on port+k (default 8080)")

@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
             allowed_domains=args.allowed_domain, include=args.include, exclude=args.exclude,
             max_attempts=args.max_attempts, obey_robots=not args.no_robots, parse_workers=args.parse_workers,
             parse_mode=args.parse_mode, extractor=args.extractor, fetcher=fetcher_config, sitemaps=args.sitemaps,
+            lease_seconds=args.lease,
             **({"frontier": args.frontier, "crawl_name": args.crawl} if args.frontier is not None else {"db_path": db}),
         )
     except ValueError as exc:

@@ -49,6 +49,8 @@ class CrawlConfig:
     crawl_name: str | None = None
     # Seed also from each seed host's robots.txt Sitemap: lines and /sitemap.xml (sitemaps.py).
     sitemaps: bool = False
+    # Seconds a worker of a PostgreSQL frontier owns a host after each renewal (renewed every third).
+    lease_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         if isinstance(self.seeds, str) or not self.seeds:
@@ -84,6 +86,9 @@ class CrawlConfig:
         self._check_frontier()
 
     def _check_frontier(self) -> None:
+        lease = self.lease_seconds
+        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease < float("inf"):
+            raise ValueError(f"lease_seconds must be a positive number of seconds, not {lease!r}")
         if self.frontier is None:
             if self.crawl_name is not None:
                 raise ValueError("crawl_name names a crawl in a PostgreSQL frontier: give frontier too")

@@ -162,6 +162,7 @@ class Crawler:
                                    failed=lambda exc: pipeline.report_broken("a parse job's hand-over", exc))
             with parser, NIOFetcher(fetcher_config) as fetcher:
                 self._fetcher = fetcher
+                self._robots.use(frontier, fetcher)
                 error: BaseException | None = None
                 try:
                     pipeline.start(fetcher, parser, self.on_page, self.output)
@@ -206,6 +207,11 @@ class Crawler:
         cancelled = False
         reports: list[Report] = []  # arrived since the last round
         while True:
+            if frontier.lost_hosts() and not cancelled:
+                # Hosts this worker no longer owns (see PostgresFrontier): none of their registered
+                # URLs may start.  The fetcher cancels by registration, not by host, so all of them
+                # come back cancelled and those of hosts still held wait to be claimed again.
+                fetcher.cancel_pending()
             # A round's records and claims in one commit: a claim moves the rows next to those
             # that were just completed (their hosts' queues, the in-progress index), and one commit
             # writes each page once, not twice (a third fewer pages written, measured).
@@ -283,10 +289,15 @@ class Crawler:
         broken: list[Broken] = []
         for report in reports:
             if isinstance(report, RobotsReply):
-                start, give_back = self._robots.arrived(report, frontier, fetcher)
+                released, give_back = self._robots.arrived(report, frontier, fetcher)
+                # Its host may have changed hands while robots.txt was fetched: then nothing of it starts.
+                start: list[FrontierURL] = []
+                lost: list[FrontierURL] = []
+                for item in released:
+                    (start if frontier.holds(item.host) else lost).append(item)
+                self._give_back(give_back + lost, frontier)
                 if self._sitemaps is not None:
                     frontier.add_many(self._sitemaps.from_robots(report.origin, self._robots.rules(report.origin)))
-                self._give_back(give_back, frontier)
                 for item in start:
                     self._in_progress.pop(item.url)
                 self._start(start, frontier, fetcher)
@@ -433,10 +444,15 @@ def _cleaning_up_after(error: BaseException | None) -> Iterator[None]:
 
 def _open_frontier(config: CrawlConfig) -> FrontierBackend:
     """The frontier of a crawl: the one place that names a backend (PostgreSQL at ``config.frontier``,
-    else SQLite at ``config.db_path``)."""
+    else SQLite at ``config.db_path``).  A worker of a PostgreSQL crawl holds no more hosts than its
+    window keeps busy, so that workers share the hosts."""
     if config.frontier is not None:
         from .frontier.postgres import PostgresFrontier  # psycopg only for crawls that use it
 
+        fetcher = config.fetcher
+        window, per_host = windows(fetcher.max_connections, fetcher.max_connections_per_host, fetcher.host_delay)
+        max_hosts = max(1, window // per_host)
         return PostgresFrontier(config.frontier, str(config.crawl_name), max_attempts=config.max_attempts,
-                                retry_delay=config.retry_delay)
+                                retry_delay=config.retry_delay, lease_seconds=config.lease_seconds,
+                                max_hosts=max_hosts)
     return Frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay)

@@ -11,6 +11,10 @@ origin ends ``error`` ("robots.txt unavailable: HTTP 503").  Its Crawl-delay bec
 host delay, capped at ``max_crawl_delay`` (as Heritrix's ``respectCrawlDelayUpToSeconds``): a
 ``Crawl-delay: 3600`` must not stall a crawl for an hour a page.
 
+A crawl whose workers share a frontier (PostgreSQL) shares robots.txt too: the owner of a host
+stores the final answer it fetched (a 2xx or a 4xx) in the frontier, and a worker that takes the
+host over reads it from there instead of fetching it again (``use()`` gives the gate the frontier).
+
 The gate keeps the books and says what to do, the coordinator does it: each method returns the
 held URLs that the coordinator must start now (their robots.txt is settled) or give back to the
 frontier (the crawl is stopping and nothing was settled).  Only the coordinator's thread calls it.
@@ -29,7 +33,7 @@ from typing import NamedTuple
 from ..errors import ErrorKind
 from ..fetcher import NIOFetcher
 from ..models import FetchResult, URLBean
-from ..urls import Origin
+from ..urls import Origin, host_key, normalize_url
 from .frontier import FrontierBackend, FrontierURL
 from .policy import error_text, retry_after
 from .robots import Redirect, RobotsRules, RobotsTable, interpret
@@ -94,14 +98,37 @@ class RobotsGate:
         self._held: dict[Origin, list[FrontierURL]] = {}  # URLs waiting for their origin's robots.txt
         self._fetches: dict[Origin, int] = {}  # fetches of an unreachable robots.txt so far
         self._retries: list[tuple[float, Origin]] = []  # heap: when to fetch robots.txt again
+        self._shared: tuple[FrontierBackend, NIOFetcher] | None = None  # where stored answers are read
+        self._asked: set[Origin] = set()  # origins the frontier had no stored answer for
 
     def __len__(self) -> int:
         """How many origins' rules are kept (bounded: see :class:`RobotsTable`)."""
         return len(self._rules)
 
+    def use(self, frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
+        """Read the answers other workers stored in ``frontier`` before fetching robots.txt (the
+        Crawl-delay of one goes to ``fetcher``)."""
+        self._shared = (frontier, fetcher)
+
     def rules(self, origin: Origin) -> RobotsRules | None:
         """The rules of ``origin``, None while they are not known: then :meth:`hold` its URLs."""
-        return self._rules.get(origin)
+        rules = self._rules.get(origin)
+        if rules is None and self._shared is not None and origin not in self._held and origin not in self._asked:
+            frontier, fetcher = self._shared
+            stored = frontier.robots(_host(origin))
+            if stored is None:
+                if len(self._asked) >= 4 * _ROBOTS_ORIGINS:
+                    self._asked.clear()  # bounded: an origin asked about again costs one look
+                self._asked.add(origin)
+                return None
+            url = f"{origin}/robots.txt"
+            answer = interpret(FetchResult(URLBean(url), url, url, status=stored[0], body=stored[1]), 0,
+                               self._user_agent)
+            if isinstance(answer, RobotsRules):  # a 2xx or a 4xx: what was stored
+                self._apply_crawl_delay(origin, answer, fetcher)
+                self._rules.put(origin, answer)
+                rules = answer
+        return rules
 
     def held_urls(self) -> set[str]:
         """The URLs waiting for their origin's robots.txt."""
@@ -142,6 +169,9 @@ class RobotsGate:
                 return _NOTHING
             answer = RobotsRules(refusal=f"robots.txt unavailable: {error_text(result)}")
         self._fetches.pop(origin, None)
+        status = result.status
+        if answer.refusal == "" and status is not None and (200 <= status < 300 or 400 <= status < 500):
+            frontier.store_robots(_host(origin), status, result.body)  # for the host's next owners
         self._apply_crawl_delay(origin, answer, fetcher)
         self._rules.put(origin, answer)
         return Released(self._held.pop(origin, []), [])
@@ -185,3 +215,8 @@ class RobotsGate:
             log.warning("%s asks for Crawl-delay %g s; using max_crawl_delay, %g s", origin, rules.crawl_delay, delay)
         if delay:
             fetcher.set_host_delay(f"{origin}/", delay)
+
+
+def _host(origin: Origin) -> str:
+    """The frontier's name of ``origin``'s host (``host_key()`` of its URLs as stored)."""
+    return host_key(normalize_url(f"{origin}/"))

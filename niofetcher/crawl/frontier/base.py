@@ -140,6 +140,21 @@ class FrontierBackend(Protocol):
     def checkpoint(self) -> dict[str, int]:
         """The checkpoint entries stored by :meth:`complete_many`, committed."""
 
+    def holds(self, host: str) -> bool:
+        """Whether requests to ``host`` (``host_key()``) may start now: a frontier shared by workers
+        says no for a host this worker does not own, or whose lease it cannot count on."""
+
+    def lost_hosts(self) -> list[str]:
+        """Keep what ownership of hosts needs (renewals, when due) and say which hosts this worker
+        lost since the last call: what of them is registered and not started must not start."""
+
+    def robots(self, host: str) -> tuple[int, bytes] | None:
+        """(status, body) of ``host``'s robots.txt as another worker of the crawl fetched it
+        lately, None when there is none to reuse."""
+
+    def store_robots(self, host: str, status: int, body: bytes) -> None:
+        """Keep what ``host``'s robots.txt said (2xx or 4xx) for the crawl's other workers."""
+
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """A block whose calls become durable together: nothing commits until it ends."""
 
@@ -147,7 +162,8 @@ class FrontierBackend(Protocol):
         """URLs per state; all four states are always there."""
 
     def next_due(self) -> float | None:
-        """The earliest time (unix) a waiting URL is due, None when none waits."""
+        """The earliest time (unix) a waiting URL is due, None when none waits (a shared frontier:
+        and nothing is in flight anywhere)."""
 
     def min_due_depth(self) -> int | None:
         """The smallest depth among waiting URLs that are due now, None when there is none."""

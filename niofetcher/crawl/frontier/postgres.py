@@ -15,15 +15,37 @@ the same query after ``SET search_path TO name``; a crawl's indexes hold its own
 autovacuum settings are its own, and ``DROP SCHEMA name CASCADE`` forgets it.  The connection's
 ``search_path`` is the crawl's schema, so the statements name the tables as a user would.
 
-*One owner, for now.*  This is the frontier of one crawl process at a time: opening it takes a
-session-level advisory lock named after the crawl, and a second opener gets
-:class:`~niofetcher.crawl.frontier.lock.FrontierLocked` naming the holder (its ``application_name``:
-pid and host); the server lets go when the connection ends, however the process ended.  Being
-the one writer is what lets opening move every 'processing' row back to 'waiting' (a crashed
-run's, their attempt kept), and lets the frontier keep the counts per state and the hosts in turn
-(``hosts.py``) in memory, as the SQLite frontier does.  The ``hosts`` table already has what
-workers sharing a crawl need -- an owner, a lease's end, a fencing epoch -- and a ``workers``
-table waits for their heartbeats; no code here pretends to use them yet.
+*Host leases.*  Any number of workers -- processes on any number of machines -- open the same
+crawl, and each (scheme, host, port) is owned by at most one of them at a time, so that a host's
+connection limit, its politeness delay and its Crawl-delay are kept by one fetcher: cluster-wide.
+A worker registers in ``workers`` (with the server process of its connection) and takes hosts
+with work that are free, whose lease ran out, or whose owner's connection is gone -- a dead
+worker's first, ``FOR UPDATE SKIP LOCKED``, a few at a time and no more than ``max_hosts`` -- and
+gives a host back when it has nothing to do there (its queue empty, nothing in flight) or when it
+stops.  One statement renews all its leases every third of ``lease_seconds``, which are measured
+by the server's clock; by its own (monotonic) clock the worker stops claiming for its hosts, and
+:meth:`holds` says no, two thirds of a lease after the last renewal was sent, so it stops
+starting requests before any lease it failed to renew can end.  The leases are kept in the calls
+the coordinator makes anyway (``claim``, ``counts``, ``next_due``, :meth:`lost_hosts`), in their
+transaction: there is no thread.
+
+*Fencing.*  Taking a host raises its ``epoch``; a claim records each URL's, and ``complete``,
+``fail`` and ``release`` are accepted only while the host is the worker's under that epoch.  A
+worker that lost a host -- paused past its lease, cut off, or dead with a last statement still on
+its way (a killed process's statement can still commit) -- changes nothing: its outcome is
+counted in :attr:`refused` and dropped, not raised, for the page is another worker's now.  The
+taker moves the host's 'processing' rows back to 'waiting', their attempt counted.  Marking a
+claim locks its hosts' rows ``FOR SHARE``, so that no row is marked for a host that changed hands
+meanwhile.
+
+*The whole crawl.*  The counts are the sums of rows each worker adds its own changes to, in the
+commit that makes them true; ``next_due()`` answers for this worker's hosts and, when nothing of
+them waits, says "soon" while anything waits or is in flight anywhere, so a worker ends only when
+the whole crawl has.  A host another worker added URLs to is taken (or kept) by whoever has room.
+
+*Test-only switch.*  With the environment variable ``NIOFETCHER_TEST_NO_HOST_LEASES=1`` every
+check of an owner passes (read once, in ``__init__``): the negative control of the tests that
+prove the per-host limit holds across workers.  Never for a real crawl.
 
 *Round trips, not statements, are the cost.*  Every method is a few statements whatever the
 number of URLs (arrays and ``unnest``: one statement inserts a page's links and any new hosts),
@@ -45,34 +67,51 @@ and ``statement_timeout`` bound every wait on the server.
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 import os
+import secrets
 import socket
 import threading
 import time
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...urls import host_key, normalize_url
 from .base import STATES, FrontierError, FrontierURL, check_int, check_time, retry_delay
 from .hosts import HostRotation, Turn
-from .lock import FrontierLocked
 from .postgres_schema import (
+    BUSIEST_HOSTS,
     CLAIM_ROWS,
+    CLAIMS_OF_MINE,
     COMPLETE_MANY,
-    COUNT_ROWS,
     COUNTS,
     FAIL,
+    GIVE_BACK,
+    HEARTBEAT,
+    HELD,
     HOSTS_AFTER_CLAIM,
     INSERT,
+    LEAVE,
+    LIVE_WORKERS,
+    LOCK_MINE,
     MARK_CLAIMED,
     MIN_DUE_DEPTH,
     NEXT_DUE,
     QUEUED_HOSTS,
     RECOVER,
+    REGISTER,
     RELEASE,
+    RENEW,
+    ROBOTS_OF,
     SAVE_CHECKPOINT,
+    SHARE,
     STATE_OF,
     STORE_COUNTS,
+    STORE_ROBOTS,
+    TAKE,
     check_crawl_name,
     create_or_check,
 )
@@ -82,17 +121,41 @@ from .sqlite import _check_checkpoint  # the same rules for a checkpoint (the cr
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PostgresFrontier"]
+__all__ = ["NO_HOST_LEASES", "CrawlStatus", "PostgresFrontier", "WorkerStatus", "crawl_status"]
+
+log = logging.getLogger("niofetcher")
+
+#: The test-only switch that turns host ownership off (see "Test-only switch" above).
+NO_HOST_LEASES = "NIOFETCHER_TEST_NO_HOST_LEASES"
 
 # The deepest a claim without a depth limit goes: depth is an INTEGER column.
 _DEEPEST = 2**31 - 1
+# Names the lock that serializes creating a crawl's tables, with the hash of its name ('niof').
+_LOCK_CLASS = 0x6E696F66
 # A claim asks the hosts of a pass again for more while it is short, at most this many times.
 _CLAIM_ROUNDS = 4
-# Names the advisory lock of a crawl, with the hash of its name ('niof').
-_LOCK_CLASS = 0x6E696F66
+# Hosts taken in one statement at most (the fair share bounds them too).
+_TAKE_STEP = 256
+# After a renewal sent at t, requests start until t + this share of the lease (renewals come every third).
+_SAFE_SHARE = 2 / 3
+# What next_due() says when nothing of this worker's waits but the crawl goes on elsewhere: look again in a second.
+_POLL_SECONDS = 1.0
+# A robots.txt stored by a host's earlier owner is used for this long (RFC 9309: no more than a day).
+_ROBOTS_SECONDS = 24 * 3600.0
+# The window of "pages in the last minute" in the heartbeat.
+_MINUTE = 60.0
 
 #: A row of CLAIM_ROWS: [host, url, depth, priority, attempts, parent, seq].
 _Row = tuple[Any, ...]
+
+
+def _not_a_pipeline_echo(record: logging.LogRecord) -> bool:
+    """psycopg logs "error ignored terminating <Pipeline>" when a pipeline ends on a connection
+    already lost; the FrontierError raised then says so already, in its one line."""
+    return not str(record.msg).startswith("error ignored terminating")
+
+
+logging.getLogger("psycopg").addFilter(_not_a_pipeline_echo)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -101,7 +164,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 class PostgresFrontier:
-    """The crawl frontier of crawl ``crawl``, in the PostgreSQL database at ``dsn``.
+    """The crawl frontier of crawl ``crawl``, in the PostgreSQL database at ``dsn``: one worker of it.
 
     Args:
         dsn: a libpq connection string (``postgresql://user@host:port/db``); a password in it
@@ -111,9 +174,11 @@ class PostgresFrontier:
             :class:`~niofetcher.crawl.frontier.sqlite.Frontier`.
         connect_timeout: seconds to wait for the server when connecting.
         statement_timeout: seconds a statement may run before the server cancels it.
+        lease_seconds: how long a host is this worker's after each renewal (see "Host leases").
+        max_hosts: the most hosts this worker holds at once, None for no bound (a crawler gives
+            the hosts its window can keep busy, so that workers share the hosts).
 
     Raises:
-        FrontierLocked: when another frontier has this crawl open (see "One owner" above).
         FrontierError: when the server cannot be reached or refuses us, or the crawl's schema
             holds something else than a frontier of this version.
         ImportError: when psycopg is not installed (``pip install 'niofetcher[postgres]'``).
@@ -130,6 +195,8 @@ class PostgresFrontier:
         clock: Callable[[], float] = time.time,
         connect_timeout: float = 10.0,
         statement_timeout: float = 60.0,
+        lease_seconds: float = 10.0,
+        max_hosts: int | None = None,
     ) -> None:
         self.max_attempts = check_int("max_attempts", max_attempts, 1)
         self.retry_delay = check_time("retry_delay", retry_delay)
@@ -139,6 +206,10 @@ class PostgresFrontier:
         self.crawl = check_crawl_name(crawl)
         connect_timeout = check_time("connect_timeout", connect_timeout)
         statement_timeout = check_time("statement_timeout", statement_timeout)
+        self.lease_seconds = check_time("lease_seconds", lease_seconds)
+        if not self.lease_seconds > 0:
+            raise ValueError(f"lease_seconds must be positive, not {lease_seconds!r}")
+        self.max_hosts = None if max_hosts is None else check_int("max_hosts", max_hosts, 1)
         try:
             import psycopg  # here: only a PostgreSQL frontier pays for it
         except ImportError as exc:
@@ -148,15 +219,30 @@ class PostgresFrontier:
         self._psycopg = psycopg
         self.where = _where(psycopg, dsn)
         self._clock = clock
+        self._fenced = os.environ.get(NO_HOST_LEASES) != "1"  # the one place the test-only switch is read
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        #: Outcomes refused because their host had changed hands (see "Fencing"), since opening.
+        self.refused = 0
         self._lock = threading.RLock()
         self._batching = 0  # open batch() blocks: while there are any, no commit happens
         self._commit_deferred = False  # a commit was asked for inside a batch
-        self._counts = dict.fromkeys(STATES, 0)
-        self._stored_counts = dict(self._counts)
-        self._rotation = HostRotation()  # every host with a waiting URL, in turn ...
+        self._delta = dict.fromkeys(STATES, 0)  # what this worker changed since its last commit
+        self._rotation = HostRotation()  # every host held with a waiting URL, in turn ...
         self._too_deep: dict[str, tuple[int, int]] = {}  # ... or parked: (depth limit, its line)
         self._shallowest_parked = _DEEPEST  # the smallest depth limit in _too_deep
         self._recent = RecentURLs()
+        self._held: dict[str, tuple[int, int]] = {}  # host -> (hosts.id, epoch): this worker's
+        self._claimed: dict[str, tuple[str, int]] = {}  # url in flight -> (host, epoch it was claimed under)
+        self._claims_by_host: Counter[str] = Counter()
+        self._lost: list[str] = []  # hosts lost since lost_hosts() last said
+        self._given_back: set[str] = set()  # hosts this worker gave back: a URL of one waits -> take again
+        self._leaving: set[str] = set()  # held hosts beyond a fair share: no more claims, given back once drained
+        self._take_soon = True  # free hosts with work are likely: take at the next call
+        self._take_at = 0.0  # time.monotonic() of the next take otherwise
+        self._renew_at = 0.0  # ... of the next renewal
+        self._deadline = -math.inf  # ... past which no request of a held host may start (see holds())
+        self._committed_deadline = self._deadline  # ... as the last commit made it true
+        self._done_times: deque[tuple[float, int]] = deque()  # (time.monotonic(), URLs done): the heartbeat's
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         try:
             conn = psycopg.connect(
@@ -178,32 +264,23 @@ class PostgresFrontier:
     # -- opening -----------------------------------------------------------
 
     def _open(self, conn: psycopg.Connection[tuple[Any, ...]], statement_timeout: float) -> None:
-        """Take the crawl, create or check its tables, recover a crashed run, line the hosts up."""
+        """Create or check the crawl's tables, register as a worker, take the first hosts."""
         from psycopg import sql
 
         conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{round(statement_timeout * 1000)}ms",))
-        (mine,) = _single(conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, self.crawl)))
-        if not mine:
-            holder = conn.execute(
-                "SELECT a.application_name FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid"
-                " WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objid = hashtext(%s)::oid AND l.granted",
-                (_LOCK_CLASS, self.crawl)).fetchone()
-            by = f" ({holder[0]})" if holder and holder[0] else ""
-            raise FrontierLocked(f"crawl {self.crawl!r} at {self.where} is in use by another crawl{by}")
-        conn.commit()  # the settings and the lock are the session's, and outlive this transaction
+        # A transaction left open longer than a lease (a worker paused, stuck) holds row locks that
+        # other workers wait for: the server ends it, and the session with it, so that its hosts
+        # are free at once.  The worker finds its connection gone, which ends its crawl.
+        conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                     (f"{max(1000, round(self.lease_seconds * 1000))}ms",))
+        conn.commit()  # the settings are the session's, and outlive this transaction
+        # Workers started together must not both create the tables: one at a time (till the commit).
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, self.crawl))
         create_or_check(conn, self.crawl, self.where, self._clock)
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.crawl)))
         conn.commit()  # SET is transactional: committed, it holds for the session
-        self._reload(conn)
-        moved = conn.execute(RECOVER).rowcount
-        if moved != self._counts["processing"]:
-            # Stored counts that the rows belie (another writer): count the rows, this once.
-            self._counts = dict.fromkeys(STATES, 0)
-            self._counts.update(conn.execute(COUNT_ROWS).fetchall())
-        else:
-            self._move("processing", "waiting", moved)
-        if moved:
-            self._line_up(conn)
+        conn.execute(REGISTER, {"me": self.worker_id, "host_name": socket.gethostname(), "pid": os.getpid()})
+        self._keep_leases(conn)
         self._store_and_commit(conn)
 
     def _reload(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
@@ -212,14 +289,130 @@ class PostgresFrontier:
         self._too_deep.clear()
         self._shallowest_parked = _DEEPEST
         self._recent.clear()
-        self._counts = dict.fromkeys(STATES, 0)
-        self._counts.update(conn.execute(COUNTS).fetchall())
-        self._stored_counts = dict(self._counts)
-        self._line_up(conn)
+        self._delta = dict.fromkeys(STATES, 0)
+        me = {"me": self.worker_id}
+        self._held = {origin: (host_id, epoch) for host_id, origin, epoch in conn.execute(HELD, me)}
+        self._claimed = {url: (origin, epoch) for url, origin, epoch in conn.execute(CLAIMS_OF_MINE, me)}
+        self._claims_by_host = Counter(host for host, _epoch in self._claimed.values())
+        self._leaving.clear()
+        # A renewal or a take rolled back: the leases are as last committed; renew at the next call.
+        self._deadline = self._committed_deadline
+        self._renew_at = 0.0
+        self._take_soon = True
+        self._line_up(conn, [host_id for host_id, _epoch in self._held.values()])
 
-    def _line_up(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        for host, priority in conn.execute(QUEUED_HOSTS):
-            self._offer(host, priority)
+    def _line_up(self, conn: psycopg.Connection[tuple[Any, ...]], ids: list[int]) -> None:
+        if ids:
+            for host, priority in conn.execute(QUEUED_HOSTS, {"ids": ids}):
+                self._offer(host, priority)
+
+    # -- host leases -----------------------------------------------------------
+
+    def holds(self, host: str) -> bool:
+        """Whether requests to ``host`` (``host_key()``) may start now: it is this worker's, and
+        its lease cannot have ended by this worker's clock (see "Host leases" above)."""
+        if not self._fenced:
+            return True
+        return host in self._held and time.monotonic() < self._deadline
+
+    def lost_hosts(self) -> list[str]:
+        """Keep the leases (renew, take, give back, when due) and say which hosts this worker lost
+        since the last call: renewals that found another owner, or leases its clock gave up on.
+        Whatever of them is in flight must not start; its outcomes will be refused."""
+        with self._db() as conn:
+            self._keep_leases(conn)
+            self._commit(conn)
+            lost, self._lost = self._lost, []
+            return lost
+
+    def _keep_leases(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Renew, give back, take: what is due of it, in the current transaction."""
+        now = time.monotonic()
+        if self._fenced and self._held and now >= self._deadline:
+            # No renewal in time (a pause, a slow round): any of these may be another's by now.
+            log.warning("crawl %s: worker %s gave up its %d hosts: no lease renewal in time",
+                        self.crawl, self.worker_id, len(self._held))
+            conn.execute(GIVE_BACK, {"me": self.worker_id, "ids": [host_id for host_id, _ in self._held.values()]})
+            self._forget_hosts(list(self._held), lost=True)
+        if now >= self._renew_at:
+            self._renew(conn, now)
+        if self._take_soon or now >= self._take_at:
+            self._take(conn, now)
+
+    def _renew(self, conn: psycopg.Connection[tuple[Any, ...]], now: float) -> None:
+        """One statement for every lease; the heartbeat; the hosts with nothing to do given back."""
+        held = self._held
+        while self._done_times and self._done_times[0][0] < now - _MINUTE:
+            self._done_times.popleft()
+        me = {"me": self.worker_id, "lease": self.lease_seconds, "ids": [host_id for host_id, _ in held.values()]}
+        with conn.pipeline():
+            renewed = conn.execute(RENEW, me) if held else None
+            conn.execute(HEARTBEAT, {"me": self.worker_id, "held": len(held),
+                                     "pages": sum(n for _t, n in self._done_times)})
+            share = conn.execute(SHARE, {"lease": self.lease_seconds}) if self._fenced else None
+        if renewed is not None and self._fenced:
+            kept = {host_id for (host_id,) in renewed.fetchall()}
+            lost = [host for host, (host_id, _epoch) in held.items() if host_id not in kept]
+            if lost:
+                log.warning("crawl %s: worker %s lost %d hosts to others", self.crawl, self.worker_id, len(lost))
+                self._forget_hosts(lost, lost=True)
+        self._deadline = now + self.lease_seconds * _SAFE_SHARE
+        self._renew_at = now + self.lease_seconds / 3
+        if share is not None:
+            self._shed(*_single(share))
+        idle = [host for host in held
+                if host not in self._rotation and host not in self._too_deep and not self._claims_by_host[host]]
+        if idle:
+            conn.execute(GIVE_BACK, {"me": self.worker_id, "ids": [held[host][0] for host in idle]})
+            self._forget_hosts(idle, lost=False)
+            self._given_back.update(idle)
+
+    def _shed(self, share: int) -> None:
+        """Fairness: hold no more than a fair share of the hosts with work (``share``: each live
+        worker the same), and let the hosts beyond it go -- those with the least in flight, which
+        stop being claimed for and are given back once nothing of them is in flight."""
+        staying = [host for host in self._held if host not in self._leaving]
+        excess = len(staying) - share
+        if excess <= 1:  # a host more than the share is no reason to move one
+            return
+        for host in sorted(staying, key=self._claims_by_host.__getitem__)[:excess]:
+            self._leaving.add(host)
+            self._rotation.forget(host)
+            self._too_deep.pop(host, None)
+
+    def _take(self, conn: psycopg.Connection[tuple[Any, ...]], now: float) -> None:
+        """Take free hosts with work (up to max_hosts held), and recover what their last owner had in flight."""
+        self._take_soon = False
+        most = _TAKE_STEP if self.max_hosts is None else min(_TAKE_STEP, self.max_hosts - len(self._held))
+        self._take_at = now + self.lease_seconds / 3
+        if most <= 0:
+            return
+        taken = conn.execute(TAKE, {"me": self.worker_id, "lease": self.lease_seconds, "most": most,
+                                    "held": len(self._held), "fenced": self._fenced}).fetchall()
+        if len(taken) == most:
+            self._take_at = now  # there may be more: at the next call
+        if not taken:
+            return
+        if not self._held:  # the leases of hosts already held are older: they set the deadline
+            self._deadline = now + self.lease_seconds * _SAFE_SHARE
+            self._renew_at = now + self.lease_seconds / 3
+        ids = []
+        for host_id, host, epoch in taken:
+            self._held[host] = (host_id, epoch)
+            self._given_back.discard(host)
+            ids.append(host_id)
+        if self._fenced:
+            self._move("processing", "waiting", conn.execute(RECOVER, {"ids": ids}).rowcount)
+        self._line_up(conn, ids)
+
+    def _forget_hosts(self, hosts: list[str], *, lost: bool) -> None:
+        for host in hosts:
+            del self._held[host]
+            self._leaving.discard(host)
+            self._rotation.forget(host)
+            self._too_deep.pop(host, None)
+        if lost:
+            self._lost += hosts
 
     # -- plumbing ------------------------------------------------------------
 
@@ -254,19 +447,22 @@ class PostgresFrontier:
             self._store_and_commit(conn)
 
     def _store_and_commit(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        """The counts go into the commit that makes them true: both in one round trip (a COMMIT
-        statement in the pipeline: conn.commit() there would wait for a sync of its own)."""
-        if self._counts == self._stored_counts:
+        """This worker's changes to the counts go into the commit that makes them true: both in
+        one round trip (a COMMIT statement in the pipeline: conn.commit() there would wait for a
+        sync of its own)."""
+        if not any(self._delta.values()):
             conn.commit()
-            return
-        with conn.pipeline():
-            conn.execute(STORE_COUNTS, {"states": list(self._counts), "counts": list(self._counts.values())})
-            conn.execute("COMMIT")
-        self._stored_counts = dict(self._counts)
+        else:
+            with conn.pipeline():
+                conn.execute(STORE_COUNTS, {"me": self.worker_id, "states": list(self._delta),
+                                            "counts": list(self._delta.values())})
+                conn.execute("COMMIT")
+            self._delta = dict.fromkeys(STATES, 0)
+        self._committed_deadline = self._deadline
 
     def _move(self, old: str, new: str, n: int = 1) -> None:
-        self._counts[old] -= n
-        self._counts[new] += n
+        self._delta[old] -= n
+        self._delta[new] += n
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -298,7 +494,8 @@ class PostgresFrontier:
 
         A URL given twice keeps its first place and priority, and the smallest depth with the
         parent that gave it (PostgreSQL's upsert may not touch a row twice in one statement,
-        so the batch is folded here first).
+        so the batch is folded here first).  URLs of hosts another worker holds wait for it;
+        new hosts are free, and this worker takes them at its next claim if it has room.
         """
         parents: dict[str | None, str | None] = {None: None}
         rows: dict[str, list[Any]] = {}  # url -> [depth, priority, parent, host]
@@ -333,12 +530,14 @@ class PostgresFrontier:
             if not rows:
                 return 0
             columns = list(zip(*rows.values()))
-            (added,) = _single(conn.execute(INSERT, {
-                "fresh": [host for host in hosts if host not in self._rotation and host not in self._too_deep],
-                "hosts": list(hosts), "now": self._clock(), "urls": list(rows), "depths": list(columns[0]),
+            added, fresh = _single(conn.execute(INSERT, {
+                "fresh": [host for host in hosts if host not in self._held], "hosts": list(hosts),
+                "now": self._clock(), "urls": list(rows), "depths": list(columns[0]),
                 "priorities": list(columns[1]), "parents": list(columns[2]), "host_of": list(columns[3]),
             }))
-            self._counts["waiting"] += added
+            self._delta["waiting"] += added
+            if fresh:
+                self._take_soon = True
             self._commit(conn)
             for key, row in rows.items():
                 recent.added(key, row[0])
@@ -351,14 +550,18 @@ class PostgresFrontier:
     def claim(
         self, limit: int, max_depth: int | None = None, host_room: Callable[[str], int] | None = None
     ) -> list[FrontierURL]:
-        """Up to ``limit`` due URLs, no deeper than ``max_depth``, moved to 'processing': hosts in
-        turn, each no more than ``host_room(host)`` says it can take now -- the order and the
-        rules of the SQLite Frontier's claim()."""
+        """Up to ``limit`` due URLs of this worker's hosts, no deeper than ``max_depth``, moved to
+        'processing': hosts in turn, each no more than ``host_room(host)`` says it can take now --
+        the order and the rules of the SQLite Frontier's claim()."""
         check_int("limit", limit, 0)
         if limit == 0:
             return []
         deepest = _DEEPEST if max_depth is None else min(max_depth, _DEEPEST)
         with self._db() as conn:
+            self._keep_leases(conn)
+            if self._fenced and time.monotonic() >= self._deadline:
+                self._commit(conn)
+                return []  # no lease this worker can count on: nothing may start
             self._unpark(deepest)
             now = self._clock()
             rows: list[_Row] = []
@@ -380,12 +583,13 @@ class PostgresFrontier:
                         break
                     turns += taken
                     rows += self._claim_pass(conn, taken, limit - len(rows), deepest, now, found)
-                settled = self._mark_and_settle(conn, turns, found, rows, deepest) if turns else 0
+                if turns:
+                    rows = self._mark_and_settle(conn, turns, found, rows, deepest)
             except BaseException:
                 for host, _share, priority in reversed(turns):  # nothing handed out: every host keeps its turn
                     self._rotation.put_back(host, priority, front=True)
                 raise
-            self._move("waiting", "processing", settled)
+            self._move("waiting", "processing", len(rows))
             self._commit(conn)
         return [FrontierURL(url, depth, priority, attempts, parent)
                 for _host, url, depth, priority, attempts, parent, _seq in rows]
@@ -421,21 +625,27 @@ class PostgresFrontier:
         return [entry[4] for entry in ranked[:limit]]
 
     def _mark_and_settle(self, conn: psycopg.Connection[tuple[Any, ...]], turns: list[Turn],
-                         found: dict[str, list[_Row]], rows: list[_Row], deepest: int) -> int:
-        """Mark ``rows`` claimed and put each host asked back where its queue says: out of line
-        (nothing waits), parked (nothing as shallow as the depth limit), at the front of its line
-        (none of its rows was taken: it keeps its turn) or at the end.  How many were marked."""
-        taken = {row[1] for row in rows}
+                         found: dict[str, list[_Row]], rows: list[_Row], deepest: int) -> list[_Row]:
+        """Mark ``rows`` claimed -- those of hosts still this worker's -- and put each host asked
+        back where its queue says: out of line (nothing waits), parked (nothing as shallow as the
+        depth limit), at the front of its line (none of its rows was taken: it keeps its turn) or
+        at the end.  The rows marked."""
         limited = deepest != _DEEPEST
         lines = {host: priority for host, _share, priority in turns}
-        with conn.pipeline():  # one round trip for both
-            marking = conn.execute(MARK_CLAIMED, (list(taken),)) if taken else None
+        mine = {"ids": [self._held[host][0] for host in lines if host in self._held], "me": self.worker_id,
+                "taken": [row[1] for row in rows], "fenced": self._fenced}
+        with conn.pipeline():  # one round trip for all three
+            if rows and self._fenced:
+                conn.execute(LOCK_MINE, mine)
+            marking = conn.execute(MARK_CLAIMED, mine) if rows else None
             hosts = conn.execute(HOSTS_AFTER_CLAIM, {
                 "asked": list(lines), "deepest": deepest, "idle": [limited and not found[host] for host in lines]})
-        marked = marking.rowcount if marking is not None else 0
-        if marked != len(taken):
-            raise FrontierError(f"{len(taken) - marked} claimed URLs were no longer waiting: crawl {self.crawl!r} at "
-                                f"{self.where} has another writer")
+        marked = {url for (url,) in marking.fetchall()} if marking is not None else set()
+        # A row not marked was claimed by another worker: its host changed hands, as the next renewal will say.
+        rows = [row for row in rows if row[1] in marked]
+        for row in rows:
+            self._claimed[row[1]] = (row[0], self._held[row[0]][1])  # the host was locked as this worker's
+            self._claims_by_host[row[0]] += 1
         front = []
         for host, top, within in hosts.fetchall():
             if top is None:
@@ -443,16 +653,21 @@ class PostgresFrontier:
             if limited and not found[host] and not within:
                 self._too_deep[host] = (deepest, max(top, lines[host]))
                 self._shallowest_parked = min(self._shallowest_parked, deepest)
-            elif found[host] and not any(row[1] in taken for row in found[host]):
+            elif found[host] and not any(row[1] in marked for row in found[host]):
                 front.append((host, top))
             else:
                 self._rotation.put_back(host, top)
         for host, top in reversed(front):  # in their order, each in front of the one after it
             self._rotation.put_back(host, top, front=True)
-        return marked
+        return rows
 
     def _offer(self, host: str, priority: int) -> None:
-        """A URL of ``host`` waits (new, or again): in line it goes, parked or not."""
+        """A URL of ``host`` waits (new, or again): in line it goes, parked or not, if the host is
+        this worker's; a host it gave back it takes again."""
+        if host not in self._held or host in self._leaving:
+            if host in self._given_back:
+                self._take_soon = True
+            return
         parked = self._too_deep.pop(host, None)
         self._rotation.offer(host, priority if parked is None else max(priority, parked[1]))
 
@@ -469,6 +684,33 @@ class PostgresFrontier:
 
     # -- outcomes ------------------------------------------------------------
 
+    def _own(self, conn: psycopg.Connection[tuple[Any, ...]], url: str, action: str,
+             seen: set[str]) -> tuple[str, str, int]:
+        """(stored URL, host, epoch) of a URL this worker claimed, given in any form; no longer in
+        flight here.  ValueError for any other URL (``seen``: the URLs of this call so far)."""
+        key = url if url in self._claimed else None
+        if key is None:
+            with contextlib.suppress(TypeError, ValueError):
+                key = normalize_url(url)
+        if key is not None and key in self._claimed:
+            host, epoch = self._claimed.pop(key)
+            seen.add(key)
+            return key, host, epoch
+        if key is not None and key in seen:
+            raise ValueError(f"cannot {action} {url!r}: it is given twice (the first makes it 'done', not 'processing')")
+        self._key_of_processing(conn, url, action)
+        raise ValueError(f"cannot {action} {url!r}: it is another worker's claim")
+
+    def _unclaim(self, host: str) -> None:
+        self._claims_by_host[host] -= 1
+        if not self._claims_by_host[host]:
+            del self._claims_by_host[host]
+
+    def _refuse(self, n: int, action: str) -> None:
+        if n:
+            self.refused += n
+            log.info("crawl %s: %d %s refused: their hosts changed hands", self.crawl, n, action)
+
     def complete(self, url: str, status: int | None) -> None:
         """Record that a claimed URL was fetched: processing → done (:meth:`complete_many` of one)."""
         self.complete_many([(url, status)])
@@ -478,9 +720,10 @@ class PostgresFrontier:
     ) -> None:
         """``(url, status)`` pairs of claimed URLs to 'done', all or none, with ``checkpoint`` (names
         and ints >= 0) stored in the same transaction -- the SQLite Frontier's complete_many().
+        An outcome whose host changed hands since its claim is refused (counted in :attr:`refused`).
 
         Raises:
-            ValueError: for the first URL that is not in 'processing'; nothing of the call is recorded.
+            ValueError: for the first URL that this worker did not claim; nothing of the call is recorded.
             TypeError, ValueError: for a bad checkpoint, before anything is recorded.
         """
         entries = None if checkpoint is None else _check_checkpoint(checkpoint)
@@ -488,27 +731,21 @@ class PostgresFrontier:
         if not rows and entries is None:
             return
         with self._db() as conn:
-            now = self._clock()
+            seen: set[str] = set()
+            owned = [self._own(conn, url, "complete", seen) for url, _status in rows]
             with conn.pipeline():  # one round trip for all of it
-                if self._batching:
-                    conn.execute("SAVEPOINT frontier_call")  # to undo this call only (see below)
                 done = conn.execute(COMPLETE_MANY, {
-                    "now": now, "urls": [url for url, _ in rows], "statuses": [status for _, status in rows]})
+                    "now": self._clock(), "urls": [key for key, _host, _epoch in owned],
+                    "statuses": [status for _, status in rows], "epochs": [epoch for _key, _host, epoch in owned],
+                    "me": self.worker_id, "fenced": self._fenced})
                 if entries:
                     conn.execute(SAVE_CHECKPOINT, {"names": list(entries), "values": list(entries.values())})
-            if done.rowcount != len(rows):
-                # Not every URL is a claimed one in stored form: undo, and go the long way round,
-                # which finds the stored form of each, or the culprit.
-                if self._batching:
-                    conn.execute("ROLLBACK TO SAVEPOINT frontier_call")
-                else:
-                    conn.rollback()
-                for url, status in rows:
-                    key = self._key_of_processing(conn, url, "complete")
-                    conn.execute(COMPLETE_MANY, {"now": now, "urls": [key], "statuses": [status]})
-                if entries:
-                    conn.execute(SAVE_CHECKPOINT, {"names": list(entries), "values": list(entries.values())})
-            self._move("processing", "done", len(rows))
+            for _key, host, _epoch in owned:
+                self._unclaim(host)
+            self._refuse(len(rows) - done.rowcount, "completions")
+            self._move("processing", "done", done.rowcount)
+            if done.rowcount:
+                self._done_times.append((time.monotonic(), done.rowcount))
             self._commit(conn)
 
     def _key_of_processing(self, conn: psycopg.Connection[tuple[Any, ...]], url: str, action: str) -> str:
@@ -529,21 +766,24 @@ class PostgresFrontier:
     ) -> str:
         """A failed attempt of a claimed URL: with ``retry`` and attempts left it waits again,
         after the backoff (or ``retry_after``), otherwise it is an 'error' -- the SQLite
-        Frontier's fail().  Returns its new state.
+        Frontier's fail().  Returns its new state, or 'refused' when its host changed hands since
+        its claim (nothing recorded, counted in :attr:`refused`).
 
         Raises:
-            ValueError: when ``url`` is not in 'processing'.
+            ValueError: when ``url`` is not a URL this worker claimed.
         """
         with self._db() as conn:
-            params = {
+            key, host, epoch = self._own(conn, url, "fail", set())
+            self._unclaim(host)
+            row = conn.execute(FAIL, {
                 "retry": bool(retry), "most": self.max_attempts, "status": status, "error": error,
-                "now": self._clock(), "url": url,
+                "now": self._clock(), "url": key, "epoch": epoch, "me": self.worker_id, "fenced": self._fenced,
                 "delays": [self.retry_delay_after(n, retry_after) for n in range(1, self.max_attempts)],
-            }
-            row = conn.execute(FAIL, params).fetchone()
+            }).fetchone()
             if row is None:
-                params["url"] = self._key_of_processing(conn, url, "fail")
-                row = _single(conn.execute(FAIL, params))
+                self._refuse(1, "failures")
+                self._commit(conn)
+                return "refused"
             new_state, host, priority = row
             if new_state == "waiting":
                 self._offer(host, priority)
@@ -557,23 +797,46 @@ class PostgresFrontier:
 
     def release(self, urls: Iterable[str]) -> None:
         """Claimed URLs back to 'waiting', the attempt not counted (they were not fetched); URLs
-        that are not 'processing' are left alone."""
+        that this worker has not in flight are left alone, and so are those whose host changed hands."""
         if isinstance(urls, str):
             raise TypeError("release() takes an iterable of URLs; wrap a single URL in a list")
-        keys = set()
+        keys: dict[str, int] = {}
         for url in urls:
-            try:
-                keys.add(normalize_url(url))
-            except (TypeError, ValueError):
-                continue
+            key = url if url in self._claimed else None
+            if key is None:
+                with contextlib.suppress(TypeError, ValueError):
+                    key = normalize_url(url)
+            if key is not None and key in self._claimed:
+                keys[key] = self._claimed[key][1]
         if not keys:
             return
         with self._db() as conn:
-            released = conn.execute(RELEASE, {"urls": list(keys)}).fetchall()
+            released = conn.execute(RELEASE, {"urls": list(keys), "epochs": list(keys.values()),
+                                              "me": self.worker_id, "fenced": self._fenced}).fetchall()
+            for key in keys:
+                self._unclaim(self._claimed.pop(key)[0])
+            self._refuse(len(keys) - len(released), "releases")
             self._move("processing", "waiting", len(released))
             self._commit(conn)
             for host, priority in released:
                 self._offer(host, priority)
+
+    # -- robots.txt --------------------------------------------------------
+
+    def robots(self, host: str) -> tuple[int, bytes] | None:
+        """(status, body) of ``host``'s robots.txt as a worker of this crawl fetched it in the
+        last day, None when none did: a new owner of a host need not fetch it again."""
+        with self._db() as conn:
+            row = conn.execute(ROBOTS_OF, {"host": host, "since": time.time() - _ROBOTS_SECONDS}).fetchone()
+            self._commit(conn)
+            return (int(row[0]), bytes(row[1] or b"")) if row is not None else None
+
+    def store_robots(self, host: str, status: int, body: bytes) -> None:
+        """Keep what ``host``'s robots.txt said (a final answer: 2xx or 4xx) for the host's next owners."""
+        with self._db() as conn:
+            conn.execute(STORE_ROBOTS, {"host": host, "status": status, "body": body, "me": self.worker_id,
+                                        "fenced": self._fenced})
+            self._commit(conn)
 
     # -- looking -----------------------------------------------------------
 
@@ -584,17 +847,28 @@ class PostgresFrontier:
             return {name: int(value) for name, value in conn.execute("SELECT name, value FROM checkpoints")}
 
     def counts(self) -> dict[str, int]:
-        """URLs per state; all four states are always there."""
+        """URLs per state in the whole crawl, every worker's; all four states are always there."""
         with self._db() as conn:
+            self._keep_leases(conn)
             self._commit(conn)
-            return dict(self._counts)
+            counts = dict(self._delta)  # this worker's, not committed yet (inside a batch)
+            for state, n in conn.execute(COUNTS):
+                counts[state] += int(n)
+            return counts
 
     def next_due(self) -> float | None:
-        """The earliest time (unix) a waiting URL is due, None when none waits."""
+        """The earliest time (unix) a waiting URL of this worker's hosts is due; when none is,
+        a second from now while anything waits or is in flight anywhere in the crawl (another
+        worker's claims may add URLs, a dead worker's hosts wait to be taken); None when the
+        whole crawl is done."""
         with self._db() as conn:
+            self._keep_leases(conn)
             self._commit(conn)
-            row = conn.execute(NEXT_DUE).fetchone()
-            return float(row[0]) if row is not None and row[0] is not None else None
+            due, anything = _single(conn.execute(NEXT_DUE, {
+                "ids": [host_id for host_id, _ in self._held.values()], "fenced": self._fenced}))
+            if due is not None:
+                return float(due)
+            return self._clock() + _POLL_SECONDS if anything else None
 
     def min_due_depth(self) -> int | None:
         """The smallest depth among waiting URLs that are due now, None when there is none."""
@@ -622,14 +896,20 @@ class PostgresFrontier:
     # -- closing -----------------------------------------------------------
 
     def close(self) -> None:
-        """Commit what is pending and let go of the crawl (the connection, its lock with it).  Closing twice is fine."""
+        """Commit what is pending, give every host back (other workers take them at once) and
+        leave the crawl.  Closing twice is fine."""
         with self._lock:
             conn, self._conn = self._conn, None
             if conn is None:
                 return
             try:
-                # Only an open transaction in good order: a lost connection has nothing to commit.
-                if conn.info.transaction_status == self._psycopg.pq.TransactionStatus.INTRANS:
+                # Only a connection in good order: a lost one has nothing to commit, and its hosts
+                # are free already (its session is gone).
+                if conn.info.transaction_status in (self._psycopg.pq.TransactionStatus.INTRANS,
+                                                    self._psycopg.pq.TransactionStatus.IDLE):
+                    conn.execute(GIVE_BACK, {"me": self.worker_id,
+                                             "ids": [host_id for host_id, _ in self._held.values()]})
+                    conn.execute(LEAVE, {"me": self.worker_id})
                     self._store_and_commit(conn)
             except self._psycopg.Error as exc:
                 raise FrontierError(f"{_first_line(exc)}: crawl {self.crawl!r} at {self.where}") from None
@@ -650,8 +930,57 @@ class PostgresFrontier:
     def __repr__(self) -> str:
         if self._conn is None:
             return f"<PostgresFrontier {self.crawl!r} at {self.where} closed>"
-        counts = " ".join(f"{state}={n}" for state, n in self._counts.items())
-        return f"<PostgresFrontier {self.crawl!r} at {self.where} {counts}>"
+        return (f"<PostgresFrontier {self.crawl!r} at {self.where} worker {self.worker_id} "
+                f"hosts={len(self._held)} in_flight={len(self._claimed)}>")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """A live worker of a crawl, as its last heartbeat says."""
+
+    id: str
+    host_name: str
+    pid: int
+    hosts_held: int
+    pages_last_minute: int
+    heartbeat_age: float  # seconds since its heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlStatus:
+    """Where a crawl stands: its URLs per state, its live workers, its busiest hosts."""
+
+    counts: dict[str, int]
+    workers: list[WorkerStatus]
+    busiest: list[tuple[str, int, str | None]]  # (host, URLs waiting, owner) by URLs waiting
+
+
+def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float = 10.0) -> CrawlStatus:
+    """Read where crawl ``crawl`` at ``dsn`` stands, as no worker: nothing is taken or written.
+
+    Raises:
+        FrontierError: the server cannot be reached, or holds no frontier of that name and version.
+        ImportError: when psycopg is not installed.
+    """
+    import psycopg
+    from psycopg import sql
+
+    check_crawl_name(crawl)
+    where = _where(psycopg, dsn)
+    try:
+        with psycopg.connect(dsn, connect_timeout=max(1, round(connect_timeout)), autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s LIMIT 1",
+                                (crawl,)).fetchone():
+                raise FrontierError(f"there is no crawl {crawl!r} at {where}")
+            create_or_check(conn, crawl, where, time.time)  # it has tables: this only checks them
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(crawl)))
+            counts = dict.fromkeys(STATES, 0)
+            counts.update((state, int(n)) for state, n in conn.execute(COUNTS))
+            workers = [WorkerStatus(*row) for row in conn.execute(LIVE_WORKERS)]
+            busiest = [(host, int(n), owner) for host, n, owner in conn.execute(BUSIEST_HOSTS, {"top": top})]
+    except psycopg.Error as exc:
+        raise FrontierError(f"cannot read crawl {crawl!r} at {where}: {_first_line(exc)}") from None
+    return CrawlStatus(counts, workers, busiest)
 
 
 def _single(cursor: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:

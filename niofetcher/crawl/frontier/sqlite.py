@@ -451,6 +451,21 @@ class Frontier(Transactions):
             self._move("processing", "done", len(rows))
             self._outcome_recorded(conn, len(rows) or 1)
 
+    def holds(self, host: str) -> bool:
+        """Always True: one process holds the whole file."""
+        return True
+
+    def lost_hosts(self) -> list[str]:
+        """Always empty: one process holds the whole file."""
+        return []
+
+    def robots(self, host: str) -> tuple[int, bytes] | None:
+        """Always None: the crawl that fetched a robots.txt keeps it in memory."""
+        return None
+
+    def store_robots(self, host: str, status: int, body: bytes) -> None:
+        """Nothing: no other process shares the file."""
+
     def checkpoint(self) -> dict[str, int]:
         """The checkpoint entries stored by :meth:`complete_many`, committed (empty for a new frontier)."""
         with self._db() as conn:

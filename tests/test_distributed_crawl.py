@@ -1,0 +1,321 @@
+"""Several worker processes on one PostgreSQL crawl (issue 12, items 2, 3 and 5a-c, e): what the
+servers count, not what the workers say.
+
+- (a) Three ``niofetcher crawl --frontier`` processes crawl a site of many ports: no host ever
+  serves more requests at once than one worker's per-host limit (the server's request log: each
+  request is served from its arrival for the site's delay), and with ``--delay`` consecutive
+  requests to a host are that far apart, whichever worker sent them; every page is fetched once
+  and ends 'done', and more than one worker did pages.
+- (e) The same crawl with host ownership switched off (the test-only environment variable) breaks
+  the per-host limit: the check above can fail.
+- (b) ``kill -9`` of a worker mid-crawl: its hosts are taken within the lease (plus a few
+  seconds), every page ends 'done', and the only pages fetched twice are ones it had in flight.
+- (c) A worker stopped (SIGSTOP) past its lease while another takes its hosts and finishes the
+  crawl, then resumed, records nothing; that it sends no request is an expected failure for now:
+  what it had registered in its fetcher and not started goes out the moment it runs again.
+
+Every process is bounded in time and killed by its pid in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from niofetcher.crawl.frontier.postgres import NO_HOST_LEASES
+from niofetcher.testing import TestSite
+
+pytest_plugins = ["pg_cluster"]
+
+ROBOTS = "/robots.txt"
+PER_HOST = 2
+_names = itertools.count()
+
+
+class Workers:
+    """``niofetcher crawl --frontier`` processes on one crawl, their output in files."""
+
+    def __init__(self, dsn: str, tmp_path: Path, site: TestSite, *extra: str) -> None:
+        self.dsn = dsn
+        self.crawl = f"dist_{next(_names)}_{os.getpid()}"
+        self.tmp_path = tmp_path
+        self.args = [*site.base_urls, "--frontier", dsn, "--crawl", self.crawl, "--allowed-domain", "127.0.0.1",
+                     "--progress", "none", "--parse-mode", "thread", "--connections", "8",
+                     "--per-host", str(PER_HOST), *extra]
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        n = len(self.procs)
+        with open(self.tmp_path / f"worker{n}.out", "wb") as out, open(self.tmp_path / f"worker{n}.err", "wb") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "niofetcher", "crawl", *self.args], stdout=out, stderr=err,
+                                    env={**os.environ, **(env or {})})
+        self.procs.append(proc)
+        return proc
+
+    def wait(self, timeout: float, procs: list[subprocess.Popen[bytes]] | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        for proc in procs or self.procs:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            assert proc.returncode in (0, -signal.SIGKILL), self.stderr(self.procs.index(proc))
+
+    def stderr(self, n: int) -> str:
+        return (self.tmp_path / f"worker{n}.err").read_text(errors="replace")
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+                proc.wait(timeout=10)
+
+    def rows(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {self.crawl}")
+            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+
+    def worker_id(self, proc: subprocess.Popen[bytes], timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                found = self.rows("SELECT id FROM workers WHERE pid = %s", proc.pid)
+            except Exception:  # noqa: BLE001 - the schema may not be there yet
+                found = []
+            if found:
+                return str(found[0][0])
+            time.sleep(0.05)
+        raise AssertionError(f"worker {proc.pid} never registered")
+
+
+@pytest.fixture
+def workers(postgres_dsn: str, tmp_path: Path) -> Iterator[Any]:
+    made: list[Workers] = []
+
+    def make(site: TestSite, *extra: str) -> Workers:
+        made.append(Workers(postgres_dsn, tmp_path, site, *extra))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for each in made:
+            each.kill_all()
+
+
+def page_log(site: TestSite) -> dict[str, list[float]]:
+    """URL -> arrival times of its requests at the server, robots.txt left out."""
+    times: dict[str, list[float]] = {}
+    for base, port in zip(site.base_urls, site.ports, strict=True):
+        for arrived, path in site.counters(port).log:
+            if path != ROBOTS:
+                times.setdefault(base + path[1:], []).append(arrived)
+    return times
+
+
+def peak_requests(site: TestSite) -> dict[int, int]:
+    """Per port: the most requests the server was serving at once (each from its arrival until its
+    response went out, ``site.delay`` later)."""
+    peaks = {}
+    for port in site.ports:
+        events = sorted([(t, 1) for t, _path in site.counters(port).log]
+                        + [(t + site.delay * 0.95, -1) for t, _path in site.counters(port).log])
+        level = peak = 0
+        for _t, step in events:
+            level += step
+            peak = max(peak, level)
+        peaks[port] = peak
+    return peaks
+
+
+def shortest_gap(site: TestSite) -> float:
+    """The shortest time between two requests arriving at one port."""
+    gaps = []
+    for port in site.ports:
+        arrivals = sorted(t for t, _path in site.counters(port).log)
+        gaps += [b - a for a, b in itertools.pairwise(arrivals)]
+    return min(gaps)
+
+
+def done_by_worker(crew: Workers) -> dict[str, int]:
+    return {worker: int(n) for worker, n in crew.rows(
+        "SELECT worker, n FROM state_counts WHERE state = 'done' AND n > 0")}
+
+
+def crawl_with_three(workers: Any, site: TestSite, *extra: str, env: dict[str, str] | None = None) -> Workers:
+    crew: Workers = workers(site, "--lease", "3", *extra)
+    for _ in range(3):
+        crew.start(env)
+    crew.wait(100)
+    return crew
+
+
+def assert_every_page_done_once(crew: Workers, site: TestSite) -> dict[str, list[float]]:
+    everything = set(site.page_urls())
+    log = page_log(site)
+    assert set(log) == everything
+    assert crew.rows("SELECT state, COUNT(*) FROM urls GROUP BY state") == [("done", len(everything))]
+    return log
+
+
+@pytest.mark.timeout(150)
+def test_three_workers_keep_the_per_host_limit_and_the_delay_across_workers(workers: Any) -> None:
+    with TestSite(hosts=12, pages=30, delay=0.05, log_requests=True, max_seconds=140) as site:
+        crew = crawl_with_three(workers, site)
+        log = assert_every_page_done_once(crew, site)
+        assert {url: len(times) for url, times in log.items() if len(times) > 1} == {}
+        peaks = peak_requests(site)
+        assert max(peaks.values()) <= PER_HOST, peaks
+        shares = done_by_worker(crew)
+        assert len(shares) >= 2  # the hosts were shared
+        print(f"peak requests at once per host {max(peaks.values())}, connections "
+              f"{max(site.counters(port).max_open for port in site.ports)}; pages per worker {sorted(shares.values())}")
+    with TestSite(hosts=6, pages=8, delay=0.01, log_requests=True, max_seconds=140) as site:
+        crew = crawl_with_three(workers, site, "--delay", "0.2")
+        assert_every_page_done_once(crew, site)
+        assert shortest_gap(site) >= 0.2 * 0.9
+        assert len(done_by_worker(crew)) >= 2
+
+
+@pytest.mark.timeout(150)
+def test_without_host_ownership_the_limit_check_fails(workers: Any) -> None:
+    """Negative control: host leases switched off (the test-only switch), the same crawl breaks the limit."""
+    with TestSite(hosts=12, pages=60, delay=0.05, log_requests=True, max_seconds=140) as site:
+        crawl_with_three(workers, site, env={NO_HOST_LEASES: "1"})
+        peaks = peak_requests(site)
+        print(f"without ownership: peak requests at once per host {max(peaks.values())}, "
+              f"{sum(peak > PER_HOST for peak in peaks.values())} of {len(peaks)} hosts over the limit")
+        assert max(peaks.values()) > PER_HOST
+
+
+@pytest.mark.timeout(150)
+def test_a_killed_workers_hosts_are_taken_over_and_only_its_pages_in_flight_are_fetched_again(workers: Any) -> None:
+    lease = 2.0
+    with TestSite(hosts=12, pages=60, delay=0.2, log_requests=True, max_seconds=140) as site:
+        crew: Workers = workers(site, "--lease", str(lease))
+        victim = crew.start()
+        victim_id = crew.worker_id(victim)
+        others = [crew.start(), crew.start()]
+        deadline = time.monotonic() + 60
+        while done_by_worker(crew).get(victim_id, 0) < 20 or len(done_by_worker(crew)) < 3:
+            assert time.monotonic() < deadline and victim.poll() is None, "the crawl ended before the kill"
+            time.sleep(0.05)
+        os.kill(victim.pid, signal.SIGSTOP)  # frozen, so that what it has in flight can be read
+        in_flight = {url for (url,) in crew.rows(
+            "SELECT url FROM urls JOIN hosts ON hosts.id = urls.host_id WHERE state = 'processing' AND owner = %s",
+            victim_id)}
+        victim.kill()
+        killed_at = time.monotonic()
+        victim.wait(timeout=10)
+        owned = "SELECT COUNT(*) FROM hosts WHERE owner = %s AND EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id" \
+                " AND state IN ('waiting', 'processing'))"
+        while crew.rows(owned, victim_id) != [(0,)]:
+            assert time.monotonic() < killed_at + lease + 5, "the killed worker's hosts were not taken over"
+            time.sleep(0.02)
+        took = time.monotonic() - killed_at
+        crew.wait(100, others)
+        log = assert_every_page_done_once(crew, site)
+        fetched_again = {url for url, times in log.items() if len(times) > 1}
+        assert fetched_again <= in_flight, fetched_again - in_flight
+        print(f"takeover {took:.2f} s after kill -9 (lease {lease} s); "
+              f"{len(fetched_again)} pages fetched again of {len(in_flight)} in flight")
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_paused_past_its_lease_fetches_and_records_nothing_for_the_hosts_it_lost(workers: Any) -> None:
+    lease = 2.0
+    with TestSite(hosts=6, pages=60, delay=0.2, log_requests=True, max_seconds=140) as site:
+        crew: Workers = workers(site, "--lease", str(lease))
+        paused = crew.start()
+        paused_id = crew.worker_id(paused)
+        deadline = time.monotonic() + 60
+        while done_by_worker(crew).get(paused_id, 0) < 20:
+            assert time.monotonic() < deadline and paused.poll() is None, "the crawl ended before the pause"
+            time.sleep(0.05)
+        os.kill(paused.pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        in_flight = {url for (url,) in crew.rows("SELECT url FROM urls WHERE state = 'processing'")}
+        done_before = done_by_worker(crew)[paused_id]
+        survivor = crew.start()  # takes the paused one's hosts once their leases end, and finishes the crawl
+        crew.worker_id(survivor)
+        registered_at = time.monotonic()
+        owned = "SELECT COUNT(*) FROM hosts WHERE owner = %s AND EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id" \
+                " AND state IN ('waiting', 'processing'))"
+        while crew.rows(owned, paused_id) != [(0,)]:  # its connection is alive: only the leases' end frees them
+            assert time.monotonic() < max(registered_at, stopped_at + lease) + 5, "its hosts were not taken over"
+            time.sleep(0.02)
+        took = time.monotonic() - stopped_at
+        crew.wait(100, [survivor])
+        assert crew.rows("SELECT COUNT(*) FROM hosts WHERE owner = %s", paused_id)[0][0] == 0 or \
+            crew.rows("SELECT COUNT(*) FROM urls WHERE state <> 'done'") == [(0,)]
+        resumed_at = time.monotonic()
+        os.kill(paused.pid, signal.SIGCONT)
+        paused.wait(timeout=60)
+        # A pause inside a transaction ends the worker's session (idle_in_transaction_session_timeout):
+        # then it ends with one line of error; outside one, it finds nothing left to do.
+        assert paused.returncode == 0 or (paused.returncode == 1 and len(crew.stderr(0).splitlines()) == 1), \
+            crew.stderr(0)
+        log = assert_every_page_done_once(crew, site)
+        assert done_by_worker(crew)[paused_id] == done_before  # not one page recorded done after the pause
+        fetched_again = {url for url, times in log.items() if len(times) > 1}
+        assert fetched_again <= in_flight
+        late = [t for times in log.values() for t in times if t > resumed_at]
+        print(f"paused {resumed_at - stopped_at:.1f} s, its hosts taken {took:.2f} s after the pause (lease {lease} s); "
+              f"{len(late)} requests after resuming; "
+              f"{len(fetched_again)} pages fetched again by the survivor of {len(in_flight)} in flight")
+        if late:
+            # The URLs it had registered and not started: its loop thread starts them the moment it
+            # runs again, before the coordinator hears that the leases are gone.  Only the fetcher can
+            # refuse a start past a deadline (a start-by time per registration): not in this increment.
+            pytest.xfail(f"{len(late)} requests sent on resuming: the fetcher has no start deadline yet")
+        print(f"paused {resumed_at - stopped_at:.1f} s; {len(fetched_again)} pages fetched again by the survivor "
+              f"of {len(in_flight)} in flight")
+
+
+@pytest.mark.timeout(120)
+def test_status_shows_a_running_worker_and_a_stopped_one_gives_its_hosts_back_at_once(workers: Any) -> None:
+    """``niofetcher status`` names the live worker, its hosts and the busiest hosts; SIGTERM (the
+    graceful stop) gives every host back and leaves the workers table, before any lease ends."""
+    with TestSite(hosts=4, pages=100, max_seconds=110) as site:
+        crew: Workers = workers(site, "--lease", "30", "--delay", "0.2")  # 20 pages/s: a crawl of 20 s
+        worker = crew.start()
+        worker_id = crew.worker_id(worker)
+        deadline = time.monotonic() + 60
+        while not done_by_worker(crew).get(worker_id) or \
+                crew.rows("SELECT hosts_held FROM workers WHERE id = %s", worker_id) == [(0,)]:
+            assert time.monotonic() < deadline and worker.poll() is None
+            time.sleep(0.05)
+        shown = subprocess.run([sys.executable, "-m", "niofetcher", "status", "--frontier", crew.dsn, "--crawl",
+                                crew.crawl, "--top", "3"], capture_output=True, text=True, timeout=60, check=False)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert lines[0] == f"crawl {crew.crawl}" and lines[5] == "workers: 1 live", shown.stdout
+        assert worker_id in shown.stdout and f" {worker.pid} " in shown.stdout
+        busiest = lines[lines.index("hosts with the most URLs waiting: 3") + 1:]
+        assert len(busiest) == 3 and all(line.split()[1] + "/" in site.base_urls and line.split()[2] == worker_id
+                                         for line in busiest), shown.stdout
+        os.kill(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+        assert worker.returncode in (0, 1), crew.stderr(0)
+        assert crew.rows("SELECT COUNT(*) FROM hosts WHERE owner IS NOT NULL") == [(0,)]
+        assert crew.rows("SELECT COUNT(*) FROM workers") == [(0,)]
+        assert crew.rows("SELECT COUNT(*) FROM urls WHERE state = 'processing'") == [(0,)]
+    for args, words in (
+        (["--frontier", "postgresql://postgres:secret@127.0.0.1:1/postgres", "--crawl", crew.crawl],
+         "127.0.0.1:1/postgres"),
+        (["--frontier", crew.dsn, "--crawl", "nosuchcrawl"], "there is no crawl 'nosuchcrawl'"),
+        (["--frontier", crew.dsn, "--crawl", "Bad-Name"], "crawl name"),
+    ):
+        refused = subprocess.run([sys.executable, "-m", "niofetcher", "status", *args], capture_output=True,
+                                 text=True, timeout=60, check=False)
+        (line,) = refused.stderr.splitlines()
+        assert refused.returncode == 2 and refused.stdout == "" and words in line and "secret" not in line, line
