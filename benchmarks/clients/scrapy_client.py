@@ -21,6 +21,10 @@ in a slot named after its ``host:port`` through the ``download_slot`` meta key,
 with ``CONCURRENT_REQUESTS_PER_DOMAIN`` = ``--per-host``: the same layout as
 niofetcher's. ``--slots shared`` leaves the one slot with ``--total`` requests.
 
+``--download-handler niofetcher`` fetches through niofetcher instead of Scrapy's
+own Twisted handler (``niofetcher.scrapy.NIOFetcherDownloadHandler`` for http
+and https, the same settings): the "Scrapy + niofetcher handler" row of D and E.
+
 It prints one JSON line: pages, ok (status 200), errors, the crawl's own
 seconds (Scrapy's ``elapsed_time_seconds`` stat: engine start to spider
 close), and a few of Scrapy's stats. CPU is measured from outside, by
@@ -46,6 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrent-items", type=int, default=10, help="CONCURRENT_ITEMS (Scrapy's default: 100)")
     parser.add_argument("--reactor", choices=("asyncio", "epoll"), default="asyncio",
                         help="Twisted reactor: asyncio (Scrapy's default) or epoll")
+    parser.add_argument("--download-handler", choices=tuple(HANDLERS), default="scrapy",
+                        help="scrapy: its own HTTP/1.1 handler (Twisted); niofetcher: niofetcher.scrapy's")
     parser.add_argument("--allow", default=None, metavar="REGEX", help="follow only links matching")
     parser.add_argument("--lean", action="store_true",
                         help="also switch off the middlewares and extensions a crawl of this site does not use "
@@ -54,6 +60,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "kept: offsite, robots.txt, timeouts, user agent, retry, redirect, decompression")
     return parser.parse_args(argv)
 
+
+HANDLERS: dict[str, dict[str, str]] = {
+    "scrapy": {},
+    "niofetcher": dict.fromkeys(("http", "https"), "niofetcher.scrapy.NIOFetcherDownloadHandler"),
+}
 
 REACTORS = {
     "asyncio": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
@@ -110,6 +121,7 @@ def main() -> None:
         "TWISTED_REACTOR": REACTORS[args.reactor],
         "HTTPERROR_ALLOW_ALL": True,  # count non-200 pages in the callback rather than drop them unseen
         "USER_AGENT": f"Scrapy/{scrapy.__version__} (benchmark)",
+        "DOWNLOAD_HANDLERS": HANDLERS[args.download_handler],
     }
     if args.lean:
         off = [f"scrapy.spidermiddlewares.{name}" for name in (
@@ -147,6 +159,7 @@ def main() -> None:
         "error_samples": samples,
         "settings": {k: v for k, v in settings.items() if k != "USER_AGENT"},
         "lean": args.lean,
+        "download_handler": args.download_handler,
         "slots": args.slots,
         "stats": {k: stats[k] for k in keep if k in stats},
         "version": scrapy.__version__,

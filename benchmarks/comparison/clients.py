@@ -83,6 +83,8 @@ CRAWL_CLIENTS: tuple[CrawlClient, ...] = (
                 note="niofetcher crawl --extractor lxml, 2 parse processes"),
     CrawlClient("scrapy", "scrapy", ("scrapy",), SCRAPY_TUNED,
                 note="CrawlSpider + LinkExtractor, CONCURRENT_ITEMS=10, asyncio reactor, a slot per host:port"),
+    CrawlClient("scrapy-niofetcher", "scrapy", ("scrapy", "niofetcher"), (*SCRAPY_TUNED, "--download-handler", "niofetcher"),
+                note="Scrapy + niofetcher handler: as scrapy, fetched by niofetcher.scrapy.NIOFetcherDownloadHandler"),
     CrawlClient("scrapy-items100", "scrapy", ("scrapy",),
                 ("--concurrent-items", "100", "--reactor", "asyncio", "--slots", "per-host"),
                 note="as scrapy, CONCURRENT_ITEMS=100 (Scrapy's default)", hidden=True),

@@ -182,7 +182,7 @@ def _notes(scenario: FetchScenario | CrawlScenario, name: str, row: Row) -> list
         notes.append(f"other load on the machine up to ~{row['other_load']:.1f} cores")
     peak = row["peak_per_host"]
     if peak is not None and peak > scenario.per_host:
-        if name.startswith("scrapy"):
+        if name.startswith("scrapy") and name != "scrapy-niofetcher":  # Scrapy's own handler's sockets
             notes.append(f"more than {scenario.per_host} connections to one host: Scrapy's per-slot limit "
                          "counts requests, not sockets, and with the asyncio reactor its Twisted pool opened "
                          "extra ones (with the epoll reactor it stayed at the limit, but was slower)")

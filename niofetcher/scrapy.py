@@ -1,0 +1,343 @@
+"""NIOFetcherDownloadHandler: niofetcher as Scrapy's HTTP and HTTPS download handler.
+
+    DOWNLOAD_HANDLERS = {
+        "http": "niofetcher.scrapy.NIOFetcherDownloadHandler",
+        "https": "niofetcher.scrapy.NIOFetcherDownloadHandler",
+    }
+
+Scrapy keeps everything it does above the download handler -- scheduling,
+its download slots, the middlewares (retries, redirects, cookies,
+decompression, proxies from the environment), the spiders -- and niofetcher
+does the fetching: one selectors loop thread, sockets counted per (scheme,
+host, port) and never more than ``CONCURRENT_REQUESTS_PER_DOMAIN`` of them,
+however many requests Scrapy has in flight for that host.
+
+This module is the only one of niofetcher that imports Scrapy, and nothing
+imports it but Scrapy's setting: ``import niofetcher`` never loads Scrapy.
+
+Theory of operation
+-------------------
+asyncio, not Twisted.  The handler awaits ``niofetcher.aio.AsyncFetcher``:
+results cross from the loop thread into the event loop in batches, one
+``call_soon_threadsafe`` per batch, and every ``download_request`` awaits its
+own future.  That needs Scrapy on asyncio, which is its default since 2.13
+(``AsyncioSelectorReactor``), and which is also how it runs without a
+Twisted reactor at all (``TWISTED_REACTOR_ENABLED = False``); Scrapy's own
+httpx and aiohttp handlers ask the same.  Wrapping NIOFetcher in Twisted
+Deferreds instead would work on the other reactors but on no reactor-less
+Scrapy, and would copy the batching and routing AsyncFetcher already does.
+On another reactor the handler says so and is not configured.
+
+One fetcher per crawl.  Scrapy makes a handler object per scheme, so http
+and https are two objects; they share one AsyncFetcher (one loop thread,
+one connection budget of ``CONCURRENT_REQUESTS`` sockets), started by the
+first request and shut down by the last ``close()``.
+
+Settings.  ``CONCURRENT_REQUESTS`` becomes ``max_connections``,
+``CONCURRENT_REQUESTS_PER_DOMAIN`` ``max_connections_per_host``,
+``DOWNLOAD_TIMEOUT`` ``request_timeout`` (the connect and read timeouts are
+kept within it), ``DOWNLOAD_MAXSIZE`` ``max_body_size``, ``USER_AGENT``
+``user_agent`` (the request's own User-Agent, which Scrapy's
+UserAgentMiddleware sets, wins) and ``DOWNLOAD_VERIFY_CERTIFICATES``
+``verify_tls``; ``NIOFETCHER_CONFIG``, a dict of FetcherConfig fields, sets
+anything else and overrides those.  Two fields are not the handler's to
+change: redirects are Scrapy's RedirectMiddleware's (``follow_redirects``
+is False) and Content-Encoding is Scrapy's HttpCompressionMiddleware's
+(``decode_content`` is False).  The body goes up as it came, with its
+Content-Encoding header, exactly as Scrapy's own handler hands it over, so
+it is decoded once, by the middleware that sent the Accept-Encoding it
+answers (zstd included), with its own decoded-size check; and
+``DOWNLOAD_MAXSIZE`` counts the bytes received, as in Scrapy.
+
+A request's ``download_timeout``, ``download_maxsize``, ``download_warnsize``
+and ``download_fail_on_dataloss`` meta keys are honoured where they are
+stricter than the fetcher's configuration (a shorter timeout is the
+handler's own deadline: the fetch it gives up on runs to its end in the
+fetcher, within the configured timeouts, and its result is dropped).  The
+``headers_received`` and ``bytes_received`` signals are not sent: niofetcher
+hands over whole responses.
+
+Proxies.  ``request.meta["proxy"]`` (set by the spider or by Scrapy's
+HttpProxyMiddleware) becomes ``URLBean.proxy``: a proxy URL, or direct when
+the key holds None; without the key the configuration's ``proxy`` applies.
+HttpProxyMiddleware moves a proxy's credentials into a
+``Proxy-Authorization`` request header; the handler takes that header off
+the request and puts the credentials back into the proxy URL, so that
+niofetcher sends them to the proxy only (with each plain http request, with
+the CONNECT of an https one) and never to the origin.  A Proxy-Authorization
+header without a proxy is dropped.
+
+Errors are mapped by ``ErrorKind`` (never by reading messages) onto the
+exceptions Scrapy's RetryMiddleware retries (``RETRY_EXCEPTIONS``): see
+``EXCEPTIONS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import logging
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlsplit
+
+try:
+    from scrapy.core.downloader.handlers.base import BaseDownloadHandler
+    from scrapy.exceptions import (
+        CannotResolveHostError,
+        DownloadCancelledError,
+        DownloadConnectionRefusedError,
+        DownloadFailedError,
+        DownloadTimeoutError,
+        NotConfigured,
+        NotSupported,
+        ResponseDataLossError,
+    )
+    from scrapy.http import Headers
+    from scrapy.responsetypes import responsetypes
+    from scrapy.utils.asyncio import is_asyncio_available
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f"niofetcher.scrapy needs Scrapy 2.15 or newer ({exc}): pip install 'niofetcher[scrapy]'"
+    ) from exc
+
+from .aio import AsyncFetcher
+from .config import FetcherConfig
+from .errors import ErrorKind
+from .models import FetchResult, URLBean
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
+
+__all__ = ["EXCEPTIONS", "NIOFetcherDownloadHandler", "fetcher_config"]
+
+log = logging.getLogger(__name__)
+
+#: The exception each error kind is raised as: the retried ones of Scrapy's ``RETRY_EXCEPTIONS``
+#: for what a retry may cure, DownloadCancelledError (not retried, as for Scrapy's own handler) for
+#: a body past ``DOWNLOAD_MAXSIZE`` and for a fetch cut short by the crawl's end.
+EXCEPTIONS: dict[ErrorKind, type[Exception]] = {
+    ErrorKind.DNS_ERROR: CannotResolveHostError,
+    ErrorKind.CONNECT_ERROR: DownloadConnectionRefusedError,
+    ErrorKind.CONNECT_TIMEOUT: DownloadTimeoutError,
+    ErrorKind.READ_TIMEOUT: DownloadTimeoutError,
+    ErrorKind.TIMEOUT: DownloadTimeoutError,
+    ErrorKind.TLS_ERROR: DownloadFailedError,
+    ErrorKind.PROXY_ERROR: DownloadConnectionRefusedError,  # as Scrapy's httpx handler raises a proxy's refusal
+    ErrorKind.PROTOCOL_ERROR: DownloadFailedError,
+    ErrorKind.CONNECTION_CLOSED: DownloadFailedError,  # after the head: ResponseDataLossError, see _data_loss
+    ErrorKind.TOO_LARGE: DownloadCancelledError,
+    ErrorKind.TOO_MANY_REDIRECTS: DownloadFailedError,  # not with follow_redirects=False; for completeness
+    ErrorKind.CANCELLED: DownloadCancelledError,
+}
+
+#: FetcherConfig fields the handler fixes, and why: NIOFETCHER_CONFIG may not set them.
+FIXED = {
+    "follow_redirects": "redirects are Scrapy's RedirectMiddleware's",
+    "decode_content": "Content-Encoding is decoded by Scrapy's HttpCompressionMiddleware",
+}
+
+_PROXY_AUTHORIZATION = b"Proxy-Authorization"
+
+
+def fetcher_config(settings: BaseSettings) -> FetcherConfig:
+    """The FetcherConfig a crawl's Scrapy settings ask for (the module docstring says what maps to what).
+
+    Raises:
+        ValueError: a NIOFETCHER_CONFIG key that is no FetcherConfig field, or one the handler
+            fixes, or a value FetcherConfig refuses.
+    """
+    defaults = FetcherConfig()
+    mapped: dict[str, Any] = {"follow_redirects": False, "decode_content": False}
+    # Scrapy's zeros mean "no limit"; FetcherConfig's limits are positive, so its defaults stay.
+    if (total := settings.getint("CONCURRENT_REQUESTS")) > 0:
+        mapped["max_connections"] = total
+    if (per_host := settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")) > 0:
+        mapped["max_connections_per_host"] = per_host
+    if (timeout := settings.getfloat("DOWNLOAD_TIMEOUT")) > 0:
+        mapped["request_timeout"] = timeout
+        mapped["connect_timeout"] = min(defaults.connect_timeout, timeout)
+        mapped["read_timeout"] = min(defaults.read_timeout, timeout)
+    if (maxsize := settings.getint("DOWNLOAD_MAXSIZE")) > 0:
+        mapped["max_body_size"] = maxsize
+    if user_agent := settings.get("USER_AGENT"):
+        mapped["user_agent"] = str(user_agent)
+    # Scrapy does not check certificates unless told to (the setting is 2.19's; before, it never did).
+    mapped["verify_tls"] = settings.getbool("DOWNLOAD_VERIFY_CERTIFICATES", False)
+    overrides = settings.getdict("NIOFETCHER_CONFIG")
+    fields = {f.name for f in dataclasses.fields(FetcherConfig)}
+    for name in overrides:
+        if name in FIXED:
+            raise ValueError(f"NIOFETCHER_CONFIG may not set {name}: {FIXED[name]}")
+        if name not in fields:
+            raise ValueError(f"NIOFETCHER_CONFIG: {name!r} is no FetcherConfig field")
+    return FetcherConfig(**{**mapped, **overrides})
+
+
+class _SharedFetcher:
+    """The one AsyncFetcher of a crawl, for the handler objects of both schemes."""
+
+    def __init__(self, config: FetcherConfig) -> None:
+        self.config = config
+        self.users = 0
+        self.fetcher: AsyncFetcher | None = None
+        self.closed = False
+
+    async def started(self) -> AsyncFetcher:
+        """The fetcher, started on the running event loop by the first call."""
+        fetcher = self.fetcher
+        if fetcher is None:
+            if self.closed:
+                raise DownloadCancelledError("the niofetcher download handler is closed")
+            fetcher = AsyncFetcher(self.config)
+            # start() awaits nothing, so no other request can slip in before self.fetcher is set.
+            await fetcher.start()
+            self.fetcher = fetcher
+        return fetcher
+
+    async def release(self) -> None:
+        """One handler object closes; the last one shuts the fetcher down (its threads end)."""
+        self.users -= 1
+        if self.users == 0:
+            self.closed = True
+            if self.fetcher is not None:
+                # Scrapy closes its handlers once the engine has stopped: nothing waits for a result.
+                await self.fetcher.shutdown(wait=False)
+
+
+_SHARED: weakref.WeakKeyDictionary[Crawler, _SharedFetcher] = weakref.WeakKeyDictionary()
+
+
+class NIOFetcherDownloadHandler(BaseDownloadHandler):  # type: ignore[misc,unused-ignore]  # Any without Scrapy
+    """Scrapy's download handler for http and https, fetching with niofetcher (see the module docstring)."""
+
+    lazy = False  # made at the crawl's start, so that a bad NIOFETCHER_CONFIG is reported at once
+
+    def __init__(self, crawler: Crawler) -> None:
+        if not is_asyncio_available():
+            raise NotConfigured(
+                "NIOFetcherDownloadHandler needs Scrapy on asyncio: the TWISTED_REACTOR setting "
+                "twisted.internet.asyncioreactor.AsyncioSelectorReactor (Scrapy's default), or "
+                "TWISTED_REACTOR_ENABLED = False"
+            )
+        super().__init__(crawler)
+        settings = crawler.settings
+        shared = _SHARED.get(crawler)
+        if shared is None:
+            shared = _SHARED[crawler] = _SharedFetcher(fetcher_config(settings))
+        shared.users += 1
+        self._shared = shared
+        self.config = shared.config
+        self._warnsize = settings.getint("DOWNLOAD_WARNSIZE")
+        self._fail_on_dataloss = settings.getbool("DOWNLOAD_FAIL_ON_DATALOSS")
+        self._auth_encoding = settings.get("HTTPPROXY_AUTH_ENCODING") or "latin-1"
+
+    async def download_request(self, request: Request) -> Response:
+        """Fetch ``request`` and return its Response, or raise the exception its error kind maps to."""
+        fetcher = await self._shared.started()
+        bean = self.bean_for(request)
+        timeout = request.meta.get("download_timeout")
+        limit = self.config.request_timeout
+        started = time.monotonic()
+        try:
+            if timeout and (limit is None or timeout < limit):
+                result = await asyncio.wait_for(fetcher.fetch(bean), timeout)
+            else:
+                result = await fetcher.fetch(bean)
+        except asyncio.TimeoutError:
+            raise DownloadTimeoutError(f"Getting {request.url} took longer than {timeout} seconds.") from None
+        request.meta["download_latency"] = time.monotonic() - started
+        return self.response_for(request, result)
+
+    async def close(self) -> None:
+        """Shut the crawl's fetcher down once both schemes' handlers have closed: no thread is left."""
+        await self._shared.release()
+
+    # -- the two translations, public so that they can be tested without a crawl
+
+    def bean_for(self, request: Request) -> URLBean:
+        """The URLBean of a Scrapy request: method, headers, body and route (see "Proxies" above).
+
+        Raises:
+            NotSupported: a proxy niofetcher cannot speak to (not ``http://``), or credentials
+                for it that are not Basic.
+        """
+        headers = request.headers
+        authorization = headers.get(_PROXY_AUTHORIZATION)
+        proxy: str | None = None
+        if "proxy" in request.meta:
+            proxy = request.meta["proxy"] or ""  # None: Scrapy's "no proxy for this request"
+        if proxy:
+            proxy = self._proxy_url(proxy, authorization)
+        # One str per field: the values of a repeated request header joined as RFC 9110 allows.
+        fields = {
+            name.decode("latin-1"): ", ".join(value.decode("latin-1") for value in values)
+            for name, values in headers.items()
+            if name.lower() != b"proxy-authorization"
+        }
+        return URLBean(request.url, method=request.method, headers=fields, body=request.body, proxy=proxy)
+
+    def response_for(self, request: Request, result: FetchResult) -> Response:
+        """The Response of a FetchResult, of the class its headers and body call for (HtmlResponse...).
+
+        Raises:
+            The exception of ``EXCEPTIONS`` for an error result; ResponseDataLossError for a
+            response cut short (unless ``DOWNLOAD_FAIL_ON_DATALOSS`` is off); DownloadCancelledError
+            for a body past the request's ``download_maxsize``.
+        """
+        flags = None
+        if result.error is not None:
+            if not self._data_loss(request, result):
+                raise EXCEPTIONS.get(result.error, DownloadFailedError)(f"{result.error.value}: {result.error_detail}")
+            flags = ["dataloss"]
+        body = result.body
+        maxsize = request.meta.get("download_maxsize")
+        if maxsize and len(body) > maxsize:
+            raise DownloadCancelledError(
+                f"Received {len(body)} bytes which is larger than download max size ({maxsize}) in request {request}."
+            )
+        warnsize = request.meta.get("download_warnsize", self._warnsize)
+        if warnsize and len(body) > warnsize:
+            log.warning("Received %d bytes which is larger than download warn size (%d) in request %s.",
+                        len(body), warnsize, request)
+        headers = Headers(result.headers)
+        assert result.status is not None  # every result without an error has its response's status
+        cls = responsetypes.from_args(headers=headers, url=request.url, body=body)
+        return cls(url=request.url, status=result.status, headers=headers, body=body, flags=flags)
+
+    def _data_loss(self, request: Request, result: FetchResult) -> bool:
+        """True for a response whose head came and whose body was cut short, to be kept as
+        Scrapy keeps one when ``DOWNLOAD_FAIL_ON_DATALOSS`` is off; raises ResponseDataLossError when it is on."""
+        if result.error is not ErrorKind.CONNECTION_CLOSED or result.status is None:
+            return False
+        if request.meta.get("download_fail_on_dataloss", self._fail_on_dataloss):
+            raise ResponseDataLossError(f"{result.error.value}: {result.error_detail}")
+        return True
+
+    def _proxy_url(self, proxy: str, authorization: bytes | None) -> str:
+        """A proxy URL in niofetcher's form, ``http://[user:pass@]host:port``, with the credentials of
+        a Proxy-Authorization header put back in."""
+        parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        if parts.scheme.lower() != "http":
+            raise NotSupported(f"niofetcher speaks to http:// proxies only, not {parts.scheme}:// ({parts.hostname})")
+        userinfo, _, netloc = parts.netloc.rpartition("@")
+        if parts.port is None:
+            netloc += ":80"  # Scrapy's default for a proxy without one; niofetcher wants it said
+        if authorization is not None:
+            scheme, _, token = authorization.partition(b" ")
+            if scheme.lower() != b"basic":
+                raise NotSupported(f"niofetcher sends Basic proxy credentials only, not {scheme.decode('latin-1')}")
+            try:
+                user, _, password = base64.b64decode(token, validate=True).decode(self._auth_encoding).partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                raise NotSupported("a Proxy-Authorization header that is not valid Basic credentials") from None
+            # niofetcher percent-decodes them as UTF-8 and encodes them again for the header.
+            userinfo = f"{quote(user, safe='')}:{quote(password, safe='')}"
+        # Else any credentials left in meta["proxy"] (no HttpProxyMiddleware took them out) stay.
+        return f"http://{userinfo}@{netloc}" if userinfo else f"http://{netloc}"
