@@ -162,3 +162,31 @@ def test_read_sitemap_expands_no_entity() -> None:
     assert all(len(loc) < 100 for loc, _ in read.entries)
     external = b'<?xml version="1.0"?><!DOCTYPE u [<!ENTITY e SYSTEM "file:///etc/passwd">]><urlset><url><loc>http://h.test/&e;</loc></url></urlset>'
     assert read_sitemap(external).entries == [("http://h.test/", None)]
+
+
+def test_read_text_sitemap_utf8_bom_and_lines_that_are_no_urls() -> None:
+    read = read_sitemap(b"\xef\xbb\xbfhttp://h.test/a\r\nnot a URL\nHTTPS://h.test/b\n")
+    assert read.entries == [("http://h.test/a", None), ("HTTPS://h.test/b", None)]
+    soft_404 = read_sitemap(b"Not found\n")  # would be http://host/Not%20found
+    assert soft_404.entries == [] and soft_404.error.startswith("not a sitemap")
+
+
+def test_read_sitemap_with_bare_ampersands() -> None:
+    body = b"<urlset><url><loc>http://h.test/a?x=1&y=2</loc></url><url><loc>http://h.test/b?&amp;z&#38;</loc></url></urlset>"
+    assert read_sitemap(body).entries == [("http://h.test/a?x=1&y=2", None), ("http://h.test/b?&z&", None)]
+    cdata = b"<urlset><url><loc><![CDATA[http://h.test/a?x=1&y=2]]></loc></url></urlset>"
+    assert read_sitemap(cdata).entries == [("http://h.test/a?x=1&y=2", None)]  # well-formed: read as it is
+
+
+def test_read_sitemap_keeps_what_a_broken_off_gzip_held() -> None:
+    packed = gzip.compress(urlset([f"http://h.test/p/{i}" for i in range(1000)]))
+    read = read_sitemap(packed[: len(packed) // 2])
+    assert 100 < len(read.entries) < 1000 and read.error == "bad gzip: the stream breaks off"
+    assert len(read_sitemap(packed + packed).entries) == 1000  # two members, one document: the rest is malformed
+
+
+def test_read_sitemap_gzip_bomb_inflates_no_further_than_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sitemaps, "MAX_BYTES", 1 << 20)
+    bomb = gzip.compress(b"<urlset>" + b" " * (64 << 20))  # 64 MB of spaces, 64 KB packed
+    read = read_sitemap(bomb)
+    assert read.cut == f"larger than {1 << 20} bytes" and not read.entries

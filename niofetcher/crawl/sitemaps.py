@@ -47,9 +47,9 @@ frontier yet.
 
 from __future__ import annotations
 
-import gzip
 import io
 import logging
+import re
 import zlib
 from collections import Counter
 from collections.abc import Sequence
@@ -83,6 +83,9 @@ MAX_PER_HOST = 1000
 _GZIP_MAGIC = b"\x1f\x8b"
 _KINDS = {"urlset": "url", "sitemapindex": "sitemap"}  # root element -> its entries' element
 Entry = tuple[str, int, str | None, int]  # a frontier entry: (url, depth, parent, priority)
+_ABSOLUTE = re.compile(r"https?://", re.IGNORECASE)
+# An "&" that starts no entity or character reference.
+_BARE_AMPERSAND = re.compile(rb"&(?!(?:[A-Za-z_][\w.-]*|#[0-9]+|#x[0-9A-Fa-f]+);)")
 
 
 @dataclass(slots=True)
@@ -98,36 +101,59 @@ class Sitemap:
 def read_sitemap(body: bytes) -> Sitemap:
     """The entries of a sitemap (urlset or index; XML or text; gzip or not), within the bounds."""
     data, cut, error = _inflated(body)
-    if error:
-        return Sitemap("", error=error)
     start = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
-    if start != b"<":
-        return _text_sitemap(data, cut) if start else Sitemap("", error="empty")
-    return _xml_sitemap(data, cut)
+    if not start:
+        return Sitemap("", error=error or "empty")
+    sitemap = _text_sitemap(data, cut) if start != b"<" else _xml_sitemap(data, cut)
+    if error:  # a gzip stream that broke off: what it held before the break is kept
+        sitemap.error = error
+    return sitemap
 
 
 def _inflated(body: bytes) -> tuple[bytes, str, str]:
-    """``(data, cut, error)``: the body, gunzipped when it is gzip, cut at MAX_BYTES."""
-    cut = ""
-    if body[:2] == _GZIP_MAGIC:
-        try:
-            with gzip.GzipFile(fileobj=io.BytesIO(body)) as stream:
-                data = stream.read(MAX_BYTES + 1)  # never more: a gzip bomb stops here
-        except (OSError, EOFError, zlib.error) as exc:
-            return b"", "", f"bad gzip: {exc}"
-    else:
+    """``(data, cut, error)``: the body, gunzipped when it is gzip, cut at MAX_BYTES.
+
+    Inflated by zlib with an output bound, never further than MAX_BYTES + 1 (a gzip bomb stops
+    there), member after member (a concatenated gzip file is one file).  A stream that breaks off
+    (a download cut short) keeps what was inflated before the break, as malformed XML keeps the
+    entries before it; only corrupt data loses the member it is in."""
+    if body[:2] != _GZIP_MAGIC:
         data = body
+    else:
+        parts: list[bytes] = []
+        size = 0
+        rest = body
+        while rest[:2] == _GZIP_MAGIC and size <= MAX_BYTES:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                part = inflater.decompress(rest, MAX_BYTES + 1 - size)
+            except zlib.error as exc:
+                return b"".join(parts), "", f"bad gzip: {exc}"
+            parts.append(part)
+            size += len(part)
+            if not inflater.eof:
+                if size <= MAX_BYTES:  # not stopped by the bound: the input ended first
+                    return b"".join(parts), "", "bad gzip: the stream breaks off"
+                break
+            rest = inflater.unused_data
+        data = b"".join(parts)
     if len(data) > MAX_BYTES:
-        data = data[:MAX_BYTES]
-        cut = f"larger than {MAX_BYTES} bytes"
-    return data, cut, ""
+        return data[:MAX_BYTES], f"larger than {MAX_BYTES} bytes", ""
+    return data, "", ""
 
 
 def _text_sitemap(data: bytes, cut: str) -> Sitemap:
+    """One URL a line (sitemaps.org: UTF-8, a BOM allowed, each URL absolute, "including the
+    http"): a line that is no http(s) URL is no entry -- a soft 404's "Not found" resolved against
+    the sitemap's URL would be a made-up page -- and a text whose first line is none is no sitemap."""
     sitemap = Sitemap("text", cut=cut)
-    for line in data.decode("utf-8", "replace").splitlines():
+    for line in data.decode("utf-8-sig", "replace").splitlines():
         line = line.strip()
         if not line:
+            continue
+        if not _ABSOLUTE.match(line):
+            if not sitemap.entries:
+                return Sitemap("", error="not a sitemap: a text whose first line is no http(s) URL")
             continue
         if len(sitemap.entries) == MAX_URLS:
             sitemap.cut = f"more than {MAX_URLS} URLs"
@@ -137,6 +163,16 @@ def _text_sitemap(data: bytes, cut: str) -> Sitemap:
 
 
 def _xml_sitemap(data: bytes, cut: str) -> Sitemap:
+    """An XML sitemap; one malformed only by bare ``&`` (``<loc>/p?a=1&b=2</loc>``, the commonest
+    fault of real sitemaps) is read as if each were ``&amp;``: a parser that recovers would drop
+    ``&b`` and make another URL of it, a strict one would lose every entry after the first."""
+    sitemap = _parsed(data, cut)
+    if sitemap.error.startswith("malformed XML") and _BARE_AMPERSAND.search(data):
+        sitemap = _parsed(_BARE_AMPERSAND.sub(b"&amp;", data), cut)
+    return sitemap
+
+
+def _parsed(data: bytes, cut: str) -> Sitemap:
     sitemap = Sitemap("", cut=cut)
     entry_name = ""
     depth = 0  # of the element being read: 1 the root, 2 an entry, 3 its loc/lastmod
