@@ -17,7 +17,11 @@ from typing import Any
 import pytest
 
 from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler, CrawlSummary, sitemaps
-from niofetcher.crawl.sitemaps import read_sitemap
+from niofetcher.crawl.frontier import FrontierURL
+from niofetcher.crawl.policy import LinkScope
+from niofetcher.crawl.robots import RobotsRules
+from niofetcher.crawl.sitemaps import SITEMAP_PRIORITY, Sitemaps, read_sitemap
+from niofetcher.models import FetchResult, URLBean
 from niofetcher.testing import TestSite
 from niofetcher.testing.pages import LASTMOD, OUT_OF_SCOPE, sitemap_index, urlset
 
@@ -127,6 +131,75 @@ def test_resumed_crawl_reads_no_sitemap_twice(tmp_path: Path) -> None:
     assert not paths and summary.pages == 0  # all done: not even robots.txt is asked for again
 
 
+def test_lastmod_kept_for_a_retried_fetch(tmp_path: Path) -> None:
+    # The orphan answers 503 first: its second fetch, the one recorded, still has its lastmod.
+    with TestSite(pages=2, sitemap="urlset", orphan_pages=1, orphans_unavailable=1) as site:
+        _, pages = crawl(tmp_path, site, retry_delay=0.05)
+        paths = served(site)
+    assert paths["/orphan/0"] == 2
+    orphan = next(page for page in pages if page.url.endswith("/orphan/0"))
+    assert orphan.result.status == 200 and orphan.lastmod == LASTMOD
+
+
+def test_a_sitemap_lists_only_urls_of_its_own_host(tmp_path: Path) -> None:
+    # Both hosts are in scope (one IP), but host 1's orphans are not host 0's sitemap's to list.
+    with TestSite(hosts=2, pages=2, cross_host_links=False, sitemap="neighbour", orphan_pages=2) as site:
+        summary, _ = crawl(tmp_path, site)
+        mine, theirs = (site.counters(port).paths for port in site.ports)
+    assert mine["/orphan/0"] == 1 and mine["/orphan/1"] == 1
+    assert not theirs, theirs
+    assert summary.sitemaps == {"read": 1, "urls": 2, "foreign": 2}
+
+
+# -- which sitemap may list what (sitemaps.org cross-submission) ------------------------------
+
+
+SCOPE = LinkScope(domains=("h.test", "cdn.test", "x.test"))
+
+
+def fetched(url: str, body: bytes) -> FetchResult:
+    return FetchResult(URLBean(url), url, url, status=200, body=body)
+
+
+def claimed(entry: tuple[str, int, str | None, int]) -> FrontierURL:
+    url, depth, parent, priority = entry
+    return FrontierURL(url, depth, priority, 1, parent)
+
+
+def test_a_sitemap_named_by_robots_txt_may_list_that_host() -> None:
+    errors: Counter[str] = Counter()
+    maps = Sitemaps(SCOPE, ["http://h.test/"], errors)
+    rules = RobotsRules(sitemaps=("http://cdn.test/h/sitemap.xml",))
+    [entry] = maps.from_robots(next(iter(maps._origins)), rules)
+    listed = ["http://h.test/a", "http://cdn.test/h/b", "http://cdn.test/other/c", "http://x.test/d"]
+    found = maps.entries(claimed(entry), fetched(entry[0], urlset(listed)), None)
+    assert [url for url, *_ in found] == ["http://h.test/a", "http://cdn.test/h/b"]  # robots.txt's host, its directory
+    assert maps.report["foreign"] == 2
+
+
+def test_root_index_on_a_default_port_is_followed_and_its_sitemaps_may_list_the_site() -> None:
+    # /sitemap.xml is added as http://h.test:80/sitemap.xml and claimed as http://h.test/sitemap.xml.
+    maps = Sitemaps(SCOPE, ["http://h.test/"], Counter())
+    [root] = maps.roots()
+    index = sitemap_index(["http://h.test:80/maps/a.xml", "http://x.test/b.xml"])
+    children = maps.entries(claimed(root), fetched("http://h.test/sitemap.xml", index), None)
+    assert children == [("http://h.test/maps/a.xml", 0, "http://h.test/sitemap.xml", SITEMAP_PRIORITY)]
+    assert maps.report["too_deep"] == 0 and maps.report["foreign"] == 1
+    listed = maps.entries(claimed(children[0]), fetched(children[0][0], urlset(["http://h.test:80/p%c3%a9"])), None)
+    assert listed == [("http://h.test/p%C3%A9", 1, "http://h.test/maps/a.xml", 0)]  # the index's directory
+    assert maps.lastmod("http://h.test/p%C3%A9") == LASTMOD  # as the frontier hands the URL out
+
+
+def test_a_redirected_sitemap_may_list_what_its_first_url_could() -> None:
+    maps = Sitemaps(SCOPE, ["http://h.test/"], Counter())
+    [root] = maps.roots()
+    moved = FetchResult(URLBean(root[0]), "http://h.test/sitemap.xml", "http://h.test/sitemap.xml", status=301,
+                        headers=[("Location", "http://cdn.test/h/map.xml")])
+    [target] = maps.entries(claimed(root), moved, None)
+    found = maps.entries(claimed(target), fetched(target[0], urlset(["http://h.test/a", "http://x.test/b"])), None)
+    assert [url for url, *_ in found] == ["http://h.test/a"]
+
+
 # -- the reader ----------------------------------------------------------------
 
 
@@ -162,3 +235,31 @@ def test_read_sitemap_expands_no_entity() -> None:
     assert all(len(loc) < 100 for loc, _ in read.entries)
     external = b'<?xml version="1.0"?><!DOCTYPE u [<!ENTITY e SYSTEM "file:///etc/passwd">]><urlset><url><loc>http://h.test/&e;</loc></url></urlset>'
     assert read_sitemap(external).entries == [("http://h.test/", None)]
+
+
+def test_read_text_sitemap_utf8_bom_and_lines_that_are_no_urls() -> None:
+    read = read_sitemap(b"\xef\xbb\xbfhttp://h.test/a\r\nnot a URL\nHTTPS://h.test/b\n")
+    assert read.entries == [("http://h.test/a", None), ("HTTPS://h.test/b", None)]
+    soft_404 = read_sitemap(b"Not found\n")  # would be http://host/Not%20found
+    assert soft_404.entries == [] and soft_404.error.startswith("not a sitemap")
+
+
+def test_read_sitemap_with_bare_ampersands() -> None:
+    body = b"<urlset><url><loc>http://h.test/a?x=1&y=2</loc></url><url><loc>http://h.test/b?&amp;z&#38;</loc></url></urlset>"
+    assert read_sitemap(body).entries == [("http://h.test/a?x=1&y=2", None), ("http://h.test/b?&z&", None)]
+    cdata = b"<urlset><url><loc><![CDATA[http://h.test/a?x=1&y=2]]></loc></url></urlset>"
+    assert read_sitemap(cdata).entries == [("http://h.test/a?x=1&y=2", None)]  # well-formed: read as it is
+
+
+def test_read_sitemap_keeps_what_a_broken_off_gzip_held() -> None:
+    packed = gzip.compress(urlset([f"http://h.test/p/{i}" for i in range(1000)]))
+    read = read_sitemap(packed[: len(packed) // 2])
+    assert 100 < len(read.entries) < 1000 and read.error == "bad gzip: the stream breaks off"
+    assert len(read_sitemap(packed + packed).entries) == 1000  # two members, one document: the rest is malformed
+
+
+def test_read_sitemap_gzip_bomb_inflates_no_further_than_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sitemaps, "MAX_BYTES", 1 << 20)
+    bomb = gzip.compress(b"<urlset>" + b" " * (64 << 20))  # 64 MB of spaces, 64 KB packed
+    read = read_sitemap(bomb)
+    assert read.cut == f"larger than {1 << 20} bytes" and not read.entries

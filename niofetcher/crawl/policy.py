@@ -1,10 +1,16 @@
 """The crawl's rules for fetches and links: which fetch is tried again, and which links are followed.
 
 Followed: a page's links, areas, frames and canonical URL (``<link rel="canonical">`` or a
-``Link: <...>; rel="canonical"`` header), in scope; none of them when the page says nofollow
-(``<meta name="robots" content="nofollow">``, ``none``, or the same in ``X-Robots-Tag``), its
-canonical included: a page that asks not to be followed leads nowhere.  ``follow_nofollow``
-ignores nofollow, as it ignores ``rel="nofollow"``.  A canonical URL is followed like a link, so a
+``Link: <...>; rel="canonical"`` header), in scope; only the canonical when the page says nofollow
+(``<meta name="robots" content="nofollow">``, ``none``, or the same in ``X-Robots-Tag``).
+nofollow is about the links *on* a page ("do not follow the links on this page": Google's and
+Bing's reading of the robots meta tag); a canonical is the page's word about itself -- which URL
+is this very content -- not a link to another resource, and the usual page that says
+``noindex, nofollow`` (a print view, a sorted or tracked variant) names its canonical precisely so
+that the crawler goes there instead.  One gap is left: with ``X-Robots-Tag: nofollow`` the
+``<link rel="canonical">`` of the body is not followed (the header is read after the body's links
+came back from the parse, in one list; docs/crawler.md).  ``follow_nofollow`` ignores nofollow,
+as it ignores ``rel="nofollow"``.  A canonical URL is followed like a link, so a
 canonical the frontier knows already (waiting, done) is not fetched again, and an unknown one is
 fetched once; the page that named it stays recorded as fetched, with ``canonical`` in its record.
 
@@ -79,12 +85,13 @@ class LinkScope:
 
     def followed(self, links: PageLinks) -> list[str]:
         """The page's links, image-map areas and frames that the crawl follows, each once, in page
-        order, then its canonical URL; nothing from a page whose ``<meta name="robots">`` says
-        nofollow (unless ``follow_nofollow``)."""
+        order, then its canonical URL; only the canonical from a page whose ``<meta name="robots">``
+        says nofollow (unless ``follow_nofollow``)."""
         if self.follow_nofollow:
             skip: frozenset[str] = frozenset()
         elif "nofollow" in links.robots:
-            return []
+            canonical = links.canonical
+            return [canonical] if canonical is not None and self.in_scope(canonical) else []
         else:
             skip = links.nofollow
         candidates = dict.fromkeys((*links.links, *links.areas, *links.frames))
@@ -96,11 +103,11 @@ class LinkScope:
     def after_headers(self, result: FetchResult, followed: list[str]) -> list[str]:
         """``followed`` (what the body led to) as the response's headers leave it: nothing when
         ``X-Robots-Tag`` says nofollow (unless ``follow_nofollow``), the ``Link`` header's
-        canonical URL added (in scope)."""
+        canonical URL added (in scope) in either case."""
         if not result.headers:
             return followed
         if not self.follow_nofollow and "nofollow" in header_directives(result):
-            return []
+            followed = []
         canonical = canonical_header(result)
         if canonical is None or canonical in followed or not self.in_scope(canonical):
             return followed

@@ -39,17 +39,19 @@ XML, a bad gzip stream), keeps the entries read before the break and counts one
 ``sitemap_invalid`` error; the crawl goes on.
 
 *The URLs listed* go through the crawl's scope (allowed domains, include, exclude) and the URL
-cleanup of links (``absolute_url``, relative ones against the sitemap's URL); the sitemaps an
-index lists go through the scope too.  ``<lastmod>`` is kept, as written, for the URL's fetch in
+cleanup of links (``absolute_url``, relative ones against the sitemap's URL), then what the
+sitemap may list (sitemaps.org's file location and cross-submission rules: :class:`Sitemaps`);
+the sitemaps an index lists go through both too.  Every URL is kept in the frontier's normal
+form, the form a claimed URL has.  ``<lastmod>`` is kept, as written, for the URL's fetches in
 this run (``CrawledPage.lastmod`` and the JSONL record): see docs/crawler.md for why not in the
 frontier yet.
 """
 
 from __future__ import annotations
 
-import gzip
 import io
 import logging
+import re
 import zlib
 from collections import Counter
 from collections.abc import Sequence
@@ -58,7 +60,7 @@ from dataclasses import dataclass, field
 from lxml import etree  # type: ignore[import-untyped,unused-ignore]
 
 from ..models import FetchResult
-from ..urls import Origin, absolute_url, host_key, parse_target
+from ..urls import Origin, absolute_url, host_key, normalize_url, parse_target
 from .frontier import FrontierURL
 from .policy import LinkScope, is_redirect
 from .robots import RobotsRules
@@ -83,6 +85,9 @@ MAX_PER_HOST = 1000
 _GZIP_MAGIC = b"\x1f\x8b"
 _KINDS = {"urlset": "url", "sitemapindex": "sitemap"}  # root element -> its entries' element
 Entry = tuple[str, int, str | None, int]  # a frontier entry: (url, depth, parent, priority)
+_ABSOLUTE = re.compile(r"https?://", re.IGNORECASE)
+# An "&" that starts no entity or character reference.
+_BARE_AMPERSAND = re.compile(rb"&(?!(?:[A-Za-z_][\w.-]*|#[0-9]+|#x[0-9A-Fa-f]+);)")
 
 
 @dataclass(slots=True)
@@ -98,36 +103,59 @@ class Sitemap:
 def read_sitemap(body: bytes) -> Sitemap:
     """The entries of a sitemap (urlset or index; XML or text; gzip or not), within the bounds."""
     data, cut, error = _inflated(body)
-    if error:
-        return Sitemap("", error=error)
     start = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
-    if start != b"<":
-        return _text_sitemap(data, cut) if start else Sitemap("", error="empty")
-    return _xml_sitemap(data, cut)
+    if not start:
+        return Sitemap("", error=error or "empty")
+    sitemap = _text_sitemap(data, cut) if start != b"<" else _xml_sitemap(data, cut)
+    if error:  # a gzip stream that broke off: what it held before the break is kept
+        sitemap.error = error
+    return sitemap
 
 
 def _inflated(body: bytes) -> tuple[bytes, str, str]:
-    """``(data, cut, error)``: the body, gunzipped when it is gzip, cut at MAX_BYTES."""
-    cut = ""
-    if body[:2] == _GZIP_MAGIC:
-        try:
-            with gzip.GzipFile(fileobj=io.BytesIO(body)) as stream:
-                data = stream.read(MAX_BYTES + 1)  # never more: a gzip bomb stops here
-        except (OSError, EOFError, zlib.error) as exc:
-            return b"", "", f"bad gzip: {exc}"
-    else:
+    """``(data, cut, error)``: the body, gunzipped when it is gzip, cut at MAX_BYTES.
+
+    Inflated by zlib with an output bound, never further than MAX_BYTES + 1 (a gzip bomb stops
+    there), member after member (a concatenated gzip file is one file).  A stream that breaks off
+    (a download cut short) keeps what was inflated before the break, as malformed XML keeps the
+    entries before it; only corrupt data loses the member it is in."""
+    if body[:2] != _GZIP_MAGIC:
         data = body
+    else:
+        parts: list[bytes] = []
+        size = 0
+        rest = body
+        while rest[:2] == _GZIP_MAGIC and size <= MAX_BYTES:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                part = inflater.decompress(rest, MAX_BYTES + 1 - size)
+            except zlib.error as exc:
+                return b"".join(parts), "", f"bad gzip: {exc}"
+            parts.append(part)
+            size += len(part)
+            if not inflater.eof:
+                if size <= MAX_BYTES:  # not stopped by the bound: the input ended first
+                    return b"".join(parts), "", "bad gzip: the stream breaks off"
+                break
+            rest = inflater.unused_data
+        data = b"".join(parts)
     if len(data) > MAX_BYTES:
-        data = data[:MAX_BYTES]
-        cut = f"larger than {MAX_BYTES} bytes"
-    return data, cut, ""
+        return data[:MAX_BYTES], f"larger than {MAX_BYTES} bytes", ""
+    return data, "", ""
 
 
 def _text_sitemap(data: bytes, cut: str) -> Sitemap:
+    """One URL a line (sitemaps.org: UTF-8, a BOM allowed, each URL absolute, "including the
+    http"): a line that is no http(s) URL is no entry -- a soft 404's "Not found" resolved against
+    the sitemap's URL would be a made-up page -- and a text whose first line is none is no sitemap."""
     sitemap = Sitemap("text", cut=cut)
-    for line in data.decode("utf-8", "replace").splitlines():
+    for line in data.decode("utf-8-sig", "replace").splitlines():
         line = line.strip()
         if not line:
+            continue
+        if not _ABSOLUTE.match(line):
+            if not sitemap.entries:
+                return Sitemap("", error="not a sitemap: a text whose first line is no http(s) URL")
             continue
         if len(sitemap.entries) == MAX_URLS:
             sitemap.cut = f"more than {MAX_URLS} URLs"
@@ -137,6 +165,16 @@ def _text_sitemap(data: bytes, cut: str) -> Sitemap:
 
 
 def _xml_sitemap(data: bytes, cut: str) -> Sitemap:
+    """An XML sitemap; one malformed only by bare ``&`` (``<loc>/p?a=1&b=2</loc>``, the commonest
+    fault of real sitemaps) is read as if each were ``&amp;``: a parser that recovers would drop
+    ``&b`` and make another URL of it, a strict one would lose every entry after the first."""
+    sitemap = _parsed(data, cut)
+    if sitemap.error.startswith("malformed XML") and _BARE_AMPERSAND.search(data):
+        sitemap = _parsed(_BARE_AMPERSAND.sub(b"&amp;", data), cut)
+    return sitemap
+
+
+def _parsed(data: bytes, cut: str) -> Sitemap:
     sitemap = Sitemap("", cut=cut)
     entry_name = ""
     depth = 0  # of the element being read: 1 the root, 2 an entry, 3 its loc/lastmod
@@ -188,9 +226,19 @@ class Sitemaps:
     """The sitemaps of one crawl run: which to add, and what each one fetched leads to.
 
     Only the coordinator's thread calls it.  ``report`` counts what happened: sitemap files
-    ``read``, ``urls`` added from them, ``invalid`` ones, ``cut`` ones, indexes ``too_deep`` and
-    sitemaps left out as ``too_many`` for their host; an invalid sitemap also counts one
+    ``read``, ``urls`` added from them, ``invalid`` ones, ``cut`` ones, indexes ``too_deep``,
+    sitemaps left out as ``too_many`` for their host, and entries left out as ``foreign``
+    (outside what their sitemap may list, below); an invalid sitemap also counts one
     ``sitemap_invalid`` in ``errors`` (the crawl's error counts).
+
+    What a sitemap may list (sitemaps.org, "Sitemap file location" and "Sitemaps & Cross
+    Submits"; Google's index rules): the URLs under its own directory -- ``/catalog/sitemap.xml``
+    lists ``/catalog/...`` of its own scheme, host and port, not ``/images/...`` nor another host
+    -- and, when a robots.txt named it, every URL of that robots.txt's origin (the cross-submission
+    that lets ``a.example/robots.txt`` name a sitemap kept elsewhere).  An index's entries are held to
+    the same rule, and a sitemap it lists, or a redirect leads to, may list what the index (or the
+    redirecting URL) could: the site that names it vouches for it.  Every URL is compared in the
+    frontier's normal form (``http://h:80/x`` is ``http://h/x``).
     """
 
     def __init__(self, scope: LinkScope, seeds: Sequence[str], errors: Counter[str]) -> None:
@@ -198,7 +246,9 @@ class Sitemaps:
         self._errors = errors
         self._origins = dict.fromkeys(parse_target(seed).origin for seed in seeds)  # the seed hosts, in order
         self._robots_read: set[Origin] = set()  # origins whose Sitemap: lines were added
-        self._levels: dict[str, int] = {}  # a sitemap's index nesting: 0 for a root
+        # A sitemap's index nesting (0 for a root) and the URL prefixes it may list besides its own
+        # directory, by its URL in normal form (the form a claimed URL has).
+        self._known: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._per_host: Counter[str] = Counter()
         self._lastmods: dict[str, str] = {}
         self.report: Counter[str] = Counter()
@@ -209,12 +259,13 @@ class Sitemaps:
         return item.priority == SITEMAP_PRIORITY
 
     def lastmod(self, url: str) -> str | None:
-        """The ``<lastmod>`` a sitemap gave ``url``, once: for its fetch (None: none known)."""
-        return self._lastmods.pop(url, None) if self._lastmods else None
+        """The ``<lastmod>`` a sitemap gave ``url`` (normal form), for each of its fetches: a retried
+        fetch (a 503) is recorded with it too (None: none known)."""
+        return self._lastmods.get(url) if self._lastmods else None
 
     def roots(self) -> list[Entry]:
         """The frontier entries of each seed host's ``/sitemap.xml`` (when in scope)."""
-        return self._added([f"{origin}/sitemap.xml" for origin in self._origins], 0, None, 0)
+        return self._added([f"{origin}/sitemap.xml" for origin in self._origins], 0, None, 0, ())
 
     def from_robots(self, origin: Origin, rules: RobotsRules | None) -> list[Entry]:
         """The frontier entries of the ``Sitemap:`` lines of a seed host's robots.txt, once a run
@@ -224,16 +275,17 @@ class Sitemaps:
         self._robots_read.add(origin)
         robots_url = f"{origin}/robots.txt"
         urls = [url for url in (absolute_url(line, robots_url) for line in rules.sitemaps) if url is not None]
-        return self._added(urls, 0, robots_url, 0)
+        return self._added(urls, 0, robots_url, 0, (normalize_url(f"{origin}/"),))
 
     def entries(self, item: FrontierURL, result: FetchResult, max_depth: int | None) -> list[Entry]:
         """What a fetched sitemap leads to: the URLs it lists, the sitemaps an index lists, or a
         redirect's target (a sitemap still).  A 404 or another failure leads nowhere."""
         url = item.url
-        level = self._levels.get(url, MAX_NESTING)  # unknown: left waiting by an earlier run
+        # Unknown: left waiting by an earlier run, which knew who named it; its own host vouches.
+        level, vouched = self._known.get(url, (MAX_NESTING, (_directory(host_key(url) + "/"),)))
         if is_redirect(result):
             target = absolute_url(result.header("location") or "", result.url)
-            return self._added([target] if target else [], item.depth, url, level)
+            return self._added([target] if target else [], item.depth, url, level, (*vouched, _directory(url)))
         if not result.ok:
             return []
         sitemap = read_sitemap(result.body)
@@ -246,43 +298,82 @@ class Sitemaps:
             self._errors["sitemap_invalid"] += 1
             log.warning("sitemap %s: %s", url, sitemap.error)
         base = result.final_url
+        allowed = (_directory(normalize_url(base)), *vouched)
         if sitemap.kind == "sitemapindex":
             if level >= MAX_NESTING:
                 self.report["too_deep"] += 1
                 log.warning("sitemap %s: an index %d levels down is not followed", url, level)
                 return []
-            return self._added(_absolute(sitemap, base), item.depth, url, level + 1)
+            listed = self._listed(sitemap, base, url, allowed)
+            return self._added([page for page, _ in listed], item.depth, url, level + 1, allowed)
         depth = item.depth + 1
         if max_depth is not None and depth > max_depth:
             return []
         found: list[Entry] = []
-        for loc, lastmod in sitemap.entries:
-            page = absolute_url(loc, base)
-            if page is not None and self._scope.in_scope(page):
-                found.append((page, depth, url, 0))
-                if lastmod is not None:
-                    self._lastmods[page] = lastmod
+        for page, lastmod in self._listed(sitemap, base, url, allowed):
+            found.append((page, depth, url, 0))
+            if lastmod is not None:
+                self._lastmods[page] = lastmod
         self.report["urls"] += len(found)
         return found
 
-    def _added(self, urls: list[str], depth: int, parent: str | None, level: int) -> list[Entry]:
-        """Frontier entries for sitemap files: in scope, within the per-host cap, their level kept."""
+    def _listed(self, sitemap: Sitemap, base: str, url: str, allowed: tuple[str, ...]) -> list[tuple[str, str | None]]:
+        """The entries of ``sitemap`` (fetched at ``url``) in the crawl's scope, as absolute URLs in
+        normal form, with their lastmod: those under one of the ``allowed`` prefixes; the others are
+        counted ``foreign`` (out of scope: left out as a link would be, uncounted)."""
+        listed: list[tuple[str, str | None]] = []
+        foreign = 0
+        for loc, lastmod in sitemap.entries:
+            page = _normal(absolute_url(loc, base))
+            if page is None or not self._scope.in_scope(page):
+                continue
+            if page.startswith(allowed):
+                listed.append((page, lastmod))
+            else:
+                foreign += 1
+        if foreign:
+            if not self.report["foreign"]:
+                log.warning("sitemap %s: %d URLs outside what it may list (%s) left out", url, foreign, ", ".join(allowed))
+            self.report["foreign"] += foreign
+        return listed
+
+    def _added(
+        self, urls: list[str], depth: int, parent: str | None, level: int, vouched: tuple[str, ...]
+    ) -> list[Entry]:
+        """Frontier entries for sitemap files: in scope, within the per-host cap, their level and
+        what vouches for them kept (added up when a sitemap is named twice)."""
         entries: list[Entry] = []
-        for url in dict.fromkeys(urls):
+        for url in dict.fromkeys(normal for normal in map(_normal, urls) if normal is not None):
             if not self._scope.in_scope(url):
                 continue
-            host = host_key(url)
-            if self._per_host[host] >= MAX_PER_HOST and url not in self._levels:
-                self.report["too_many"] += 1
-                if self.report["too_many"] == 1:
-                    log.warning("sitemaps of %s: more than %d in this run; the rest are left out", host, MAX_PER_HOST)
-                continue
-            if url not in self._levels:
+            known = self._known.get(url)
+            if known is not None:
+                self._known[url] = (known[0], tuple(dict.fromkeys((*known[1], *vouched))))
+            else:
+                host = host_key(url)
+                if self._per_host[host] >= MAX_PER_HOST:
+                    self.report["too_many"] += 1
+                    if self.report["too_many"] == 1:
+                        log.warning("sitemaps of %s: more than %d in this run; the rest are left out", host, MAX_PER_HOST)
+                    continue
                 self._per_host[host] += 1
-                self._levels[url] = level
+                self._known[url] = (level, vouched)
             entries.append((url, depth, parent, SITEMAP_PRIORITY))
         return entries
 
 
-def _absolute(sitemap: Sitemap, base: str) -> list[str]:
-    return [url for url in (absolute_url(loc, base) for loc, _ in sitemap.entries) if url is not None]
+def _normal(url: str | None) -> str | None:
+    """``url`` in the frontier's normal form; None for None or what the frontier would not take."""
+    if url is None:
+        return None
+    try:
+        return normalize_url(url)
+    except ValueError:
+        return None
+
+
+def _directory(url: str) -> str:
+    """The directory of a URL in normal form, up to its last ``/`` before any query: what a
+    sitemap there may list."""
+    path = url.partition("?")[0]
+    return path[: path.rindex("/") + 1]

@@ -163,9 +163,11 @@ def build_host(site: TestSite, index: int) -> Resources:
         **_sitemap_resources(site, index),
     }
     for i in range(site.orphan_pages):
-        table[f"/orphan/{i}"] = Resource("200 OK", HTML_TYPE, [
-            generated_page(f"Test site host {index} orphan {i}", "", site.page_size)
-        ])
+        orphan = Resource("200 OK", HTML_TYPE, [generated_page(f"Test site host {index} orphan {i}", "", site.page_size)])
+        if site.orphans_unavailable:
+            busy = Resource("503 Service Unavailable", TEXT_TYPE, [b"503 busy\n"])
+            orphan = InTurn([busy] * site.orphans_unavailable + [orphan])
+        table[f"/orphan/{i}"] = orphan
 
     def page(i: int) -> Resource:
         hrefs = [(f"/page/{j}", f"page {j}") for j in _link_targets(i, pages, count)]
@@ -231,7 +233,8 @@ def _sitemap_resources(site: TestSite, index: int) -> dict[str, Resource]:
     It lists ``/``, every page and every orphan page, and :data:`OUT_OF_SCOPE`.  ``"index"``:
     ``/sitemap.xml`` lists ``/sitemaps/pages`` (``/`` and the pages, gzip, under a name that
     does not say so) and ``/sitemaps/orphans.xml`` (the rest); ``"malformed"``: it breaks off
-    after its first entry (the first orphan's)."""
+    after its first entry (the first orphan's); ``"neighbour"``: it lists its own orphans, then the
+    next host's (which a sitemap of this host may not list)."""
     base = site.base_urls[index]
     pages = [base, *(f"{base}page/{i}" for i in range(site.pages))]
     orphans = [*(f"{base}orphan/{i}" for i in range(site.orphan_pages)), OUT_OF_SCOPE]
@@ -239,6 +242,10 @@ def _sitemap_resources(site: TestSite, index: int) -> dict[str, Resource]:
         return {}
     if site.sitemap == "urlset":
         return {"/sitemap.xml": Resource("200 OK", SITEMAP_TYPE, [urlset(pages + orphans)])}
+    if site.sitemap == "neighbour":
+        neighbour = site.base_urls[(index + 1) % site.hosts]
+        theirs = [f"{neighbour}orphan/{i}" for i in range(site.orphan_pages)]
+        return {"/sitemap.xml": Resource("200 OK", SITEMAP_TYPE, [urlset(orphans[:-1] + theirs)])}
     if site.sitemap == "index":
         packed = gzip.compress(urlset(pages), mtime=0)
         return {

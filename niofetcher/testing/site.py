@@ -22,7 +22,7 @@ from .tls import TLSServer
 __all__ = ["SITEMAPS", "LoopbackSite", "TestSite"]
 
 #: The values of ``TestSite(sitemap=...)``.
-SITEMAPS = (None, "urlset", "index", "malformed")
+SITEMAPS = (None, "urlset", "index", "malformed", "neighbour")
 
 # typing.Self is Python 3.11+, typing_extensions is not the standard library: a bound TypeVar.
 SiteT = TypeVar("SiteT", bound="LoopbackSite")
@@ -245,10 +245,12 @@ class TestSite(LoopbackSite):
         sitemap: what each host's ``/sitemap.xml`` is: None (a 404), ``"urlset"`` (a sitemap of
             ``/``, every page, every orphan page and one URL of another host, each with a
             ``<lastmod>``), ``"index"`` (an index of a gzip sitemap of the pages and a plain one of
-            the rest) or ``"malformed"`` (its first entry, then it breaks off).
+            the rest), ``"malformed"`` (its first entry, then it breaks off) or ``"neighbour"`` (its
+            orphan pages, then the next host's).
         robots_sitemaps: ``Sitemap:`` lines for ``/robots.txt``: a path (made absolute on each
             host) or a URL.
         orphan_pages: pages ``/orphan/0`` .. on each host that no page links to.
+        orphans_unavailable: each orphan page answers ``503`` this many times before its page.
         meta_robots: page number -> the content of a ``<meta name="robots">`` in its head.
         canonicals: page number -> the href of a ``<link rel="canonical">`` in its head.
         robots_headers: page number -> an ``X-Robots-Tag`` header value.
@@ -280,6 +282,7 @@ class TestSite(LoopbackSite):
         sitemap: str | None = None,
         robots_sitemaps: Sequence[str] = (),
         orphan_pages: int = 0,
+        orphans_unavailable: int = 0,
         meta_robots: Mapping[int, str] | None = None,
         canonicals: Mapping[int, str] | None = None,
         robots_headers: Mapping[int, str] | None = None,
@@ -287,8 +290,8 @@ class TestSite(LoopbackSite):
     ) -> None:
         if sitemap not in SITEMAPS:
             raise ValueError(f"sitemap must be one of {SITEMAPS}, not {sitemap!r}")
-        if orphan_pages < 0:
-            raise ValueError(f"orphan_pages must be >= 0, not {orphan_pages!r}")
+        if orphan_pages < 0 or orphans_unavailable < 0:
+            raise ValueError(f"orphan_pages and orphans_unavailable must be >= 0, not {orphan_pages!r}, {orphans_unavailable!r}")
         if hosts < 1 or pages < 1 or links_per_page < 1:
             raise ValueError(
                 f"hosts, pages and links_per_page must be >= 1, not {hosts!r}, {pages!r}, {links_per_page!r}"
@@ -323,6 +326,7 @@ class TestSite(LoopbackSite):
         self.sitemap = sitemap
         self.robots_sitemaps = tuple(robots_sitemaps)
         self.orphan_pages = orphan_pages
+        self.orphans_unavailable = orphans_unavailable
         self.meta_robots = dict(meta_robots or {})
         self.canonicals = dict(canonicals or {})
         self.robots_headers = dict(robots_headers or {})
