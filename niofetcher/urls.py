@@ -602,8 +602,9 @@ def parse_proxy(url: str) -> Proxy:
 def _without_password(url: str) -> str:
     """``url`` with the password of its userinfo masked, for an error message."""
     scheme, sep, rest = url.partition("://")
-    userinfo, at, hostport = rest.partition("@")
-    if not at or ":" not in userinfo.split("/", 1)[0]:
+    # The last "@": a password may hold an unescaped one (or a "/"), and urlsplit takes the host after it.
+    userinfo, at, hostport = rest.rpartition("@")
+    if not at or ":" not in userinfo:
         return url
     return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{hostport}"
 
