@@ -637,8 +637,11 @@ class NoProxy:
             if text == "*":
                 self._all = True
                 continue
-            if text.startswith("[") and "]" in text:  # an IPv6 literal written as in a URL
-                text = text[1:].replace("]", "", 1)
+            if text.startswith("["):  # an IPv6 literal written as in a URL, perhaps with a CIDR length
+                address, bracket, length = text[1:].partition("]")
+                # Not with a port: "[::1]:8080" unbracketed would be the address ::1:8080.
+                if bracket and (not length or length.startswith("/")):
+                    text = address + length
             try:
                 networks.append(ipaddress.ip_network(text, strict=False))
                 continue

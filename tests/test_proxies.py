@@ -423,3 +423,12 @@ def test_no_repr_and_no_error_message_shows_a_proxy_password() -> None:
             FetcherConfig(proxy=bad)
         assert "er2" not in str(raised.value), str(raised.value)
         assert str(raised.value).endswith("@p.test'") or "@p.test:" in str(raised.value)
+
+
+def test_a_no_proxy_entry_with_a_port_is_refused_an_ipv6_one_too() -> None:
+    # Ports play no part, so an entry with one is refused rather than read as something else:
+    # "[::1]:8080" without its brackets is the address ::1:8080, which no loopback URL has.
+    for entry in ("example.com:8080", "127.0.0.1:80", "[::1]:8080", "[::1]8080"):
+        with pytest.raises(ValueError, match="is neither a host name nor an IP address"):
+            NoProxy([entry])
+    assert NoProxy(["[::1]"]).matches("::1") and NoProxy(["[fe80::]/10"]).matches("fe80::1")
