@@ -60,7 +60,7 @@ class FetcherConfig:
     deny_networks: Sequence[str] = ()
     max_pending: int | None = None
     max_completed: int | None = None
-    proxy: str | None = None
+    proxy: str | None = field(default=None, repr=False)  # its password must stay out of logs
     no_proxy: Sequence[str] = ()
     max_connections_per_proxy: int | None = None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 
 from .config import FetcherConfig
@@ -153,8 +153,13 @@ class NIOFetcher:
             url = url_or_bean.url
             priority = url_or_bean.priority
             method = url_or_bean.method
-            if method != "GET" and (not method or not set(method) <= _METHOD_CHARS):
+            if method != "GET" and (not isinstance(method, str) or not method or not set(method) <= _METHOD_CHARS):
                 raise ValueError(f"invalid HTTP method {method!r}")
+            # What the loop's Task reads of a bean is checked here: there a fault would end the loop.
+            headers = url_or_bean.headers
+            if headers and (not isinstance(headers, Mapping) or not all(isinstance(name, str) for name in headers)):
+                # Not shown: the values may be credentials.
+                raise ValueError(f"URLBean.headers must be a dict of str names to values (got a {type(headers).__name__})")
             if url_or_bean.proxy:
                 bean_proxy(url_or_bean.proxy)
         elif isinstance(url_or_bean, str):  # a str subclass: kept as it came, in a URLBean

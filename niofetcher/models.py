@@ -29,7 +29,7 @@ class URLBean:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     meta: dict[str, Any] = field(default_factory=dict)
-    proxy: str | None = None
+    proxy: str | None = field(default=None, repr=False)  # its password must stay out of logs
 
 
 @dataclass(slots=True, eq=False)

@@ -602,8 +602,9 @@ def parse_proxy(url: str) -> Proxy:
 def _without_password(url: str) -> str:
     """``url`` with the password of its userinfo masked, for an error message."""
     scheme, sep, rest = url.partition("://")
-    userinfo, at, hostport = rest.partition("@")
-    if not at or ":" not in userinfo.split("/", 1)[0]:
+    # The last "@": a password may hold an unescaped one (or a "/"), and urlsplit takes the host after it.
+    userinfo, at, hostport = rest.rpartition("@")
+    if not at or ":" not in userinfo:
         return url
     return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{hostport}"
 
@@ -636,8 +637,11 @@ class NoProxy:
             if text == "*":
                 self._all = True
                 continue
-            if text.startswith("[") and "]" in text:  # an IPv6 literal written as in a URL
-                text = text[1:].replace("]", "", 1)
+            if text.startswith("["):  # an IPv6 literal written as in a URL, perhaps with a CIDR length
+                address, bracket, length = text[1:].partition("]")
+                # Not with a port: "[::1]:8080" unbracketed would be the address ::1:8080.
+                if bracket and (not length or length.startswith("/")):
+                    text = address + length
             try:
                 networks.append(ipaddress.ip_network(text, strict=False))
                 continue

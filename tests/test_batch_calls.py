@@ -142,6 +142,11 @@ def test_under_max_pending_the_first_ones_in_order_are_accepted(no_leaks: LeakBa
     URLBean("http://example.test/", method="GE T"), URLBean("mailto:someone@example.test"),
     # Checked by the caller: the loop makes a bean's Task, and a bad proxy there would end the loop.
     URLBean("http://example.test/", proxy="socks5://proxy.test:1080"),
+    # So are the headers and the method the Task reads: before the fix, these ended the loop thread
+    # and the sweep after it (which makes the same Task again) lost the results of the rest.
+    URLBean("http://example.test/", headers=[("X-A", "1")]),  # type: ignore[arg-type]
+    URLBean("http://example.test/", headers={1: "x"}),  # type: ignore[dict-item]
+    URLBean("http://example.test/", method=("G", "E", "T")),  # type: ignore[arg-type]
 ], ids=repr)
 def test_a_bad_url_in_a_batch_raises_as_register_does_and_queues_none(
     no_leaks: LeakBaseline, bad: Any, site: TestSite) -> None:

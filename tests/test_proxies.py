@@ -408,3 +408,27 @@ def test__a_host_waiting_for_its_proxy_blocks_no_other_host() -> None:
     t.connection_idle(conn, 0.0)
     third = t.next_assignment(0.0)
     assert third is not None and third.task.url == "http://b.test/1" and third.evict is conn
+
+
+def test_no_repr_and_no_error_message_shows_a_proxy_password() -> None:
+    url = "http://crawler:hunter2@p.test:3128"
+    bean = URLBean("http://a.test/", proxy=url)
+    # A config or a result logged whole must not carry the password (Proxy's own repr hides it too).
+    assert "hunter2" not in repr(FetcherConfig(proxy=url))
+    assert "hunter2" not in repr(bean) and "hunter2" not in repr(FetchResult(bean, bean.url, bean.url))
+    # A password with an unescaped "@" or "/": urlsplit reads the host after the last "@", and
+    # the message masks up to that one as well.
+    for bad in ("http://u:hunt@er2@p.test", "http://u:hunt/er2@p.test:1", "http://u/x:hunter2@p.test:99999"):
+        with pytest.raises(ValueError) as raised:
+            FetcherConfig(proxy=bad)
+        assert "er2" not in str(raised.value), str(raised.value)
+        assert str(raised.value).endswith("@p.test'") or "@p.test:" in str(raised.value)
+
+
+def test_a_no_proxy_entry_with_a_port_is_refused_an_ipv6_one_too() -> None:
+    # Ports play no part, so an entry with one is refused rather than read as something else:
+    # "[::1]:8080" without its brackets is the address ::1:8080, which no loopback URL has.
+    for entry in ("example.com:8080", "127.0.0.1:80", "[::1]:8080", "[::1]8080"):
+        with pytest.raises(ValueError, match="is neither a host name nor an IP address"):
+            NoProxy([entry])
+    assert NoProxy(["[::1]"]).matches("::1") and NoProxy(["[fe80::]/10"]).matches("fe80::1")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import http.client
 import ipaddress
+import select
 import selectors
 import socket
 import threading
@@ -54,9 +55,9 @@ class ProxyCounters:
     accepted: int = 0
     """Client connections accepted."""
     open_now: int = 0
-    """Client connections open now."""
+    """Client connections open now: not closed by the proxy, nor by their client (on Linux)."""
     max_open: int = 0
-    """Peak of client connections open at once."""
+    """Peak of ``open_now``, counted as each connection is accepted."""
     requests: list[str] = field(default_factory=list)
     """``METHOD target`` of every request, in order (``CONNECT host:port`` or ``GET http://...``)."""
     authorizations: list[str | None] = field(default_factory=list)
@@ -74,19 +75,25 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, proxy: ForwardProxy) -> None:
         self.proxy = proxy
+        self._clients: set[socket.socket] = set()  # under the proxy's lock
         super().__init__(("127.0.0.1", 0), _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         counters = self.proxy._counters
         with self.proxy._lock:
             counters.accepted += 1
-            counters.open_now += 1
+            self._clients.add(request)
+            # The connections whose client has not closed them: a client that closes one and
+            # then opens another sent its FIN first, but the thread serving the old one may not
+            # have read it yet, and counting threads would see both open at once.
+            counters.open_now = sum(1 for client in self._clients if not _peer_gone(client))
             counters.max_open = max(counters.max_open, counters.open_now)
         super().process_request(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
         with self.proxy._lock:
-            self.proxy._counters.open_now -= 1
+            self._clients.discard(request)
+            self.proxy._counters.open_now = sum(1 for client in self._clients if not _peer_gone(client))
         super().shutdown_request(request)
 
 
@@ -215,6 +222,28 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(response.status, response.reason, kept, b"" if self.command == "HEAD" else content)
 
     do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_OPTIONS = _forward
+
+
+def _peer_gone(sock: socket.socket) -> bool:
+    """Whether the client has closed ``sock`` (its FIN or RST has come), without reading from it.
+
+    POLLRDHUP is raised as soon as the FIN arrives, even with request bytes unread, and
+    polling consumes nothing, so the thread serving the socket is not disturbed.  Where there
+    is no POLLRDHUP (not Linux), every connection not yet shut down counts as open.
+    """
+    fd = sock.fileno()
+    if fd < 0:
+        return True
+    rdhup = getattr(select, "POLLRDHUP", 0)
+    if not rdhup:
+        return False
+    poller = select.poll()
+    poller.register(fd, rdhup | select.POLLHUP | select.POLLERR)
+    try:
+        events = poller.poll(0)
+    except OSError:
+        return True
+    return any(event & (rdhup | select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, event in events)
 
 
 def _loopback(host: str, port: int) -> tuple[str, int]:
