@@ -35,6 +35,8 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from niofetcher.testing import peer_closed
+
 __all__ = [
     "ConnInfo",
     "Handler",
@@ -294,7 +296,7 @@ class RawServer:
             return list(self._conns.values())
 
     def _count_open_locked(self) -> int:
-        return sum(1 for c in self._conns.values() if not _peer_gone(c.sock))
+        return sum(1 for c in self._conns.values() if not peer_closed(c.sock))
 
     def _accept_loop(self) -> None:
         assert self._listener is not None
@@ -399,28 +401,6 @@ class RawServer:
         with _running_lock:
             _running.discard(self)
         self._stopped.set()
-
-
-def _peer_gone(sock: socket.socket) -> bool:
-    """Whether the peer has closed (FIN or RST) -- or we have.
-
-    POLLRDHUP is raised as soon as the FIN arrives, even while request bytes
-    are still unread, and polling never consumes data, so this is safe while
-    the handler thread reads the same socket.
-    """
-    fd = sock.fileno()
-    if fd < 0:
-        return True
-    rdhup = getattr(select, "POLLRDHUP", 0)
-    if not rdhup:  # not Linux: count every connection as open
-        return False
-    poller = select.poll()
-    poller.register(fd, rdhup | select.POLLHUP | select.POLLERR)
-    try:
-        events = poller.poll(0)
-    except OSError:
-        return True
-    return any(ev & (rdhup | select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in events)
 
 
 def get_unused_port(host: str = "127.0.0.1") -> int:

@@ -36,12 +36,12 @@ from .postgres import PostgresCluster, PostgresUnavailable, find_bindir
 from .proxy import ForwardProxy, ProxyCounters
 from .server import _SO_TIMESTAMPNS as _SO_TIMESTAMPNS
 from .server import LISTEN_BACKLOG as LISTEN_BACKLOG
-from .server import PortCounters
+from .server import PortCounters, peer_closed
 from .site import TestSite
 from .tls import tls_context_from_files
 from .web import SyntheticWeb
 
 __all__ = [
     "ForwardProxy", "PortCounters", "PostgresCluster", "PostgresUnavailable", "ProxyCounters", "SyntheticWeb",
-    "TestSite", "find_bindir", "tls_context_from_files",
+    "TestSite", "find_bindir", "peer_closed", "tls_context_from_files",
 ]

@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import http.client
 import ipaddress
-import select
 import selectors
 import socket
 import threading
@@ -38,6 +37,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import quote, urlsplit
+
+from .server import peer_closed
 
 __all__ = ["FAULTS", "ForwardProxy", "ProxyCounters"]
 
@@ -86,14 +87,14 @@ class _Server(ThreadingHTTPServer):
             # The connections whose client has not closed them: a client that closes one and
             # then opens another sent its FIN first, but the thread serving the old one may not
             # have read it yet, and counting threads would see both open at once.
-            counters.open_now = sum(1 for client in self._clients if not _peer_gone(client))
+            counters.open_now = sum(1 for client in self._clients if not peer_closed(client))
             counters.max_open = max(counters.max_open, counters.open_now)
         super().process_request(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
         with self.proxy._lock:
             self._clients.discard(request)
-            self.proxy._counters.open_now = sum(1 for client in self._clients if not _peer_gone(client))
+            self.proxy._counters.open_now = sum(1 for client in self._clients if not peer_closed(client))
         super().shutdown_request(request)
 
 
@@ -222,28 +223,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(response.status, response.reason, kept, b"" if self.command == "HEAD" else content)
 
     do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_OPTIONS = _forward
-
-
-def _peer_gone(sock: socket.socket) -> bool:
-    """Whether the client has closed ``sock`` (its FIN or RST has come), without reading from it.
-
-    POLLRDHUP is raised as soon as the FIN arrives, even with request bytes unread, and
-    polling consumes nothing, so the thread serving the socket is not disturbed.  Where there
-    is no POLLRDHUP (not Linux), every connection not yet shut down counts as open.
-    """
-    fd = sock.fileno()
-    if fd < 0:
-        return True
-    rdhup = getattr(select, "POLLRDHUP", 0)
-    if not rdhup:
-        return False
-    poller = select.poll()
-    poller.register(fd, rdhup | select.POLLHUP | select.POLLERR)
-    try:
-        events = poller.poll(0)
-    except OSError:
-        return True
-    return any(event & (rdhup | select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, event in events)
 
 
 def _loopback(host: str, port: int) -> tuple[str, int]:
