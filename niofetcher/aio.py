@@ -66,6 +66,7 @@ class AsyncFetcher:
         self._arrival: asyncio.Event | None = None  # set when results are routed or delivery ends
         self._delivery_over = False
         self._shutdown: asyncio.Future[None] | None = None
+        self._shutdown_thread: threading.Thread | None = None
 
     def __repr__(self) -> str:
         return f"<AsyncFetcher [outstanding: {self._outstanding} | awaited: {len(self._waiting)}] {self.fetcher!r}>"
@@ -105,8 +106,13 @@ class AsyncFetcher:
                 finally:
                     _post(loop, _resolve, done)
 
-            threading.Thread(target=blocking, name="niofetcher-aio-shutdown", daemon=True).start()
+            self._shutdown_thread = threading.Thread(target=blocking, name="niofetcher-aio-shutdown", daemon=True)
+            self._shutdown_thread.start()
         await asyncio.shield(self._shutdown)
+        # It has posted its last word and only returns now: a join that does not wait, and no
+        # thread left behind when shutdown() returns.
+        if self._shutdown_thread is not None:
+            self._shutdown_thread.join()
 
     async def __aenter__(self) -> AsyncFetcher:
         await self.start()

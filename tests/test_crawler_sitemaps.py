@@ -141,6 +141,20 @@ def test_lastmod_kept_for_a_retried_fetch(tmp_path: Path) -> None:
     assert orphan.result.status == 200 and orphan.lastmod == LASTMOD
 
 
+def test_a_lastmod_is_let_go_once_its_url_had_its_last_fetch(tmp_path: Path) -> None:
+    """The lastmods of a run are memory until each URL is fetched for the last time, then not."""
+    with TestSite(pages=2, sitemap="urlset", orphan_pages=3) as site:
+        pages: list[CrawledPage] = []
+        config = CrawlConfig(seeds=[site.base_urls[0]], db_path=str(tmp_path / "crawl.sqlite"), parse_mode="thread",
+                             sitemaps=True)
+        crawler = Crawler(config, on_page=pages.append)
+        crawler.run()
+    orphans_seen = [page for page in pages if "/orphan/" in page.url]
+    assert len(orphans_seen) == 3 and all(page.lastmod == LASTMOD for page in orphans_seen)
+    assert crawler._sitemaps is not None
+    assert [page.url for page in orphans_seen if crawler._sitemaps.lastmod(page.url) is not None] == []
+
+
 def test_a_sitemap_lists_only_urls_of_its_own_host(tmp_path: Path) -> None:
     # Both hosts are in scope (one IP), but host 1's orphans are not host 0's sitemap's to list.
     with TestSite(hosts=2, pages=2, cross_host_links=False, sitemap="neighbour", orphan_pages=2) as site:

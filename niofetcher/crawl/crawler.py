@@ -393,6 +393,8 @@ class Crawler:
                 if page.final:
                     self._finished += 1
                     self._bytes += len(page.result.body)
+                    if self._sitemaps is not None:  # its last fetch: what a sitemap said of it is spent
+                        self._sitemaps.forget(page.item.url)
                 if page.final and not page.failure and (page.result.ok or is_redirect(page.result)):
                     completed.append((page.item.url, page.result.status))
                 else:

@@ -263,6 +263,10 @@ class Sitemaps:
         fetch (a 503) is recorded with it too (None: none known)."""
         return self._lastmods.get(url) if self._lastmods else None
 
+    def forget(self, url: str) -> None:
+        """``url`` has had its last fetch: its ``<lastmod>`` is no longer needed in memory."""
+        self._lastmods.pop(url, None)
+
     def roots(self) -> list[Entry]:
         """The frontier entries of each seed host's ``/sitemap.xml`` (when in scope)."""
         return self._added([f"{origin}/sitemap.xml" for origin in self._origins], 0, None, 0, ())
