@@ -337,6 +337,10 @@ class PostgresFrontier:
         if now >= self._renew_at:
             self._renew(conn, now)
         if self._take_soon or now >= self._take_at:
+            if self.max_hosts is not None and len(self._held) >= self.max_hosts:
+                # A full hand: the hosts it has finished with make room now, not at the next
+                # renewal (a third of a lease away), or the worker idles with work to take.
+                self._give_back_idle(conn)
             self._take(conn, now)
 
     def _renew(self, conn: psycopg.Connection[tuple[Any, ...]], now: float) -> None:
@@ -360,6 +364,11 @@ class PostgresFrontier:
         self._renew_at = now + self.lease_seconds / 3
         if share is not None:
             self._shed(*_single(share))
+        self._give_back_idle(conn)
+
+    def _give_back_idle(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Give back the hosts with nothing to do here: nothing waiting in line, nothing in flight."""
+        held = self._held
         idle = [host for host in held
                 if host not in self._rotation and host not in self._too_deep and not self._claims_by_host[host]]
         if idle:
@@ -382,11 +391,11 @@ class PostgresFrontier:
 
     def _take(self, conn: psycopg.Connection[tuple[Any, ...]], now: float) -> None:
         """Take free hosts with work (up to max_hosts held), and recover what their last owner had in flight."""
-        self._take_soon = False
         most = _TAKE_STEP if self.max_hosts is None else min(_TAKE_STEP, self.max_hosts - len(self._held))
-        self._take_at = now + self.lease_seconds / 3
         if most <= 0:
-            return
+            return  # no room: the take stays due, for the moment a host is given back
+        self._take_soon = False
+        self._take_at = now + self.lease_seconds / 3
         taken = conn.execute(TAKE, {"me": self.worker_id, "lease": self.lease_seconds, "most": most,
                                     "held": len(self._held), "fenced": self._fenced}).fetchall()
         if len(taken) == most:
