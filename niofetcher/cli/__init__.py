@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (UsageError, or the parser's one-line message); 130: interrupted.
     Failures are printed as one ``niofetcher: error: ...`` line on stderr.
     """
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_command(argv)
     try:
         command = importlib.import_module(f".{args.module}", __name__)
         return int(command.run(args))

@@ -17,6 +17,7 @@ import argparse
 import math
 import re
 import sys
+from collections.abc import Sequence
 from typing import NoReturn
 
 from .._version import __version__
@@ -30,12 +31,24 @@ EXIT_STATUS = ("Exit status: 0 when the run ended (HTTP errors and robots.txt re
                "failed; 2 for bad input; 130 when abandoned.")
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line naming the problem, and a pointer to ``--help``,
-    instead of the whole usage first: the usage of ``crawl`` is twenty lines, and buries the error."""
+    instead of the whole usage first: the usage of ``crawl`` is twenty lines, and buries the error.
+
+    ``commands``: the top parser's subparsers by name, so that an argument left over, which
+    only the top parser sees, is reported with the pointer to its command's ``--help``."""
+
+    commands: dict[str, Parser]
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"niofetcher: error: {message} (see {self.prog} --help)\n")
+
+    def parse_command(self, argv: Sequence[str] | None) -> argparse.Namespace:
+        """``parse_args()``, with an unrecognized argument reported by the command it was given to."""
+        args, extra = self.parse_known_args(argv)
+        if extra:
+            self.commands.get(args.command, self).error(f"unrecognized arguments: {' '.join(extra)}")
+        return args
 
 
 class _Help(argparse.HelpFormatter):
@@ -50,12 +63,13 @@ class _Help(argparse.HelpFormatter):
         return f"{text} (default %(default)s)".lstrip()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     """The ``niofetcher`` parser. A parsed command's namespace has ``module``: the name, in this package,
     of the module whose ``run(args)`` runs it."""
-    parser = _Parser(prog="niofetcher", description="Fetch web pages fast and politely.", formatter_class=_Help)
+    parser = Parser(prog="niofetcher", description="Fetch web pages fast and politely.", formatter_class=_Help)
     parser.add_argument("--version", action="version", version=f"niofetcher {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.commands = commands.choices
 
     fetch = commands.add_parser("fetch", help="fetch URLs and print one line per result", formatter_class=_Help,
                                 epilog=EXIT_STATUS)
