@@ -41,6 +41,7 @@ class Parser(argparse.ArgumentParser):
     commands: dict[str, Parser]
 
     def error(self, message: str) -> NoReturn:
+        """Print ``message`` as one line with the pointer to ``--help``, and exit with status 2."""
         self.exit(2, f"niofetcher: error: {message} (see {self.prog} --help)\n")
 
     def parse_command(self, argv: Sequence[str] | None) -> argparse.Namespace:
