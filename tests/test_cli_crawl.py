@@ -4,8 +4,8 @@
   a WARC file (read back with warcio) holding a request and a response record
   per page with the body exactly as the server sent it.
 - Run again with the same ``--db`` it resumes: after a complete crawl nothing
-  is fetched again; after ``--max-pages`` or Ctrl-C (SIGINT) the rest is
-  fetched and nothing done before is fetched twice.
+  is fetched again; after ``--max-pages`` (run again without it) or Ctrl-C
+  (SIGINT) the rest is fetched and nothing done before is fetched twice.
 - Ctrl-C (SIGINT) and SIGTERM stop gracefully, exit status 0: no traceback,
   nothing left 'processing', no page turned into an 'error' by the
   interruption.  A second signal within a moment of the first (one keypress
@@ -46,14 +46,15 @@ JSONL_FIELDS = {"url", "final_url", "status", "content_type", "depth", "parent",
                 "canonical", "noindex", "lastmod"}
 
 
-def niofetcher(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def niofetcher(*args: str, timeout: float = 60, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "niofetcher", *args], capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, "-m", "niofetcher", *args], capture_output=True, text=True, timeout=timeout, check=False,
+        input=stdin if stdin is not None else "",
     )
 
 
-def crawl(seed: str, db: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    return niofetcher("crawl", seed, "--db", str(db), "--progress", "none", *options)
+def crawl(seed: str, db: Path, *options: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return niofetcher("crawl", seed, "--db", str(db), "--progress", "none", *options, stdin=stdin)
 
 
 def page_requests(site: TestSite) -> Counter[str]:
@@ -175,7 +176,7 @@ def test_a_crawl_cut_short_by_max_pages_resumes_when_run_again(tmp_path: Path) -
         second_run = page_requests(site)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert sum(first_run.values()) == 50
-    assert "crawl stopped; rerun with the same --db to resume" in first.stdout
+    assert "page budget of 50 reached" in first.stdout
     assert "crawl complete" in second.stdout
     both = first_run + second_run
     assert set(both) == set(site.page_urls()) and set(both.values()) == {1}

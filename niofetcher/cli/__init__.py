@@ -21,12 +21,14 @@ from .errors import CommandFailed, UsageError
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command in ``argv`` (default: ``sys.argv[1:]``) and return its exit status.
 
-    0: done; 1: a fetch or crawl that had errors, or a command that could not
-    go on (CommandFailed, an I/O error of a file it writes); 2: bad input
-    (UsageError, or argparse's own message and exit); 130: interrupted.
+    0: done -- a fetch or crawl that ran to its end, whatever its URLs answered
+    (a 404 or a robots.txt refusal is a result); 1: a command that could not go
+    on (CommandFailed, an I/O error of a file it writes), or with
+    ``--fail-on-error`` a fetch or crawl in which a URL failed; 2: bad input
+    (UsageError, or the parser's one-line message); 130: interrupted.
     Failures are printed as one ``niofetcher: error: ...`` line on stderr.
     """
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_command(argv)
     try:
         command = importlib.import_module(f".{args.module}", __name__)
         return int(command.run(args))

@@ -15,40 +15,90 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
 
 from .._version import __version__
-from ..config import FetcherConfig
+from ..config import FetcherConfig, MiB
+from ..urls import parse_target
 from .errors import UsageError
 
+#: What ``--help`` says about the exit status of fetch and crawl.
+EXIT_STATUS = ("Exit status: 0 when the run ended (HTTP errors and robots.txt refusals are results, not "
+               "failures), 1 when it could not go on (an I/O error) or, with --fail-on-error, when a URL "
+               "failed; 2 for bad input; 130 when abandoned.")
 
-def build_parser() -> argparse.ArgumentParser:
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line naming the problem, and a pointer to ``--help``,
+    instead of the whole usage first: the usage of ``crawl`` is twenty lines, and buries the error.
+
+    ``commands``: the top parser's subparsers by name, so that an argument left over, which
+    only the top parser sees, is reported with the pointer to its command's ``--help``."""
+
+    commands: dict[str, Parser]
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` as one line with the pointer to ``--help``, and exit with status 2."""
+        self.exit(2, f"niofetcher: error: {message} (see {self.prog} --help)\n")
+
+    def parse_command(self, argv: Sequence[str] | None) -> argparse.Namespace:
+        """``parse_args()``, with an unrecognized argument reported by the command it was given to."""
+        args, extra = self.parse_known_args(argv)
+        if extra:
+            self.commands.get(args.command, self).error(f"unrecognized arguments: {' '.join(extra)}")
+        return args
+
+
+class _Help(argparse.HelpFormatter):
+    """Every option's default in ``--help``: appended as ``(default X)`` where the help text does not
+    already say it, and where there is one (not for a flag, a repeatable option or a default of none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or not action.option_strings or default in (None, False, [], argparse.SUPPRESS):
+            return text
+        return f"{text} (default %(default)s)".lstrip()
+
+
+def build_parser() -> Parser:
     """The ``niofetcher`` parser. A parsed command's namespace has ``module``: the name, in this package,
     of the module whose ``run(args)`` runs it."""
-    parser = argparse.ArgumentParser(prog="niofetcher", description="Fetch web pages fast and politely.")
+    parser = Parser(prog="niofetcher", description="Fetch web pages fast and politely.", formatter_class=_Help)
     parser.add_argument("--version", action="version", version=f"niofetcher {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.commands = commands.choices
 
-    fetch = commands.add_parser("fetch", help="fetch URLs and print one line per result")
-    fetch.add_argument("urls", nargs="+", metavar="URL")
-    fetch.add_argument("--out", metavar="FILE", help="also write one JSON record per result to FILE")
+    fetch = commands.add_parser("fetch", help="fetch URLs and print one line per result", formatter_class=_Help,
+                                epilog=EXIT_STATUS)
+    fetch.add_argument("urls", nargs="*", metavar="URL", help="URLs to fetch (or give --seeds-file)")
+    fetch.add_argument("--out", metavar="FILE",
+                       help="also write one JSON record per result to FILE, appended to it (as crawl --out)")
     _add_fetcher_options(fetch)
     fetch.set_defaults(module="fetch")
 
     crawl = commands.add_parser(
-        "crawl", help="crawl from seed URLs; rerun with the same --db to resume",
+        "crawl", help="crawl from seed URLs; rerun with the same --db to resume", formatter_class=_Help,
         description="Crawl from seed URLs. Ctrl-C or SIGTERM stops gracefully (fetches in flight finish, "
                     "exit status as for a complete crawl); a second one more than a second later abandons "
                     "them (status 130). Either way, rerun with the same --db to resume.",
+        epilog=EXIT_STATUS,
     )
-    crawl.add_argument("seeds", nargs="+", metavar="SEED")
+    crawl.add_argument("seeds", nargs="*", metavar="SEED", help="URLs to start from (or give --seeds-file)")
     crawl.add_argument("--db", default=None, help="the frontier database, a SQLite file (default crawl.sqlite)")
     crawl.add_argument("--frontier", metavar="URL",
                        help="keep the frontier in PostgreSQL instead: postgresql://user@host:port/db (needs --crawl)")
     crawl.add_argument("--crawl", metavar="NAME", help="the crawl's name in the --frontier database")
     crawl.add_argument("--lease", type=_positive_float, default=10.0, metavar="S",
                        help="with --frontier: seconds this worker owns a host after each renewal (default 10)")
-    crawl.add_argument("--max-pages", type=_positive_int, default=None, metavar="N")
-    crawl.add_argument("--max-depth", type=_non_negative_int, default=None, metavar="D")
+    crawl.add_argument("--max-pages", type=_positive_int, default=None, metavar="N",
+                       help="the page budget: stop once N URLs of this --db are done or failed, over all "
+                            "its runs (default: no limit)")
+    crawl.add_argument("--max-depth", type=_non_negative_int, default=None, metavar="D",
+                       help="follow links at most D hops from a seed; the seeds are depth 0 (default: no limit)")
     crawl.add_argument("--out", metavar="FILE",
                        help="write one JSON record per page to FILE: a new crawl appends to it, a resumed one "
                             "first cuts it back to the end of the last page --db recorded")
@@ -63,10 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
     crawl.add_argument("--no-robots", action="store_true", help="do not fetch or obey robots.txt")
     crawl.add_argument("--delay", type=_non_negative_float, default=0.0, metavar="S",
                        help="least time between two requests to one host (robots.txt Crawl-delay may raise it)")
-    crawl.add_argument("--extractor", choices=("bs4", "lxml"), default="bs4")
-    crawl.add_argument("--parse-workers", type=_positive_int, default=2, metavar="N")
-    crawl.add_argument("--parse-mode", choices=("process", "thread"), default="process")
-    crawl.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N")
+    crawl.add_argument("--follow-nofollow", action="store_true",
+                       help='follow links of pages that say nofollow, and rel="nofollow" links')
+    crawl.add_argument("--extractor", choices=("bs4", "lxml"), default="bs4", help="the HTML link extractor")
+    crawl.add_argument("--parse-workers", type=_positive_int, default=2, metavar="N",
+                       help="processes (or threads) that parse pages")
+    crawl.add_argument("--parse-mode", choices=("process", "thread"), default="process",
+                       help="parse in processes, or in threads of this one")
+    crawl.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N",
+                       help="fetches of a URL at most: an error or a --retry-status is tried again; a "
+                            "policy refusal (robots.txt, a denied address) never is")
+    crawl.add_argument("--retry-status", type=_status, action="append", default=None, metavar="CODE",
+                       help="an HTTP status to try again (repeatable; default 429, 500, 502, 503, 504)")
     crawl.add_argument("--sitemaps", action="store_true",
                        help="seed also from each seed host's sitemaps: the Sitemap: lines of its robots.txt "
                             "and /sitemap.xml (indexes and gzip included)")
@@ -77,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser(
         "status", help="where a crawl on a PostgreSQL frontier stands: its URLs, workers and busiest hosts",
+        formatter_class=_Help,
         description="Print the URLs per state of a crawl in a --frontier database, its live workers and the "
                     "hosts with the most URLs waiting. It reads only: no worker is started.",
     )
@@ -86,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how many of the busiest hosts to show (default 10)")
     status.set_defaults(module="status")
 
-    site = commands.add_parser("testsite", help="serve a generated local test site until Ctrl-C")
-    site.add_argument("--port", type=int, default=8080, help="first port; host k listens on port+k (default 8080)")
+    site = commands.add_parser("testsite", help="serve a generated local test site until Ctrl-C", formatter_class=_Help)
+    site.add_argument("--port", type=int, default=8080, help="first port; host k listens on port+k")
     site.add_argument("--hosts", type=_positive_int, default=1, help="number of hosts (ports)")
     site.add_argument("--pages", type=_positive_int, default=100, help="pages per host")
     site.add_argument("--delay", type=_non_negative_float, default=0.0, metavar="MS", help="latency per response in ms")
@@ -99,27 +158,96 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with TLS: send no session tickets, so every new connection does a full handshake")
     site.set_defaults(module="site")
 
-    demo = commands.add_parser("demo", help="start a local test site and crawl it")
-    demo.add_argument("--hosts", type=_positive_int, default=4)
+    demo = commands.add_parser("demo", help="start a local test site and crawl it", formatter_class=_Help)
+    demo.add_argument("--hosts", type=_positive_int, default=4, help="number of hosts (ports)")
     demo.add_argument("--pages", type=_positive_int, default=500, help="pages per host")
     demo.add_argument("--delay", type=_non_negative_float, default=5.0, metavar="MS", help="latency per response in ms")
     demo.add_argument("--per-host", type=_positive_int, default=4, help="connections per host")
-    demo.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto")
+    demo.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto", help="as for crawl")
     demo.set_defaults(module="demo")
     return parser
 
 
 def _add_fetcher_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--per-host", type=_positive_int, default=2, help="connections per host (default 2)")
-    parser.add_argument("--connections", type=_positive_int, default=256, help="connections in total (default 256)")
+    parser.add_argument("--seeds-file", metavar="FILE",
+                        help="read more URLs from FILE, one a line ('-': standard input; blank lines and "
+                             "lines starting with # are skipped)")
+    parser.add_argument("--fail-on-error", action="store_true",
+                        help="exit with status 1 when a URL failed (an error or an HTTP status that is not 2xx)")
+    parser.add_argument("--per-host", type=_positive_int, default=2, metavar="N", help="connections per host")
+    parser.add_argument("--connections", type=_positive_int, default=256, metavar="N", help="connections in total")
+    parser.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
+                        help="send this header with every request, like curl -H (repeatable; a later one of "
+                             "the same name wins)")
     parser.add_argument("--resolve", action="append", default=[], metavar="HOST:PORT:ADDR",
                         help="use ADDR for HOST:PORT, like curl --resolve (repeatable)")
+    parser.add_argument("--proxy", metavar="URL", help="send every request through this HTTP proxy: "
+                                                       "http://[user:pass@]host:port")
+    parser.add_argument("--no-proxy", action="append", default=[], metavar="HOST",
+                        help="go direct to HOST, its subdomains, or an address or network in CIDR form, "
+                             "despite --proxy (repeatable, or comma-separated; '*': every host)")
     parser.add_argument("--deny-private", action="store_true",
                         help="refuse private, loopback and link-local addresses after resolution")
-    parser.add_argument("--user-agent", default=None)
-    parser.add_argument("--connect-timeout", type=_positive_float, default=10.0, metavar="S")
-    parser.add_argument("--read-timeout", type=_positive_float, default=30.0, metavar="S")
-    parser.add_argument("--request-timeout", type=_positive_float, default=120.0, metavar="S")
+    parser.add_argument("--insecure", action="store_true", help="do not check TLS certificates (like curl -k)")
+    parser.add_argument("--ca-file", metavar="FILE",
+                        help="check TLS certificates against the CAs in this PEM file instead of the system's")
+    parser.add_argument("--max-body-size", type=_size, default=10 * MiB, metavar="BYTES",
+                        help="longest body taken; a longer one is a too_large error (K, M, G: KiB, MiB, GiB; "
+                             "default 10M)")
+    parser.add_argument("--user-agent", default=None, metavar="UA",
+                        help="the User-Agent header, and the name robots.txt rules are read for "
+                             "(default niofetcher/VERSION)")
+    parser.add_argument("--connect-timeout", type=_positive_float, default=10.0, metavar="S",
+                        help="seconds to resolve and connect")
+    parser.add_argument("--read-timeout", type=_positive_float, default=30.0, metavar="S",
+                        help="seconds without a byte from the server")
+    parser.add_argument("--request-timeout", type=_positive_float, default=120.0, metavar="S",
+                        help="seconds for the whole of a fetch, redirects included")
+
+
+def urls_from(args: argparse.Namespace, positional: list[str]) -> list[str]:
+    """The URLs of the command line and of ``--seeds-file``, in that order, each checked.
+    Raises UsageError for a bad URL (naming the file and line of one read from a file), an
+    unreadable file, or no URL at all."""
+    for url in positional:
+        _check_url(url, "")
+    urls = list(positional)
+    if args.seeds_file is not None:
+        name = "standard input" if args.seeds_file == "-" else args.seeds_file
+        try:
+            if args.seeds_file == "-":
+                lines = sys.stdin.read().splitlines()
+            else:
+                with open(args.seeds_file, encoding="utf-8") as file:
+                    lines = file.read().splitlines()
+        except OSError as exc:
+            raise UsageError(f"cannot read --seeds-file {name}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"cannot read --seeds-file {name}: not UTF-8 text ({exc.reason})") from None
+        for number, line in enumerate(lines, 1):
+            url = line.strip()
+            if url and not url.startswith("#"):
+                _check_url(url, f"--seeds-file {name} line {number}: ")
+                urls.append(url)
+    if not urls:
+        raise UsageError("no URL given: name at least one, or give --seeds-file FILE")
+    return urls
+
+
+def _check_url(url: str, where: str) -> None:
+    try:
+        parse_target(url)
+    except ValueError as exc:
+        raise UsageError(f"{where}{exc}") from None
+
+
+# FetcherConfig's fields that an option sets, by the name its ValueError starts with.
+_OPTION_OF = {
+    "proxy": "--proxy", "no_proxy": "--no-proxy", "ca_file": "--ca-file", "headers": "--header",
+    "user_agent": "--user-agent", "resolve": "--resolve",
+}
+# A header line as curl -H takes it: a field name (RFC 9110 token), a colon, a value without CR, LF or NUL.
+_HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\r\n\0]*?)[ \t]*")
 
 
 def config_from(args: argparse.Namespace, **extra: object) -> FetcherConfig:
@@ -133,6 +261,14 @@ def config_from(args: argparse.Namespace, **extra: object) -> FetcherConfig:
             raise UsageError(f"--resolve takes HOST:PORT:ADDR, not {entry!r}")
         # Folded here so that a later entry for the same host wins, as with curl, whatever its case.
         resolve[f"{host.lower()}:{port}"] = address.strip("[]")
+    headers: dict[str, str] = {}
+    for entry in args.header:
+        match = _HEADER.fullmatch(entry)
+        if match is None:
+            raise UsageError(f"--header takes 'NAME: VALUE', not {entry!r}")
+        # A later one of the same name wins, whatever its case: one header of each name is sent.
+        headers = {k: v for k, v in headers.items() if k.lower() != match[1].lower()}
+        headers[match[1]] = match[2]
     options = {
         "max_connections": args.connections,
         "max_connections_per_host": args.per_host,
@@ -141,14 +277,23 @@ def config_from(args: argparse.Namespace, **extra: object) -> FetcherConfig:
         "read_timeout": args.read_timeout,
         "request_timeout": args.request_timeout,
         "deny_networks": ("private", "loopback", "link-local") if args.deny_private else (),
+        "headers": headers,
+        "verify_tls": not args.insecure,
+        "ca_file": args.ca_file,
+        "max_body_size": args.max_body_size,
+        "proxy": args.proxy,
+        "no_proxy": tuple(host.strip() for entry in args.no_proxy for host in entry.split(",")),
     }
-    if args.user_agent:
+    if args.user_agent is not None:
         options["user_agent"] = args.user_agent
     options.update(extra)
     try:
         return FetcherConfig(**options)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        text = str(exc)
+        field = re.match(r"\w*", text)[0]  # type: ignore[index]  # \w* always matches
+        option = _OPTION_OF.get(field)
+        raise UsageError(option + text[len(field):] if option else text) from None
 
 
 def _integer(text: str, minimum: int) -> int:
@@ -159,6 +304,24 @@ def _integer(text: str, minimum: int) -> int:
     if value < minimum:
         raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text!r}")
     return value
+
+
+def _status(text: str) -> int:
+    value = _integer(text, 100)
+    if value > 599:
+        raise argparse.ArgumentTypeError(f"not an HTTP status (100-599): {text!r}")
+    return value
+
+
+_UNITS = {"K": 1024, "M": MiB, "G": 1024 * MiB}
+
+
+def _size(text: str) -> int:
+    unit = _UNITS.get(text[-1:].upper())
+    number = text[:-1] if unit is not None else text
+    if not number.isdigit() or int(number) < 1:
+        raise argparse.ArgumentTypeError(f"not a positive number of bytes (K, M, G allowed): {text!r}")
+    return int(number) * (unit or 1)
 
 
 def _non_negative_int(text: str) -> int:

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sqlite3
+import time
+import urllib.parse
 
 from ..crawl import CrawlConfig
 from ..crawl.frontier import Frontier, FrontierError
-from .args import config_from
+from .args import config_from, urls_from
 from .errors import CommandFailed, UsageError
 from .output import PageWriter, ResumeError
 from .progress import print_summary, run_crawl
 
+#: How many of a run's failed URLs the summary lists.
+FAILURES_SHOWN = 5
+
 
 def run(args: argparse.Namespace) -> int:
-    """Crawl (or resume the crawl in ``--db`` or ``--frontier``) and print its summary; exit status 1 when
-    pages failed."""
+    """Crawl (or resume the crawl in ``--db`` or ``--frontier``) and print its summary; exit status 0
+    once it ran to its end or its budget, or with ``--fail-on-error`` 1 when URLs failed in this run."""
+    seeds = urls_from(args, args.seeds)
     fetcher_config = config_from(args, host_delay=args.delay)
     if args.frontier is not None and args.db is not None:
         raise UsageError("give --db (a SQLite frontier) or --frontier (a PostgreSQL one), not both")
@@ -26,26 +34,36 @@ def run(args: argparse.Namespace) -> int:
     db = args.db if args.db is not None else "crawl.sqlite"
     try:
         config = CrawlConfig(
-            seeds=args.seeds, max_pages=args.max_pages, max_depth=args.max_depth,
+            seeds=seeds, max_pages=args.max_pages, max_depth=args.max_depth,
             allowed_domains=args.allowed_domain, include=args.include, exclude=args.exclude,
             max_attempts=args.max_attempts, obey_robots=not args.no_robots, parse_workers=args.parse_workers,
             parse_mode=args.parse_mode, extractor=args.extractor, fetcher=fetcher_config, sitemaps=args.sitemaps,
-            lease_seconds=args.lease,
+            lease_seconds=args.lease, follow_nofollow=args.follow_nofollow,
+            retry_statuses=tuple(args.retry_status or CrawlConfig.retry_statuses),
             **({"frontier": args.frontier, "crawl_name": args.crawl} if args.frontier is not None else {"db_path": db}),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    created = args.frontier is None and not os.path.exists(db)
+    # URLs finished before this run, for the rate shown.  Not asked of a PostgreSQL frontier: its
+    # counts() takes hosts like a worker, and its counts are every worker's anyway.
+    finished_before = 0
     if args.frontier is not None:
         _check_postgres(args.frontier, args.crawl)
     else:
-        _check_database(db)
+        counts = _check_database(db)
+        finished_before = counts["done"] + counts["error"]
     try:
         writer = PageWriter(args.out, args.warc, fetcher_config.user_agent)
     except OSError as exc:
-        raise UsageError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
+        if created:  # made by the check above: a crawl that does not start leaves nothing behind
+            _remove_frontier(db)
+        option = "--out" if exc.filename == args.out else "--warc"
+        raise UsageError(f"cannot write {option} {exc.filename}: {exc.strerror or exc}") from None
+    started = time.time()
     try:
         with writer:
-            summary = run_crawl(config, writer, args.progress)
+            ran = run_crawl(config, writer, args.progress, finished_before)
     except ResumeError as exc:
         raise UsageError(str(exc)) from None
     except FrontierError as exc:  # a statement on --db failed (a full disk, an I/O error); it names the file
@@ -54,18 +72,36 @@ def run(args: argparse.Namespace) -> int:
         raise CommandFailed(f"{exc}: {db}") from None
     except RuntimeError as exc:  # the crawl could not go on: its fetcher loop or one of its threads died
         raise CommandFailed(str(exc)) from None
-    print_summary(summary)
-    return 0 if not summary.errors else 1
+    failures = _first_failures(db, started) if ran.summary.errors and args.frontier is None else []
+    print_summary(ran, args.max_pages, failures)
+    return 1 if args.fail_on_error and ran.summary.errors else 0
 
 
-def _check_database(path: str) -> None:
-    """One clear line for a --db that cannot be used, before anything starts."""
+def _check_database(path: str) -> dict[str, int]:
+    """One line naming the problem once for a --db that cannot be used, before anything starts;
+    else its URLs per state."""
     try:
-        Frontier(path).close()
+        frontier = Frontier(path)
     except FrontierError as exc:
-        raise UsageError(f"cannot use --db {path}: {exc}") from None
+        # The frontier's message names the file itself: "cannot open PATH: why", "PATH is in use ...".
+        text = str(exc)
+        opening = f"cannot open {path}: "
+        if text.startswith(opening):
+            raise UsageError(f"cannot open --db {path}: {text[len(opening):]}") from None
+        raise UsageError(f"--db {text}" if text.startswith(path) else f"cannot use --db {path}: {text}") from None
     except OSError as exc:
         raise UsageError(f"cannot open --db {path}: {exc.strerror or exc}") from None
+    try:
+        return frontier.counts()
+    finally:
+        frontier.close()
+
+
+def _remove_frontier(path: str) -> None:
+    """Remove a frontier file this run created, and what SQLite keeps beside it."""
+    for name in (path, f"{path}-wal", f"{path}-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
 
 
 def _check_postgres(url: str, crawl: str) -> None:
@@ -78,3 +114,19 @@ def _check_postgres(url: str, crawl: str) -> None:
         raise UsageError(f"cannot use --frontier: {exc}") from None
     except FrontierError as exc:  # it names the crawl and host:port/db, never a password
         raise UsageError(f"cannot use --frontier: {exc}") from None
+
+
+def _first_failures(db: str, since: float) -> list[tuple[str, str]]:
+    """The first URLs of ``db`` that ended in 'error' since ``since`` (this run), with why, as the
+    frontier recorded them (docs/crawler.md shows the same query); none when the file cannot be read."""
+    try:
+        # mode=rw: never creates the file.  Not mode=ro: closing the last connection of a WAL file
+        # folds its log back and removes -wal and -shm, which a read-only one cannot do.
+        with contextlib.closing(sqlite3.connect(f"file:{urllib.parse.quote(db)}?mode=rw", uri=True)) as conn:
+            rows = conn.execute(
+                "SELECT url, coalesce(error, '') FROM urls WHERE state = 'error' AND fetched_at >= ? "
+                "ORDER BY fetched_at, seq LIMIT ?", (since, FAILURES_SHOWN),
+            ).fetchall()
+    except sqlite3.Error:
+        return []
+    return [(url, why) for url, why in rows]

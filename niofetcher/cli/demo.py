@@ -25,8 +25,9 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"crawling from {site.base_urls[0]} with {per_host} connections per host, robots.txt obeyed, "
               f"links parsed with beautifulsoup4 in {config.parse_workers} processes", flush=True)
-        summary = run_crawl(config, None, args.progress)
-        print_summary(summary)
+        ran = run_crawl(config, None, args.progress)
+        print_summary(ran)
+        summary = ran.summary
         expected = args.hosts * (args.pages + 1)
         served = site.counters()
         print(f"the site served {served.requests} requests ({expected} pages + {args.hosts} robots.txt) "

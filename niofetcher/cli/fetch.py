@@ -9,25 +9,21 @@ from typing import TextIO
 
 from ..fetcher import NIOFetcher
 from ..models import FetchResult
-from ..urls import parse_target
-from .args import config_from
+from .args import config_from, urls_from
 from .errors import UsageError
 from .signals import StopSignals
 
 
 def run(args: argparse.Namespace) -> int:
-    """Fetch ``args.urls``; exit status 1 when any of them failed."""
-    for url in args.urls:
-        try:
-            parse_target(url)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    """Fetch the URLs (``args.urls``, then ``--seeds-file``'s); exit status 0, or with ``--fail-on-error``
+    1 when any result is not ``ok``: a 404 is a result, not a failure of the command."""
+    urls = urls_from(args, args.urls)
     config = config_from(args)
     out = _open_output(args.out)
     failures = 0
     try:
         with StopSignals(_interrupt, "niofetcher: abandoned"), NIOFetcher(config) as fetcher:
-            for url in args.urls:
+            for url in urls:
                 fetcher.register(url)
             for result in fetcher.results():
                 failures += not result.ok
@@ -39,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
             # Every line was flushed as it was written; one that could not be is already being raised.
             with contextlib.suppress(OSError):
                 out.close()
-    return 1 if failures else 0
+    return 1 if failures and args.fail_on_error else 0
 
 
 def _interrupt() -> None:
@@ -52,10 +48,11 @@ def _open_output(path: str | None) -> TextIO | None:
         return None
     try:
         # Line-buffered: a line is in the file when the result is printed, and a write that
-        # fails (a full disk) fails there, naming the file, not at close.
-        return open(path, "w", encoding="utf-8", buffering=1)
+        # fails (a full disk) fails there, naming the file, not at close.  Appended to, as
+        # crawl --out is: a file of results is never thrown away by the next run.
+        return open(path, "a", encoding="utf-8", buffering=1)
     except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write --out {path}: {exc.strerror or exc}") from None
 
 
 def _write_line(out: TextIO, path: str, line: str) -> None:

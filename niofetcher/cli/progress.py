@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import TextIO
+from collections.abc import Sequence
+from typing import NamedTuple, TextIO
 
 from tqdm import tqdm
 
@@ -14,8 +15,18 @@ from .output import PageWriter
 from .signals import StopSignals
 
 
-def run_crawl(config: CrawlConfig, output: PageWriter | None, progress: str = "auto") -> CrawlSummary:
+class CrawlRun(NamedTuple):
+    """How a crawl run from the terminal ended."""
+
+    summary: CrawlSummary
+    interrupted: bool  # a signal stopped it (rather than the end of the crawl or its page budget)
+
+
+def run_crawl(config: CrawlConfig, output: PageWriter | None, progress: str = "auto", finished_before: int = 0) -> CrawlRun:
     """Run a crawl in a thread while this one shows progress; Ctrl-C or SIGTERM stops it gracefully.
+
+    ``finished_before``: the URLs done or failed in the frontier before this run (a resumed crawl),
+    so that the rate shown is this run's.
 
     The signals are taken by a handler (StopSignals), not as a KeyboardInterrupt
     out of ``Thread.join()``: on CPython before 3.13 a join interrupted that
@@ -38,9 +49,11 @@ def run_crawl(config: CrawlConfig, output: PageWriter | None, progress: str = "a
         finally:
             finished.set()
 
-    display = _Display(progress)
+    display = _Display(progress, finished_before)
+    interrupted = threading.Event()
 
     def stop() -> None:
+        interrupted.set()
         crawler.stop()
         display.note("stopping: letting fetches in flight finish (Ctrl-C again to abandon them)")
 
@@ -53,31 +66,44 @@ def run_crawl(config: CrawlConfig, output: PageWriter | None, progress: str = "a
     display.close(crawler)
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
-    return outcome["summary"]  # type: ignore[return-value]
+    return CrawlRun(outcome["summary"], interrupted.is_set())  # type: ignore[arg-type]
 
 
 class _Display:
-    """A tqdm bar on a terminal, a line every few seconds otherwise, or nothing."""
+    """A tqdm bar on a terminal, a line every few seconds otherwise, or nothing.
 
-    def __init__(self, mode: str) -> None:
+    Each shows, apart: URLs done, URLs failed, requests on the wire, the rest of what is in
+    progress (claimed, not on the wire: queued in the fetcher for a connection, waiting for
+    robots.txt, being parsed or recorded), URLs waiting in the frontier, and open connections.
+    The rate is this run's: the URLs finished before it (``finished_before``) are left out.
+    """
+
+    def __init__(self, mode: str, finished_before: int = 0) -> None:
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
         self.mode = mode
-        self._bar: tqdm | None = tqdm(unit="page", dynamic_ncols=True) if mode == "bar" else None
+        self._before = finished_before
+        # initial: tqdm's rate counts from it, not from 0.
+        self._bar: tqdm | None = (
+            tqdm(unit="page", dynamic_ncols=True, initial=finished_before) if mode == "bar" else None
+        )
         self._next_line = time.monotonic() + 2.0
 
     def update(self, crawler: Crawler) -> None:
         p = crawler.progress()
         finished = p.done + p.errors
+        other = max(0, p.in_flight - p.fetching)
         if self._bar is not None:
             self._bar.total = finished + p.in_flight + p.waiting
-            self._bar.n = finished
-            self._bar.set_postfix(in_flight=p.in_flight, errors=p.errors, refresh=False)
+            self._bar.n = max(finished, self._before)  # counts arrive a moment after the start
+            self._bar.set_postfix(errors=p.errors, fetching=p.fetching, queued_or_parsing=other,
+                                  connections=p.open_connections, refresh=False)
             self._bar.refresh()
         elif self.mode == "lines" and time.monotonic() >= self._next_line:
-            rate = finished / p.seconds if p.seconds else 0.0
-            print(f"{finished} pages ({p.errors} errors), {p.in_flight} in flight, {p.waiting} waiting, "
-                  f"{rate:.0f} pages/s", file=sys.stderr, flush=True)
+            rate = max(0, finished - self._before) / p.seconds if p.seconds else 0.0
+            print(f"{p.done} done, {p.errors} failed | {p.fetching} fetching, {other} queued or parsing | "
+                  f"{p.waiting} waiting | {p.open_connections} connections | {rate:.0f} pages/s this run",
+                  file=sys.stderr, flush=True)
             self._next_line = time.monotonic() + 2.0
 
     def note(self, text: str) -> None:
@@ -92,8 +118,20 @@ class _Display:
             self._bar.close()
 
 
-def print_summary(summary: CrawlSummary, file: TextIO = sys.stdout) -> None:
-    """The table printed at the end of a crawl."""
+def print_summary(
+    run: CrawlRun, max_pages: int | None = None, failures: Sequence[tuple[str, str]] = (), file: TextIO = sys.stdout,
+) -> None:
+    """The table printed at the end of a crawl: a headline that says why it ended, the counts, and
+    ``failures``, the first URLs (url, why) that failed in this run."""
+    summary = run.summary
+    if not summary.stopped:
+        headline = "crawl complete"
+    elif max_pages is not None and not run.interrupted:
+        # A rerun with the same budget would do nothing: it counts the URLs of every run.
+        headline = (f"page budget of {max_pages} reached: {summary.counts['waiting']} URLs still waiting; "
+                    f"rerun with the same --db and a larger --max-pages (or none) to go on")
+    else:
+        headline = "crawl stopped; rerun with the same --db to resume"
     rows = [(state, str(n)) for state, n in summary.counts.items()]
     rows += [(f"error: {kind}", str(n)) for kind, n in sorted(summary.errors.items())]
     rows += [
@@ -103,6 +141,12 @@ def print_summary(summary: CrawlSummary, file: TextIO = sys.stdout) -> None:
         ("seconds", f"{summary.seconds:.2f}"),
     ]
     width = max(len(name) for name, _ in rows)
-    print("crawl stopped; rerun with the same --db to resume" if summary.stopped else "crawl complete", file=file)
+    print(headline, file=file)
     for name, value in rows:
         print(f"  {name:<{width}}  {value:>10}", file=file)
+    if failures:
+        failed = max(sum(summary.errors.values()), len(failures))
+        print(f"failed URLs (the first {len(failures)} of {failed} this run):" if failed > len(failures)
+              else "failed URLs:", file=file)
+        for url, why in failures:
+            print(f"    {url}  {why}", file=file)
