@@ -119,6 +119,7 @@ class Connection:
         "_last_connect_error",
         "_out",
         "_received",
+        "_refusals",
         "_session_saved",
         "_speed_mark_at",
         "_speed_mark_bytes",
@@ -172,6 +173,7 @@ class Connection:
         self.idle_since = 0.0
         self._connect_deadline = loop.now + config.connect_timeout
         self._addresses: Sequence[Address] = ()
+        self._refusals = 0
         self._address_index = 0
         self._last_connect_error = ""
         self._out: memoryview | None = None
@@ -199,6 +201,7 @@ class Connection:
             return  # timed out or cancelled while the lookup ran
         self._addresses = addresses
         self._address_index = 0
+        self._refusals = 0  # addresses the network-safety settings forbade
         self._try_next_address()
 
     def _try_next_address(self) -> None:
@@ -208,6 +211,7 @@ class Connection:
             refusal = self._refusal(sockaddr)
             if refusal:
                 self._last_connect_error = refusal
+                self._refusals += 1
                 continue
             try:
                 sock = socket.socket(family, socket.SOCK_STREAM)
@@ -227,7 +231,9 @@ class Connection:
                 return
             sock.close()
             self._last_connect_error = f"{_address_text(sockaddr)}: {os.strerror(err)}"
-        self.fail(FetchFailure(ErrorKind.CONNECT_ERROR, self._last_connect_error or "no address to connect to"))
+        refused = 0 < self._refusals == len(self._addresses)  # every address forbidden, none tried
+        self.fail(FetchFailure(ErrorKind.CONNECT_ERROR, self._last_connect_error or "no address to connect to",
+                               refused=refused))
 
     def _refusal(self, sockaddr: Sockaddr) -> str:
         """Why the network-safety settings forbid this resolved address, or ''.

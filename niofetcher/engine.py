@@ -542,6 +542,7 @@ class Engine:
             replayed=task.replayed,
             error=failure.kind if failure else None,
             error_detail=failure.detail if failure else "",
+            refused=failure.refused if failure else False,
         )
         self._finished.append(result)
         task.state = DONE

@@ -34,7 +34,10 @@ class ErrorKind(str, enum.Enum):
 class FetchFailure(Exception):
     """Raised inside the fetcher when one exchange fails; becomes a FetchResult error."""
 
-    def __init__(self, kind: ErrorKind, detail: str) -> None:
+    def __init__(self, kind: ErrorKind, detail: str, refused: bool = False) -> None:
         super().__init__(f"{kind.value}: {detail}")
         self.kind = kind
         self.detail = detail
+        # The fetcher's own settings forbade it (deny_networks, allowed_ports): it fails the same
+        # way however often it is tried.
+        self.refused = refused

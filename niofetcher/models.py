@@ -51,6 +51,7 @@ class FetchResult:
     replayed: bool = False
     error: ErrorKind | None = None
     error_detail: str = ""
+    refused: bool = False  # the fetcher's own settings forbade it (deny_networks, allowed_ports)
     _text: str | None = field(default=None, repr=False)
 
     @property

@@ -35,11 +35,10 @@ from ..urls import normal_host
 from .directives import canonical_header, header_directives
 from .parse import PageLinks
 
-__all__ = ["LinkScope", "error_text", "is_final", "is_redirect", "refused_by_policy", "retry_after"]
+__all__ = ["LinkScope", "error_text", "is_final", "is_redirect", "retry_after"]
 
 # The fetcher's words (connection.py) for an address or port its settings forbid: allowed_ports,
 # deny_networks.  A connect_error carries no other mark of them.
-_POLICY_REFUSAL = re.compile(r"is in denied network |is not in allowed_ports")
 
 
 def is_final(result: FetchResult, attempts: int, retry_statuses: Sequence[int], max_attempts: int) -> bool:
@@ -49,14 +48,8 @@ def is_final(result: FetchResult, attempts: int, retry_statuses: Sequence[int], 
     error = result.error
     if error is ErrorKind.CANCELLED:
         return False
-    retryable = result.status in retry_statuses if error is None else not refused_by_policy(result)
+    retryable = result.status in retry_statuses if error is None else not result.refused
     return not (retryable and attempts < max_attempts)
-
-
-def refused_by_policy(result: FetchResult) -> bool:
-    """Whether the fetcher refused to connect because its settings forbid the address or port
-    (``deny_networks``, ``allowed_ports``): no retry can change that."""
-    return result.error is ErrorKind.CONNECT_ERROR and _POLICY_REFUSAL.search(result.error_detail) is not None
 
 
 def retry_after(result: FetchResult) -> float | None:

@@ -162,7 +162,7 @@ class RobotsGate:
             fetches = self._fetches[origin] = self._fetches.get(origin, 0) + 1
             if self._stop.is_set():
                 return Released([], self._give_back(origin))
-            if fetches < self._max_attempts:
+            if fetches < self._max_attempts and not result.refused:
                 # The same policy as a page's: retry_delay, doubling, never sooner than a Retry-After.
                 delay = frontier.retry_delay_after(fetches, retry_after(result))
                 heapq.heappush(self._retries, (time.monotonic() + delay, origin))
