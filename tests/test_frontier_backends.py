@@ -23,6 +23,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -740,3 +741,34 @@ def test_a_lost_connection_is_one_line_of_error_and_a_reopen_carries_on(backend:
     reopened = pg.open()
     assert reopened.counts() == {"waiting": 3, "processing": 0, "done": 0, "error": 0}
     assert pg.rows(f"SELECT attempts FROM urls WHERE url = '{claimed.url}'") == [(1,)]
+
+
+# -- between workers: one connection each, the races made to happen -------------
+
+
+def wait_for_lock(pg: PostgresBackend, frontier: Any) -> None:
+    """Until ``frontier``'s statement (running in another thread) waits for a row lock."""
+    pid = frontier._conn.info.backend_pid
+    deadline = time.monotonic() + 20
+    while pg.rows(f"SELECT wait_event_type FROM pg_stat_activity WHERE pid = {pid}") != [("Lock",)]:
+        assert time.monotonic() < deadline, "the statement never waited"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_links_to_a_host_another_worker_is_adding_at_the_same_time_are_not_lost(backend: Backend) -> None:
+    """Two workers add the first URLs of one new host at once: the second one's host row loses
+    the race (it waits for the first one's insert), and its URLs must still go in."""
+    pg = postgres_only(backend)
+    first, second = pg.open(), pg.open()
+    with ThreadPoolExecutor(1) as pool:
+        with first.batch():
+            assert first.add(["http://new.test/1"]) == 1
+            adding = pool.submit(second.add, ["http://new.test/2", "http://new.test/3"])
+            wait_for_lock(pg, second)
+        assert adding.result(timeout=20) == 2
+    assert pg.rows("SELECT url FROM urls ORDER BY url") == [
+        ("http://new.test/1",), ("http://new.test/2",), ("http://new.test/3",)]
+    assert pg.rows("SELECT COUNT(*) FROM hosts") == [(1,)]
+    assert assert_consistent(second, pg)["waiting"] == 3
+

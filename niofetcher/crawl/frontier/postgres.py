@@ -530,11 +530,17 @@ class PostgresFrontier:
             if not rows:
                 return 0
             columns = list(zip(*rows.values()))
-            added, fresh = _single(conn.execute(INSERT, {
+            values = {
                 "fresh": [host for host in hosts if host not in self._held], "hosts": list(hosts),
                 "now": self._clock(), "urls": list(rows), "depths": list(columns[0]),
                 "priorities": list(columns[1]), "parents": list(columns[2]), "host_of": list(columns[3]),
-            }))
+            }
+            added, fresh, found = _single(conn.execute(INSERT, values))
+            if found < len(hosts):
+                # A host of these URLs came in from another worker meanwhile (see INSERT): again, in a
+                # statement that sees it.  Once is enough: the first waited for that worker to end.
+                again, _fresh, _found = _single(conn.execute(INSERT, values))
+                added += again
             self._delta["waiting"] += added
             if fresh:
                 self._take_soon = True
