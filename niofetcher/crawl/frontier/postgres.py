@@ -35,8 +35,10 @@ worker that lost a host -- paused past its lease, cut off, or dead with a last s
 its way (a killed process's statement can still commit) -- changes nothing: its outcome is
 counted in :attr:`refused` and dropped, not raised, for the page is another worker's now.  The
 taker moves the host's 'processing' rows back to 'waiting', their attempt counted.  Marking a
-claim locks its hosts' rows ``FOR SHARE``, so that no row is marked for a host that changed hands
-meanwhile.
+claim, and recording an outcome, first locks its hosts' rows ``FOR SHARE``, so that no row is
+marked for a host that changed hands meanwhile -- a takeover that commits while the statement
+runs included -- and a host is never taken while its owner records (hosts, then their URLs: one
+lock order).
 
 *The whole crawl.*  The counts are the sums of rows each worker adds its own changes to, in the
 commit that makes them true; ``next_due()`` answers for this worker's hosts and, when nothing of
@@ -707,6 +709,18 @@ class PostgresFrontier:
         self._key_of_processing(conn, url, action)
         raise ValueError(f"cannot {action} {url!r}: it is another worker's claim")
 
+    def _lock_mine(self, conn: psycopg.Connection[tuple[Any, ...]], hosts: Iterable[str]) -> None:
+        """Before an outcome is recorded for URLs of ``hosts``, in its transaction: lock the rows of
+        those still this worker's ``FOR SHARE``, as a claim does (LOCK_MINE).  The fence in the
+        outcome's statement reads the hosts as its snapshot has them; a takeover not committed when
+        the statement began, which re-claimed the row meanwhile, would pass it (the row is
+        rechecked as it is after that commit, the host is not).  Locked, no host changes hands
+        until this transaction ends; one taken meanwhile is waited for, and not locked."""
+        if self._fenced:
+            ids = {self._held[host][0] for host in hosts if host in self._held}
+            if ids:
+                conn.execute(LOCK_MINE, {"ids": list(ids), "me": self.worker_id})
+
     def _unclaim(self, host: str) -> None:
         self._claims_by_host[host] -= 1
         if not self._claims_by_host[host]:
@@ -740,6 +754,7 @@ class PostgresFrontier:
             seen: set[str] = set()
             owned = [self._own(conn, url, "complete", seen) for url, _status in rows]
             with conn.pipeline():  # one round trip for all of it
+                self._lock_mine(conn, [host for _key, host, _epoch in owned])
                 done = conn.execute(COMPLETE_MANY, {
                     "now": self._clock(), "urls": [key for key, _host, _epoch in owned],
                     "statuses": [status for _, status in rows], "epochs": [epoch for _key, _host, epoch in owned],
@@ -781,11 +796,14 @@ class PostgresFrontier:
         with self._db() as conn:
             key, host, epoch = self._own(conn, url, "fail", set())
             self._unclaim(host)
-            row = conn.execute(FAIL, {
-                "retry": bool(retry), "most": self.max_attempts, "status": status, "error": error,
-                "now": self._clock(), "url": key, "epoch": epoch, "me": self.worker_id, "fenced": self._fenced,
-                "delays": [self.retry_delay_after(n, retry_after) for n in range(1, self.max_attempts)],
-            }).fetchone()
+            with conn.pipeline():
+                self._lock_mine(conn, [host])
+                failed = conn.execute(FAIL, {
+                    "retry": bool(retry), "most": self.max_attempts, "status": status, "error": error,
+                    "now": self._clock(), "url": key, "epoch": epoch, "me": self.worker_id, "fenced": self._fenced,
+                    "delays": [self.retry_delay_after(n, retry_after) for n in range(1, self.max_attempts)],
+                })
+            row = failed.fetchone()
             if row is None:
                 self._refuse(1, "failures")
                 self._commit(conn)
@@ -817,8 +835,11 @@ class PostgresFrontier:
         if not keys:
             return
         with self._db() as conn:
-            released = conn.execute(RELEASE, {"urls": list(keys), "epochs": list(keys.values()),
-                                              "me": self.worker_id, "fenced": self._fenced}).fetchall()
+            with conn.pipeline():
+                self._lock_mine(conn, [self._claimed[key][0] for key in keys])
+                releasing = conn.execute(RELEASE, {"urls": list(keys), "epochs": list(keys.values()),
+                                                   "me": self.worker_id, "fenced": self._fenced})
+            released = releasing.fetchall()
             for key in keys:
                 self._unclaim(self._claimed.pop(key)[0])
             self._refuse(len(keys) - len(released), "releases")

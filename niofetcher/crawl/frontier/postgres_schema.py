@@ -265,10 +265,11 @@ CROSS JOIN LATERAL (
 ) AS q
 """
 
-# Before a claim is marked, in its transaction, the hosts of %(ids)s still the worker's are locked
-# FOR SHARE: a worker taking one of them over skips it until this transaction ends, so that no
-# row is marked for a host that changed hands meanwhile (which would leave it 'processing' after
-# the new owner recovered the host's rows).
+# Before a claim is marked or an outcome recorded, in its transaction, the hosts of %(ids)s still
+# the worker's are locked FOR SHARE: a worker taking one of them over skips it until this
+# transaction ends, so that no row is marked for a host that changed hands meanwhile (which would
+# leave it 'processing' after the new owner recovered the host's rows, or record an outcome for a
+# row the new owner claimed again).
 LOCK_MINE = """
 SELECT count(*) FROM (SELECT 1 FROM hosts WHERE id = ANY(%(ids)s::int[]) AND owner = %(me)s FOR SHARE) AS mine
 """
