@@ -82,7 +82,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...urls import host_key, normalize_url
-from .base import STATES, FrontierError, FrontierURL, check_int, check_time, retry_delay
+from .base import (
+    STATES,
+    FrontierError,
+    FrontierURL,
+    check_checkpoint,
+    check_int,
+    check_time,
+    processing_key,
+    retry_delay,
+)
 from .hosts import HostRotation, Turn
 from .postgres_schema import (
     BUSIEST_HOSTS,
@@ -118,7 +127,6 @@ from .postgres_schema import (
     create_or_check,
 )
 from .recent import RecentURLs
-from .sqlite import _check_checkpoint  # the same rules for a checkpoint (the crawler loads sqlite.py anyway)
 
 if TYPE_CHECKING:
     import psycopg
@@ -746,7 +754,7 @@ class PostgresFrontier:
             ValueError: for the first URL that this worker did not claim; nothing of the call is recorded.
             TypeError, ValueError: for a bad checkpoint, before anything is recorded.
         """
-        entries = None if checkpoint is None else _check_checkpoint(checkpoint)
+        entries = None if checkpoint is None else check_checkpoint(checkpoint)
         rows = list(outcomes)
         if not rows and entries is None:
             return
@@ -771,16 +779,12 @@ class PostgresFrontier:
 
     def _key_of_processing(self, conn: psycopg.Connection[tuple[Any, ...]], url: str, action: str) -> str:
         """The stored form of a claimed URL given in any form, or ValueError if it is not processing."""
-        try:
-            key = normalize_url(url)
-        except (TypeError, ValueError):
-            problem = "it is not a valid http(s) URL"
-        else:
+
+        def state_of(key: str) -> str | None:
             row = conn.execute(STATE_OF, (key,)).fetchone()
-            if row is not None and row[0] == "processing":
-                return key
-            problem = "it is not in the frontier" if row is None else f"it is {row[0]!r}, not 'processing' (claimed)"
-        raise ValueError(f"cannot {action} {url!r}: {problem}")
+            return None if row is None else str(row[0])
+
+        return processing_key(url, action, state_of)
 
     def fail(
         self, url: str, error: str, status: int | None = None, retry: bool = True, retry_after: float | None = None
