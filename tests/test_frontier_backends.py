@@ -23,6 +23,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -740,3 +741,93 @@ def test_a_lost_connection_is_one_line_of_error_and_a_reopen_carries_on(backend:
     reopened = pg.open()
     assert reopened.counts() == {"waiting": 3, "processing": 0, "done": 0, "error": 0}
     assert pg.rows(f"SELECT attempts FROM urls WHERE url = '{claimed.url}'") == [(1,)]
+
+
+# -- between workers: one connection each, the races made to happen -------------
+
+
+def wait_for_lock(pg: PostgresBackend, frontier: Any, call: Future[Any]) -> None:
+    """Until ``frontier``'s statement in ``call`` (another thread) waits for a row lock, or ``call`` ended."""
+    pid = frontier._conn.info.backend_pid
+    deadline = time.monotonic() + 20
+    while pg.rows(f"SELECT wait_event_type FROM pg_stat_activity WHERE pid = {pid}") != [("Lock",)]:
+        if call.done():
+            return
+        assert time.monotonic() < deadline, "the statement never waited"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_links_to_a_host_another_worker_is_adding_at_the_same_time_are_not_lost(backend: Backend) -> None:
+    """Two workers add the first URLs of one new host at once: the second one's host row loses
+    the race (it waits for the first one's insert), and its URLs must still go in."""
+    pg = postgres_only(backend)
+    first, second = pg.open(), pg.open()
+    with ThreadPoolExecutor(1) as pool:
+        with first.batch():
+            assert first.add(["http://new.test/1"]) == 1
+            adding = pool.submit(second.add, ["http://new.test/2", "http://new.test/3"])
+            wait_for_lock(pg, second, adding)
+        assert adding.result(timeout=20) == 2
+    assert pg.rows("SELECT url FROM urls ORDER BY url") == [
+        ("http://new.test/1",), ("http://new.test/2",), ("http://new.test/3",)]
+    assert pg.rows("SELECT COUNT(*) FROM hosts") == [(1,)]
+    assert assert_consistent(second, pg)["waiting"] == 3
+
+
+def late_outcome(frontier: Any, url: str, outcome: str) -> None:
+    if outcome == "complete":
+        frontier.complete_many([(url, 200)])
+    elif outcome == "fail":
+        frontier.fail(url, "no retry", retry=False)
+    else:
+        frontier.release([url])
+
+
+@pytest.mark.parametrize("outcome", ["complete", "fail", "release"])
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_an_outcome_that_waited_for_a_takeover_is_refused(backend: Backend, outcome: str) -> None:
+    """The old owner's outcome is sent while the new owner's takeover (and its claim of the same
+    URL again) is not committed yet, and waits for it: once it is, the outcome must be refused --
+    not judged by the host as the statement first saw it."""
+    pg = postgres_only(backend)
+    old = pg.open()
+    old.add(urls(1))
+    (url,) = old.claim(1)
+    new = pg.open()
+    pg.rows("UPDATE hosts SET lease_until = 0")  # the old owner stalled past its lease
+    new._take_soon = True
+    with ThreadPoolExecutor(1) as pool:
+        with new.batch():
+            assert [c.url for c in new.claim(5)] == [url.url]  # taken over, recovered, claimed again
+            late = pool.submit(late_outcome, old, url.url, outcome)
+            wait_for_lock(pg, old, late)
+        late.result(timeout=20)
+    assert old.refused == 1
+    assert pg.rows("SELECT state, attempts FROM urls") == [("processing", 2)]
+    new.complete_many([(url.url, 200)])
+    assert new.refused == 0 and assert_consistent(new, pg)["done"] == 1
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_takeover_and_the_old_owners_renewal_do_not_deadlock(backend: Backend) -> None:
+    """The old owner completes a URL in a batch and, in the same batch, renews its lease, while
+    another worker takes the host over (its lease ran out on the server) and recovers that URL:
+    the two must not wait for each other."""
+    pg = postgres_only(backend)
+    old = pg.open()
+    old.add(urls(2))
+    first, _second = old.claim(2)
+    new = pg.open()
+    pg.rows("UPDATE hosts SET lease_until = 0")
+    new._take_soon = True
+    with ThreadPoolExecutor(1) as pool:
+        with old.batch():
+            old.complete_many([(first.url, 200)])
+            taking = pool.submit(new.claim, 5)
+            wait_for_lock(pg, new, taking)
+            old._renew_at = 0.0  # a renewal is due
+            assert old.lost_hosts() == []
+        assert taking.result(timeout=20) == []
+    assert old.refused == 0 and old.holds("http://a.test")
+    assert assert_consistent(old, pg) == {"waiting": 0, "processing": 1, "done": 1, "error": 0}

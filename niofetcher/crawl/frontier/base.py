@@ -39,9 +39,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ...urls import host_key
+from ...urls import host_key, normalize_url
 
-__all__ = ["STATES", "FrontierBackend", "FrontierError", "FrontierURL", "check_int", "check_time", "retry_delay"]
+__all__ = [
+    "STATES", "FrontierBackend", "FrontierError", "FrontierURL", "check_checkpoint", "check_int", "check_time",
+    "processing_key", "retry_delay",
+]
 
 #: Every state a URL can be in, in the order of its life.
 STATES = ("waiting", "processing", "done", "error")
@@ -98,6 +101,31 @@ def check_time(name: str, value: object) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
     return float(value)
+
+
+def check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:
+    """``checkpoint`` as a dict, checked: str names, int values >= 0."""
+    entries = {}
+    for name, value in checkpoint.items():
+        if not isinstance(name, str):
+            raise TypeError(f"checkpoint names must be str, not {name!r}")
+        entries[name] = check_int(f"checkpoint[{name!r}]", value, 0)
+    return entries
+
+
+def processing_key(url: str, action: str, state_of: Callable[[str], str | None]) -> str:
+    """The stored form of ``url`` given in any form when it is 'processing' (``state_of``: a stored
+    URL's state, None when unknown); otherwise ValueError saying why ``action`` cannot be done."""
+    try:
+        key = normalize_url(url)
+    except (TypeError, ValueError):
+        problem = "it is not a valid http(s) URL"
+    else:
+        state = state_of(key)
+        if state == "processing":
+            return key
+        problem = "it is not in the frontier" if state is None else f"it is {state!r}, not 'processing' (claimed)"
+    raise ValueError(f"cannot {action} {url!r}: {problem}")
 
 
 class FrontierBackend(Protocol):

@@ -35,8 +35,10 @@ worker that lost a host -- paused past its lease, cut off, or dead with a last s
 its way (a killed process's statement can still commit) -- changes nothing: its outcome is
 counted in :attr:`refused` and dropped, not raised, for the page is another worker's now.  The
 taker moves the host's 'processing' rows back to 'waiting', their attempt counted.  Marking a
-claim locks its hosts' rows ``FOR SHARE``, so that no row is marked for a host that changed hands
-meanwhile.
+claim, and recording an outcome, first locks its hosts' rows ``FOR SHARE``, so that no row is
+marked for a host that changed hands meanwhile -- a takeover that commits while the statement
+runs included -- and a host is never taken while its owner records (hosts, then their URLs: one
+lock order).
 
 *The whole crawl.*  The counts are the sums of rows each worker adds its own changes to, in the
 commit that makes them true; ``next_due()`` answers for this worker's hosts and, when nothing of
@@ -80,7 +82,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...urls import host_key, normalize_url
-from .base import STATES, FrontierError, FrontierURL, check_int, check_time, retry_delay
+from .base import (
+    STATES,
+    FrontierError,
+    FrontierURL,
+    check_checkpoint,
+    check_int,
+    check_time,
+    processing_key,
+    retry_delay,
+)
 from .hosts import HostRotation, Turn
 from .postgres_schema import (
     BUSIEST_HOSTS,
@@ -116,7 +127,6 @@ from .postgres_schema import (
     create_or_check,
 )
 from .recent import RecentURLs
-from .sqlite import _check_checkpoint  # the same rules for a checkpoint (the crawler loads sqlite.py anyway)
 
 if TYPE_CHECKING:
     import psycopg
@@ -539,11 +549,17 @@ class PostgresFrontier:
             if not rows:
                 return 0
             columns = list(zip(*rows.values()))
-            added, fresh = _single(conn.execute(INSERT, {
+            values = {
                 "fresh": [host for host in hosts if host not in self._held], "hosts": list(hosts),
                 "now": self._clock(), "urls": list(rows), "depths": list(columns[0]),
                 "priorities": list(columns[1]), "parents": list(columns[2]), "host_of": list(columns[3]),
-            }))
+            }
+            added, fresh, found = _single(conn.execute(INSERT, values))
+            if found < len(hosts):
+                # A host of these URLs came in from another worker meanwhile (see INSERT): again, in a
+                # statement that sees it.  Once is enough: the first waited for that worker to end.
+                again, _fresh, _found = _single(conn.execute(INSERT, values))
+                added += again
             self._delta["waiting"] += added
             if fresh:
                 self._take_soon = True
@@ -710,6 +726,18 @@ class PostgresFrontier:
         self._key_of_processing(conn, url, action)
         raise ValueError(f"cannot {action} {url!r}: it is another worker's claim")
 
+    def _lock_mine(self, conn: psycopg.Connection[tuple[Any, ...]], hosts: Iterable[str]) -> None:
+        """Before an outcome is recorded for URLs of ``hosts``, in its transaction: lock the rows of
+        those still this worker's ``FOR SHARE``, as a claim does (LOCK_MINE).  The fence in the
+        outcome's statement reads the hosts as its snapshot has them; a takeover not committed when
+        the statement began, which re-claimed the row meanwhile, would pass it (the row is
+        rechecked as it is after that commit, the host is not).  Locked, no host changes hands
+        until this transaction ends; one taken meanwhile is waited for, and not locked."""
+        if self._fenced:
+            ids = {self._held[host][0] for host in hosts if host in self._held}
+            if ids:
+                conn.execute(LOCK_MINE, {"ids": list(ids), "me": self.worker_id})
+
     def _unclaim(self, host: str) -> None:
         self._claims_by_host[host] -= 1
         if not self._claims_by_host[host]:
@@ -735,7 +763,7 @@ class PostgresFrontier:
             ValueError: for the first URL that this worker did not claim; nothing of the call is recorded.
             TypeError, ValueError: for a bad checkpoint, before anything is recorded.
         """
-        entries = None if checkpoint is None else _check_checkpoint(checkpoint)
+        entries = None if checkpoint is None else check_checkpoint(checkpoint)
         rows = list(outcomes)
         if not rows and entries is None:
             return
@@ -743,6 +771,7 @@ class PostgresFrontier:
             seen: set[str] = set()
             owned = [self._own(conn, url, "complete", seen) for url, _status in rows]
             with conn.pipeline():  # one round trip for all of it
+                self._lock_mine(conn, [host for _key, host, _epoch in owned])
                 done = conn.execute(COMPLETE_MANY, {
                     "now": self._clock(), "urls": [key for key, _host, _epoch in owned],
                     "statuses": [status for _, status in rows], "epochs": [epoch for _key, _host, epoch in owned],
@@ -759,16 +788,12 @@ class PostgresFrontier:
 
     def _key_of_processing(self, conn: psycopg.Connection[tuple[Any, ...]], url: str, action: str) -> str:
         """The stored form of a claimed URL given in any form, or ValueError if it is not processing."""
-        try:
-            key = normalize_url(url)
-        except (TypeError, ValueError):
-            problem = "it is not a valid http(s) URL"
-        else:
+
+        def state_of(key: str) -> str | None:
             row = conn.execute(STATE_OF, (key,)).fetchone()
-            if row is not None and row[0] == "processing":
-                return key
-            problem = "it is not in the frontier" if row is None else f"it is {row[0]!r}, not 'processing' (claimed)"
-        raise ValueError(f"cannot {action} {url!r}: {problem}")
+            return None if row is None else str(row[0])
+
+        return processing_key(url, action, state_of)
 
     def fail(
         self, url: str, error: str, status: int | None = None, retry: bool = True, retry_after: float | None = None
@@ -784,11 +809,14 @@ class PostgresFrontier:
         with self._db() as conn:
             key, host, epoch = self._own(conn, url, "fail", set())
             self._unclaim(host)
-            row = conn.execute(FAIL, {
-                "retry": bool(retry), "most": self.max_attempts, "status": status, "error": error,
-                "now": self._clock(), "url": key, "epoch": epoch, "me": self.worker_id, "fenced": self._fenced,
-                "delays": [self.retry_delay_after(n, retry_after) for n in range(1, self.max_attempts)],
-            }).fetchone()
+            with conn.pipeline():
+                self._lock_mine(conn, [host])
+                failed = conn.execute(FAIL, {
+                    "retry": bool(retry), "most": self.max_attempts, "status": status, "error": error,
+                    "now": self._clock(), "url": key, "epoch": epoch, "me": self.worker_id, "fenced": self._fenced,
+                    "delays": [self.retry_delay_after(n, retry_after) for n in range(1, self.max_attempts)],
+                })
+            row = failed.fetchone()
             if row is None:
                 self._refuse(1, "failures")
                 self._commit(conn)
@@ -820,8 +848,11 @@ class PostgresFrontier:
         if not keys:
             return
         with self._db() as conn:
-            released = conn.execute(RELEASE, {"urls": list(keys), "epochs": list(keys.values()),
-                                              "me": self.worker_id, "fenced": self._fenced}).fetchall()
+            with conn.pipeline():
+                self._lock_mine(conn, [self._claimed[key][0] for key in keys])
+                releasing = conn.execute(RELEASE, {"urls": list(keys), "epochs": list(keys.values()),
+                                                   "me": self.worker_id, "fenced": self._fenced})
+            released = releasing.fetchall()
             for key in keys:
                 self._unclaim(self._claimed.pop(key)[0])
             self._refuse(len(keys) - len(released), "releases")

@@ -134,7 +134,10 @@ CREATE TABLE {schema}.state_counts (
 # subquery), but the rows go in by URL: workers inserting the same new URLs wait for each other
 # in one order, never in a cycle.  DO NOTHING locks no row that is there already (DO UPDATE
 # would lock every known link, other workers' rows in flight among them); the few rows whose
-# depth goes down are updated apart.
+# depth goes down are updated apart.  The third count is of the hosts found: a host another
+# worker inserted and had not committed when this statement began is neither inserted here (the
+# conflict waits for that worker, then does nothing) nor seen (the statement's snapshot is older),
+# so its URLs go nowhere; fewer hosts found than asked for means: run the statement again.
 INSERT = """
 WITH fresh AS (
     INSERT INTO hosts (origin) SELECT f.origin FROM unnest(%(fresh)s::text[]) AS f(origin)
@@ -158,7 +161,7 @@ WITH fresh AS (
 ), lowered AS (
     UPDATE urls SET depth = v.depth, parent = v.parent FROM v WHERE urls.url = v.url AND v.depth < urls.depth
 )
-SELECT (SELECT count(*) FROM added), (SELECT count(*) FROM fresh)
+SELECT (SELECT count(*) FROM added), (SELECT count(*) FROM fresh), (SELECT count(*) FROM ids)
 """
 
 # -- host leases (see "Host leases" in postgres.py) ------------------------------------------
@@ -262,10 +265,11 @@ CROSS JOIN LATERAL (
 ) AS q
 """
 
-# Before a claim is marked, in its transaction, the hosts of %(ids)s still the worker's are locked
-# FOR SHARE: a worker taking one of them over skips it until this transaction ends, so that no
-# row is marked for a host that changed hands meanwhile (which would leave it 'processing' after
-# the new owner recovered the host's rows).
+# Before a claim is marked or an outcome recorded, in its transaction, the hosts of %(ids)s still
+# the worker's are locked FOR SHARE: a worker taking one of them over skips it until this
+# transaction ends, so that no row is marked for a host that changed hands meanwhile (which would
+# leave it 'processing' after the new owner recovered the host's rows, or record an outcome for a
+# row the new owner claimed again).
 LOCK_MINE = """
 SELECT count(*) FROM (SELECT 1 FROM hosts WHERE id = ANY(%(ids)s::int[]) AND owner = %(me)s FOR SHARE) AS mine
 """

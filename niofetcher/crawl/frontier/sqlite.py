@@ -77,7 +77,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from ...urls import host_key, normalize_url
-from .base import STATES, FrontierError, FrontierURL, check_int, check_time, retry_delay
+from .base import (
+    STATES,
+    FrontierError,
+    FrontierURL,
+    check_checkpoint,
+    check_int,
+    check_time,
+    processing_key,
+    retry_delay,
+)
 from .claims import DEEPEST, HostQueues, Row
 from .lock import FrontierLocked, OwnerLock, path_problem
 from .recent import RecentURLs
@@ -104,15 +113,6 @@ from .transactions import Transactions
 
 __all__ = ["SCHEMA_VERSION", "STATES", "Frontier", "FrontierError", "FrontierLocked", "FrontierURL", "normalize_url"]
 
-
-
-def _check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:
-    entries = {}
-    for name, value in checkpoint.items():
-        if not isinstance(name, str):
-            raise TypeError(f"checkpoint names must be str, not {name!r}")
-        entries[name] = check_int(f"checkpoint[{name!r}]", value, 0)
-    return entries
 
 
 class Frontier(Transactions):
@@ -433,7 +433,7 @@ class Frontier(Transactions):
             TypeError, ValueError: for a checkpoint name that is not a str or a value that is
                 not an int >= 0, before anything is recorded.
         """
-        entries = None if checkpoint is None else json.dumps(_check_checkpoint(checkpoint))
+        entries = None if checkpoint is None else json.dumps(check_checkpoint(checkpoint))
         with self._db() as conn:
             rows = list(outcomes)
             if not rows and entries is None:
@@ -523,16 +523,12 @@ class Frontier(Transactions):
 
     def _key_of_processing(self, conn: sqlite3.Connection, url: str, action: str) -> str:
         """The stored form of a URL given in another form, or ValueError if it is not processing."""
-        try:
-            key = normalize_url(url)
-        except (TypeError, ValueError):
-            problem = "it is not a valid http(s) URL"
-        else:
+
+        def state_of(key: str) -> str | None:
             row = conn.execute("SELECT state FROM urls WHERE url = ?", (key,)).fetchone()
-            if row is not None and row[0] == "processing":
-                return key
-            problem = "it is not in the frontier" if row is None else f"it is {row[0]!r}, not 'processing' (claimed)"
-        raise ValueError(f"cannot {action} {url!r}: {problem}")
+            return None if row is None else str(row[0])
+
+        return processing_key(url, action, state_of)
 
     def release(self, urls: Iterable[str]) -> None:
         """Put claimed URLs back to 'waiting' without counting the attempt:
