@@ -290,8 +290,20 @@ def test_status_shows_a_running_worker_and_a_stopped_one_gives_its_hosts_back_at
         worker = crew.start()
         worker_id = crew.worker_id(worker)
         deadline = time.monotonic() + 60
-        while not done_by_worker(crew).get(worker_id) or \
-                crew.rows("SELECT hosts_held FROM workers WHERE id = %s", worker_id) == [(0,)]:
+        # Until it has a page done, a heartbeat that counts its hosts, and every host with URLs
+        # waiting in its hands, three at least: the busiest hosts status shows are then its own.
+        with_waiting = "SELECT COUNT(*) FILTER (WHERE owner = %s), COUNT(*) FILTER (WHERE owner IS NULL) FROM hosts" \
+                       " WHERE EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id AND state = 'waiting')"
+
+        def ready() -> bool:
+            if not done_by_worker(crew).get(worker_id):
+                return False
+            if crew.rows("SELECT hosts_held FROM workers WHERE id = %s", worker_id) == [(0,)]:
+                return False
+            ((held, free),) = crew.rows(with_waiting, worker_id)
+            return bool(held >= 3 and free == 0)
+
+        while not ready():
             assert time.monotonic() < deadline and worker.poll() is None
             time.sleep(0.05)
         shown = subprocess.run([sys.executable, "-m", "niofetcher", "status", "--frontier", crew.dsn, "--crawl",
