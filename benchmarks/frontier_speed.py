@@ -413,31 +413,34 @@ def main(argv: list[str] | None = None) -> None:
               f"batches of {args.batch}, {args.hosts:,} hosts, window {args.window:,}; "
               f"SQLite {sqlite3.sqlite_version}, Python {platform.python_version()}")
         bench = Bench(path, URLs(args.hosts), args.batch, args.seed)
-        rows = []
-        try:
-            for size in args.sizes:
-                print(f"growing to {size:,}")
-                bench.grow(size)
-                print(f"at {size:,} URLs")
-                rows.append(bench.measure(size, args.window))
-        finally:
-            bench.frontier.close()
-        print()
-        print(table(rows))
-        if args.json:
-            report = {
-                "args": vars(args),
-                "sqlite": sqlite3.sqlite_version,
-                "python": platform.python_version(),
-                "machine": platform.machine(),
-                "cpus": os.cpu_count(),
-                "growth": bench.growth,
-                "sizes": rows,
-            }
-            with open(args.json, "w", encoding="utf-8") as out:
-                json.dump(report, out, indent=2)
-                out.write("\n")
-            print(f"figures written to {args.json}")
+        report(args, bench, run_sizes(args, bench), sqlite=sqlite3.sqlite_version, machine=platform.machine())
+
+
+def run_sizes(args: argparse.Namespace, bench: Bench) -> list[dict[str, Any]]:
+    """Grow the frontier to each of ``--sizes`` and measure there: the rows of the table."""
+    rows = []
+    try:
+        for size in args.sizes:
+            print(f"growing to {size:,}")
+            bench.grow(size)
+            print(f"at {size:,} URLs")
+            rows.append(bench.measure(size, args.window))
+    finally:
+        bench.frontier.close()
+    return rows
+
+
+def report(args: argparse.Namespace, bench: Bench, rows: list[dict[str, Any]], **about: object) -> None:
+    """The table, and with --json the figures (``about`` names the backend's versions)."""
+    print()
+    print(table(rows))
+    if args.json:
+        figures = {"args": vars(args), **about, "python": platform.python_version(), "cpus": os.cpu_count(),
+                   "growth": bench.growth, "sizes": rows}
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(figures, out, indent=2)
+            out.write("\n")
+        print(f"figures written to {args.json}")
 
 
 def run_postgres(args: argparse.Namespace) -> None:
@@ -449,22 +452,8 @@ def run_postgres(args: argparse.Namespace) -> None:
         print(f"crawl 'bench' at {dsn}; sizes {', '.join(f'{n:,}' for n in args.sizes)}; "
               f"batches of {args.batch}, {args.hosts:,} hosts, window {args.window:,}; Python {platform.python_version()}")
         bench = PostgresBench(dsn, URLs(args.hosts), args.batch, args.seed)
-        rows = []
-        try:
-            for size in args.sizes:
-                print(f"growing to {size:,}")
-                bench.grow(size)
-                print(f"at {size:,} URLs")
-                rows.append(bench.measure(size, args.window))
-        finally:
-            bench.frontier.close()
-    print()
-    print(table(rows))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({"args": vars(args), "python": platform.python_version(), "cpus": os.cpu_count(),
-                       "growth": bench.growth, "sizes": rows}, out, indent=2)
-            out.write("\n")
+        rows = run_sizes(args, bench)
+    report(args, bench, rows)
 
 
 if __name__ == "__main__":
