@@ -17,28 +17,17 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_cli_crawl import ROBOTS, page_requests
 
 from niofetcher.crawl import CrawlConfig, Crawler
 from niofetcher.testing import TestSite
 
 pytest_plugins = ["pg_cluster"]
 
-ROBOTS = "/robots.txt"
-
-
-def page_requests(site: TestSite) -> Counter[str]:
-    """URL -> requests the site served for it, robots.txt left out."""
-    seen: Counter[str] = Counter()
-    for base, port in zip(site.base_urls, site.ports, strict=True):
-        for path, n in site.counters(port).paths.items():
-            if path != ROBOTS:
-                seen[base + path[1:]] += n
-    return seen
 
 
 @pytest.fixture
