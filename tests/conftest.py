@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -109,6 +110,15 @@ def check_leaks(baseline: LeakBaseline, wait: float = 3.0) -> None:
             f"{len(fds) - len(baseline.fds)} file descriptor(s) leaked "
             f"({len(baseline.fds)} before, {len(fds)} after): {listing}"
         )
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections (the kernel does it) and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield listener.getsockname()[1]
 
 
 @pytest.fixture

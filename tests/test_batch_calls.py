@@ -10,7 +10,6 @@ sockets; no assertion on time.
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -31,15 +30,6 @@ def site() -> Iterator[TestSite]:
     # Per test: no_leaks counts every thread named niofetcher*, the site's included.
     with TestSite(hosts=2, pages=50, page_size=256) as test_site:
         yield test_site
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A port that accepts connections (the kernel does it) and never answers."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(16)
-        yield listener.getsockname()[1]
 
 
 def take(fetcher: NIOFetcher, count: int) -> list[FetchResult]:

@@ -17,11 +17,11 @@ Every command runs in a subprocess against a TestSite, as a user runs it.
 from __future__ import annotations
 
 import contextlib
-import socket
 import sqlite3
 from pathlib import Path
 
 import pytest
+from rawserver import get_unused_port
 from test_cli_crawl import crawl, niofetcher, page_requests, summary_rows
 
 from niofetcher import FetcherConfig, NIOFetcher
@@ -75,15 +75,14 @@ def test_a_deny_private_refusal_is_tried_once_and_named_in_the_summary(tmp_path:
     assert f"    {site.base_urls[0]}  connect_error: address 127.0.0.1 is in denied network" in done.stdout
 
 
-def test_a_policy_refusal_is_marked_on_the_result_and_final_at_the_first_attempt(
-        closed_port: int) -> None:
+def test_a_policy_refusal_is_marked_on_the_result_and_final_at_the_first_attempt() -> None:
     """The fetcher marks what its own settings refused (FetchResult.refused), and that, not the
     words of the detail, makes it final; a refused connection is an ordinary, retried error."""
     with TestSite(hosts=1, pages=1) as site:
         denied = fetch_one(FetcherConfig(deny_networks=("loopback",)), site.base_urls[0])
         port = fetch_one(FetcherConfig(allowed_ports=(1,)), site.base_urls[0])
         assert site.counters().accepted == 0
-    refused = fetch_one(FetcherConfig(), f"http://127.0.0.1:{closed_port}/")
+    refused = fetch_one(FetcherConfig(), f"http://127.0.0.1:{get_unused_port()}/")
     assert [r.error for r in (denied, port, refused)] == [ErrorKind.CONNECT_ERROR] * 3
     assert (denied.refused, port.refused, refused.refused) == (True, True, False)
     assert [is_final(r, 1, (503,), 3) for r in (denied, port, refused)] == [True, True, False]
@@ -95,13 +94,6 @@ def fetch_one(config: FetcherConfig, url: str) -> FetchResult:
         result = fetcher.get(timeout=20)
     assert result is not None
     return result
-
-
-@pytest.fixture
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- the page budget ----------------------------------------------------------------------------

@@ -197,6 +197,11 @@ def test_without_host_ownership_the_limit_check_fails(workers: Any) -> None:
         assert max(peaks.values()) > PER_HOST
 
 
+# The hosts a worker (%s) still owns that have work: a URL waiting or in flight.
+OWNED_WITH_WORK = ("SELECT COUNT(*) FROM hosts WHERE owner = %s AND EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id"
+                   " AND state IN ('waiting', 'processing'))")
+
+
 @pytest.mark.timeout(150)
 def test_a_killed_workers_hosts_are_taken_over_and_only_its_pages_in_flight_are_fetched_again(workers: Any) -> None:
     lease = 2.0
@@ -216,9 +221,7 @@ def test_a_killed_workers_hosts_are_taken_over_and_only_its_pages_in_flight_are_
         victim.kill()
         killed_at = time.monotonic()
         victim.wait(timeout=10)
-        owned = "SELECT COUNT(*) FROM hosts WHERE owner = %s AND EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id" \
-                " AND state IN ('waiting', 'processing'))"
-        while crew.rows(owned, victim_id) != [(0,)]:
+        while crew.rows(OWNED_WITH_WORK, victim_id) != [(0,)]:
             assert time.monotonic() < killed_at + lease + 5, "the killed worker's hosts were not taken over"
             time.sleep(0.02)
         took = time.monotonic() - killed_at
@@ -248,9 +251,7 @@ def test_a_worker_paused_past_its_lease_fetches_and_records_nothing_for_the_host
         survivor = crew.start()  # takes the paused one's hosts once their leases end, and finishes the crawl
         crew.worker_id(survivor)
         registered_at = time.monotonic()
-        owned = "SELECT COUNT(*) FROM hosts WHERE owner = %s AND EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id" \
-                " AND state IN ('waiting', 'processing'))"
-        while crew.rows(owned, paused_id) != [(0,)]:  # its connection is alive: only the leases' end frees them
+        while crew.rows(OWNED_WITH_WORK, paused_id) != [(0,)]:  # its connection is alive: only the leases' end frees them
             assert time.monotonic() < max(registered_at, stopped_at + lease) + 5, "its hosts were not taken over"
             time.sleep(0.02)
         took = time.monotonic() - stopped_at

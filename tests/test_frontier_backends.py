@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_frontier import FakeClock
 
 from niofetcher.crawl.frontier import STATES, Frontier, FrontierError, FrontierLocked, FrontierURL
 from niofetcher.testing import PostgresCluster
@@ -36,19 +37,6 @@ pytest_plugins = ["pg_cluster"]
 pytestmark = pytest.mark.timeout(60)
 
 _crawl_names = itertools.count()
-
-
-class FakeClock:
-    """Unix time that moves only when a test says so."""
-
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Backend:

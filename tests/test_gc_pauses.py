@@ -14,9 +14,7 @@ the first stays pending for the length of the test.
 from __future__ import annotations
 
 import gc
-import socket
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -30,15 +28,6 @@ URLS = 10_000
 # slot, the resolver's thread and cache): a few hundred objects, so 0.05 per URL over
 # 10,000.  Before the change it was 4.0 per URL.
 TRACKED_PER_PENDING_URL = 0.05
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A port that accepts connections (the kernel does it) and never answers."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(16)
-        yield listener.getsockname()[1]
 
 
 def tracked_objects() -> int:
