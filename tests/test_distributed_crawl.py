@@ -205,14 +205,18 @@ OWNED_WITH_WORK = ("SELECT COUNT(*) FROM hosts WHERE owner = %s AND EXISTS (SELE
 @pytest.mark.timeout(150)
 def test_a_killed_workers_hosts_are_taken_over_and_only_its_pages_in_flight_are_fetched_again(workers: Any) -> None:
     lease = 2.0
-    with TestSite(hosts=12, pages=60, delay=0.2, log_requests=True, max_seconds=140) as site:
+    # Big enough that the victim alone (4 hosts at 2 connections, 0.2 s a page) needs over 30 s:
+    # the kill comes once all three have done pages, however slowly the other two start.
+    with TestSite(hosts=12, pages=120, delay=0.2, log_requests=True, max_seconds=140) as site:
         crew: Workers = workers(site, "--lease", str(lease))
         victim = crew.start()
         victim_id = crew.worker_id(victim)
         others = [crew.start(), crew.start()]
         deadline = time.monotonic() + 60
         while done_by_worker(crew).get(victim_id, 0) < 20 or len(done_by_worker(crew)) < 3:
-            assert time.monotonic() < deadline and victim.poll() is None, "the crawl ended before the kill"
+            assert time.monotonic() < deadline and victim.poll() is None, (
+                f"the crawl ended or stalled before the kill: done by worker {done_by_worker(crew)}, "
+                f"exit codes {[proc.poll() for proc in crew.procs]}, stderr {[crew.stderr(n) for n in range(3)]}")
             time.sleep(0.05)
         os.kill(victim.pid, signal.SIGSTOP)  # frozen, so that what it has in flight can be read
         in_flight = {url for (url,) in crew.rows(
