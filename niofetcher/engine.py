@@ -23,6 +23,7 @@ import itertools
 import logging
 import math
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -543,6 +544,7 @@ class Engine:
             error=failure.kind if failure else None,
             error_detail=failure.detail if failure else "",
             refused=failure.refused if failure else False,
+            fetched_at=time.time(),
         )
         self._finished.append(result)
         task.state = DONE

@@ -52,6 +52,7 @@ class FetchResult:
     error: ErrorKind | None = None
     error_detail: str = ""
     refused: bool = False  # the fetcher's own settings forbade it (deny_networks, allowed_ports)
+    fetched_at: float = 0.0  # wall-clock (unix) time at which the result was complete
     _text: str | None = field(default=None, repr=False)
 
     @property

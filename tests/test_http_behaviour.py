@@ -385,7 +385,9 @@ def test_text_is_decoded_by_the_charset_rules(
 def test_result_fields(no_leaks: Any, raw_server: MakeServer) -> None:
     srv = raw_server(ok(b"hello", headers=[("X-Custom-Thing", "Some Value")]), max_seconds=10)
 
+    before = time.time()
     first, second = fetch(srv.url("/1"), srv.url("/2"), max_connections_per_host=1)
+    after = time.time()
 
     for result in (first, second):
         assert (result.error, result.status, result.reason, result.ok) == (None, 200, "OK", True)
@@ -395,6 +397,7 @@ def test_result_fields(no_leaks: Any, raw_server: MakeServer) -> None:
         assert all(type(k) is str and type(v) is str for k, v in result.headers)
         assert result.elapsed > 0
         assert result.queue_wait >= 0
+        assert before + result.elapsed <= result.fetched_at <= after
         assert (result.replayed, result.session_reused) == (False, False)
     assert (first.connection_reused, second.connection_reused) == (False, True)
     assert srv.accepted == 1
