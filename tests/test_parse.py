@@ -71,14 +71,15 @@ def test_corpus_page_parses_and_extractors_agree(path: Path) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not PAGES, reason=NO_CORPUS)
 def test_corpus_links_only_gives_the_same_links_and_nothing_else(extractor: str) -> None:
-    """links_only (what the crawler's parse processes ask for) must not change a single followed URL."""
+    """links_only (what the crawler's parse processes ask for) must not change a single followed URL,
+    nor the title (which a record names the page by)."""
     for path in PAGES:
         body = path.read_bytes()
         whole = extract(body, corpus_base(path), "text/html", extractor=extractor)
         links = extract(body, corpus_base(path), "text/html", extractor=extractor, links_only=True)
-        for field in ("links", "areas", "frames", "nofollow"):
+        for field in ("links", "areas", "frames", "nofollow", "title"):
             assert getattr(links, field) == getattr(whole, field), (path.name, field)
-        assert (links.images, links.forms, links.tables, links.title) == ([], [], [], None), path.name
+        assert (links.images, links.forms, links.tables) == ([], [], []), path.name
 
 
 @pytest.mark.timeout(120)
@@ -118,7 +119,7 @@ def test_links_only_finds_links_inside_tables_forms_and_other_links(extractor: s
     assert page.links == ["http://h.test/b/t", "http://h.test/b/f", "http://h.test/b/x"]
     assert page.areas == ["http://h.test/b/m"] and page.frames == ["http://h.test/b/fr"]
     assert page.nofollow == {"http://h.test/b/f"}
-    assert (page.images, page.forms, page.tables, page.title) == ([], [], [], None)
+    assert (page.images, page.forms, page.tables, page.title) == ([], [], [], "t")
 
 
 @pytest.mark.timeout(10)
@@ -595,10 +596,11 @@ def test_html_and_xhtml_and_no_content_type_parse(extractor: str, content_type: 
     page = extract(LINKY, PAGE, content_type, extractor, links_only=links_only)
     assert page.links == LINKY_LINKS
     assert page.areas == ["https://example.org/m"] and page.frames == ["https://example.org/f"]
+    assert page.title == "t"
     if links_only:
-        assert page.images == [] and page.forms == [] and page.title is None
+        assert page.images == [] and page.forms == []
     else:
-        assert page.images == ["https://example.org/i.png"] and page.title == "t"
+        assert page.images == ["https://example.org/i.png"]
         assert page.forms == [Form("https://example.org/s", "GET", (("q", "text", ""),))]
         assert page.tables == [[["c"]]]
 

@@ -19,8 +19,9 @@ CELL_TAGS = frozenset(("td", "th"))
 # that can start a subtree of interest: fields live in forms, rows and cells
 # in tables, and a kept subtree is kept whole.
 TAGS = tuple(sorted(SIMPLE_TAGS | FIELD_TAGS | CELL_TAGS | {"form", "table", "tr", "title"}))
-# links_only: the tags that hold what a crawler follows (and <base>, which says where it leads).
-LINK_TAGS = ("a", "area", "base", "frame", "iframe", "link", "meta")
+# links_only: the tags that hold what a crawler follows (and <base>, which says where it leads), and
+# <title>: one small element, which names the page in a crawl or fetch record.
+LINK_TAGS = ("a", "area", "base", "frame", "iframe", "link", "meta", "title")
 
 # Text left out of a cell, title or option: code, and a nested table (reported on its own).
 NO_TEXT = frozenset(("script", "style", "template", "table"))

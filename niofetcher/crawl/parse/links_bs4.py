@@ -64,6 +64,8 @@ def harvest_bs4(data: bytes, harvest: Harvest, links_only: bool = False) -> None
         tag = node.name
         if tag in SIMPLE_TAGS:
             harvest.simple(tag, _bs4_get(node))
+        elif tag == "title":
+            harvest.set_title(_bs4_text(node))
         elif links_only:
             continue  # a table or form inside a link: not wanted
         elif tag in CELL_TAGS:
@@ -97,8 +99,6 @@ def harvest_bs4(data: bytes, harvest: Harvest, links_only: bool = False) -> None
                 )
         elif tag == "form":
             forms[id(node)] = harvest.form(_bs4_get(node))
-        elif tag == "title":
-            harvest.set_title(_bs4_text(node))
 
 
 _ROW_OR_TABLE = frozenset(("tr", "table"))
