@@ -45,7 +45,8 @@ def test_a_crawl_with_a_missing_page_exits_0_and_lists_it_and_fail_on_error_exit
         strict = niofetcher("crawl", site.base_urls[0], missing, "--db", str(tmp_path / "b.sqlite"), "--fail-on-error",
                             "--parse-mode", "thread", "--progress", "none")
     assert done.returncode == 0, done.stderr
-    assert "crawl complete" in done.stdout and summary_rows(done.stdout)["error: http_404"] == "1"
+    rows = summary_rows(done.stdout)
+    assert "crawl complete" in done.stdout and rows["HTTP 404"] == "1" and "error: http_404" not in rows
     assert f"failed URLs:\n    {missing}  HTTP 404 Not Found\n" in done.stdout
     assert strict.returncode == 1, strict.stderr
     assert strict.stderr == ""  # a result, not an error message

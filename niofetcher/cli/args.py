@@ -77,6 +77,9 @@ def build_parser() -> Parser:
     fetch.add_argument("urls", nargs="*", metavar="URL", help="URLs to fetch (or give --seeds-file)")
     fetch.add_argument("--out", metavar="FILE",
                        help="also write one JSON record per result to FILE, appended to it (as crawl --out)")
+    fetch.add_argument("--links", action="store_true",
+                       help="with --out: parse each 2xx HTML result for its title and links, and list the "
+                            "links' URLs in its record")
     _add_fetcher_options(fetch)
     fetch.set_defaults(module="fetch")
 
@@ -102,6 +105,8 @@ def build_parser() -> Parser:
     crawl.add_argument("--out", metavar="FILE",
                        help="write one JSON record per page to FILE: a new crawl appends to it, a resumed one "
                             "first cuts it back to the end of the last page --db recorded")
+    crawl.add_argument("--links", action="store_true",
+                       help="with --out: list each page's links' URLs in its record, not only their number")
     crawl.add_argument("--warc", metavar="FILE",
                        help="write request and response records to a WARC file (.gz: gzip), appended to and "
                             "cut back on a resume as --out is")

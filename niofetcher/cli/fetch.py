@@ -1,17 +1,22 @@
-"""The ``fetch`` command: fetch URLs, print one line per result, and with ``--out`` a JSON record per result."""
+"""The ``fetch`` command: fetch URLs, print one line per result, and with ``--out`` a JSON record per result
+(the schema of ``crawl --out``: records.py)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..fetcher import NIOFetcher
 from ..models import FetchResult
 from .args import config_from, urls_from
 from .errors import UsageError
+from .records import record
 from .signals import StopSignals
+
+if TYPE_CHECKING:
+    from ..crawl.parse import PageLinks
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
     1 when any result is not ``ok``: a 404 is a result, not a failure of the command."""
     urls = urls_from(args, args.urls)
     config = config_from(args)
+    if args.links and args.out is None:
+        raise UsageError("--links puts the links in the --out records: give --out FILE too")
     out = _open_output(args.out)
     failures = 0
     try:
@@ -28,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
             for result in fetcher.results():
                 failures += not result.ok
                 if out is not None:  # first: a result printed is a result in the file
-                    _write_line(out, args.out, json.dumps(_result_record(result)))
+                    links = _page_links(result) if args.links else None
+                    _write_line(out, args.out, json.dumps(record(result, links, args.links)))
                 print(_result_line(result), flush=True)
     finally:
         if out is not None:
@@ -68,15 +76,12 @@ def _result_line(result: FetchResult) -> str:
     return f"{outcome:>18} {len(result.body):>9} B {result.elapsed * 1000:8.1f} ms  {result.url}{detail}"
 
 
-def _result_record(result: FetchResult) -> dict[str, object]:
-    return {
-        "url": result.url,
-        "final_url": result.final_url,
-        "status": result.status,
-        "content_type": result.header("content-type"),
-        "bytes": len(result.body),
-        "elapsed": round(result.elapsed, 6),
-        "redirects": result.redirects,
-        "error": result.error.value if result.error else None,
-        "error_detail": result.error_detail or None,
-    }
+def _page_links(result: FetchResult) -> PageLinks | None:
+    """``--links``: the links and title of a 2xx HTML result, the pages a crawl parses; None for any other.
+    Parsed here, in the thread that takes the results, never on the fetcher's loop."""
+    from ..crawl.parse import extract, is_html_type  # here: without --links, fetch loads no parser
+
+    content_type = result.header("content-type")
+    if not (result.ok and is_html_type(content_type)):
+        return None
+    return extract(result.body, result.final_url, content_type, links_only=True)

@@ -121,8 +121,9 @@ class _Display:
 def print_summary(
     run: CrawlRun, max_pages: int | None = None, failures: Sequence[tuple[str, str]] = (), file: TextIO = sys.stdout,
 ) -> None:
-    """The table printed at the end of a crawl: a headline that says why it ended, the counts, and
-    ``failures``, the first URLs (url, why) that failed in this run."""
+    """The table printed at the end of a crawl: a headline that says why it ended, the counts (URLs that
+    ended on an HTTP status as ``HTTP 404`` rows, apart from the ``error:`` rows), and ``failures``, the
+    first URLs (url, why) that failed in this run."""
     summary = run.summary
     if not summary.stopped:
         headline = "crawl complete"
@@ -133,7 +134,12 @@ def print_summary(
     else:
         headline = "crawl stopped; rerun with the same --db to resume"
     rows = [(state, str(n)) for state, n in summary.counts.items()]
-    rows += [(f"error: {kind}", str(n)) for kind, n in sorted(summary.errors.items())]
+    # The URLs in 'error', by why: the server's answer ("http_404", a status the crawl keeps no page
+    # of) apart from the errors proper, which got no usable answer -- as a record says it: a 404's
+    # has status 404 and error null.
+    rows += [(f"HTTP {kind.removeprefix('http_')}", str(n)) for kind, n in sorted(summary.errors.items())
+             if kind.startswith("http_")]
+    rows += [(f"error: {kind}", str(n)) for kind, n in sorted(summary.errors.items()) if not kind.startswith("http_")]
     rows += [
         ("pages this run", str(summary.pages)),
         ("pages/s", f"{summary.pages_per_second:.0f}"),
