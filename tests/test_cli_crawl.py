@@ -42,8 +42,9 @@ from warcio.archiveiterator import ArchiveIterator
 from niofetcher.testing import TestSite
 
 ROBOTS = "/robots.txt"
-JSONL_FIELDS = {"url", "final_url", "status", "content_type", "depth", "parent", "links", "error", "fetched_at",
-                "canonical", "noindex", "lastmod"}
+JSONL_FIELDS = {"url", "final_url", "status", "reason", "content_type", "bytes", "sha256", "elapsed", "fetched_at",
+                "redirects", "error", "error_detail", "title", "links", "link_urls", "depth", "parent", "canonical",
+                "noindex", "lastmod"}
 
 
 def niofetcher(*args: str, timeout: float = 60, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -95,7 +95,7 @@ def test_nofollow_page_still_leads_to_its_canonical(
 
 
 def test_jsonl_record_has_canonical_noindex_lastmod(tmp_path: Path) -> None:
-    from niofetcher.cli.output import page_record
+    from niofetcher.cli.records import page_record
 
     with TestSite(**CHAIN, canonicals={1: "/page/0"}, robots_headers={1: "noindex"}) as site:  # type: ignore[arg-type]
         _, pages = crawl(tmp_path, site)

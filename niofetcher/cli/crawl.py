@@ -31,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--crawl names a crawl in a --frontier database: give --frontier too")
     if args.frontier is not None and args.crawl is None:
         raise UsageError("--frontier needs --crawl NAME: the crawl's name in that database")
+    if args.links and args.out is None:
+        raise UsageError("--links puts the links in the --out records: give --out FILE too")
     db = args.db if args.db is not None else "crawl.sqlite"
     try:
         config = CrawlConfig(
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         counts = _check_database(db)
         finished_before = counts["done"] + counts["error"]
     try:
-        writer = PageWriter(args.out, args.warc, fetcher_config.user_agent)
+        writer = PageWriter(args.out, args.warc, fetcher_config.user_agent, list_links=args.links)
     except OSError as exc:
         if created:  # made by the check above: a crawl that does not start leaves nothing behind
             _remove_frontier(db)

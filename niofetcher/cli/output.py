@@ -6,7 +6,6 @@ import io
 import json
 import os
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
@@ -15,6 +14,7 @@ from warcio.warcwriter import WARCWriter
 
 from ..crawl import CrawledPage
 from ..urls import parse_target
+from .records import page_record
 
 _NOT_IN_WARC = frozenset(("content-encoding", "transfer-encoding", "content-length"))
 
@@ -43,8 +43,9 @@ class PageWriter:
     Raises OSError when a file cannot be opened.
     """
 
-    def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str) -> None:
+    def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str, list_links: bool = False) -> None:
         self._user_agent = user_agent
+        self._list_links = list_links  # --links: each JSONL record lists its page's links
         self._warc_gzip = bool(warc_path and warc_path.endswith(".gz"))
         self._lock = threading.Lock()
         self._prepared: dict[str, tuple[bytes, bytes]] = {}  # URL -> (its JSONL line, its WARC records)
@@ -70,7 +71,7 @@ class PageWriter:
 
     def prepare(self, page: CrawledPage) -> None:
         """A delivery thread: build the page's records; they are written when its batch is committed."""
-        line = (json.dumps(page_record(page)) + "\n").encode("utf-8") if self._out is not None else b""
+        line = (json.dumps(page_record(page, self._list_links)) + "\n").encode("utf-8") if self._out is not None else b""
         warc = self._warc_records(page) if self._warc is not None and page.result.status is not None else b""
         with self._lock:
             self._prepared[page.url] = (line, warc)
@@ -199,21 +200,3 @@ class _OutputFile:
     def close(self) -> None:
         self._handle.close()
 
-
-def page_record(page: CrawledPage) -> dict[str, object]:
-    """The JSONL record of one page."""
-    result = page.result
-    return {
-        "url": result.url,
-        "final_url": result.final_url,
-        "status": result.status,
-        "content_type": result.header("content-type"),
-        "depth": page.depth,
-        "parent": page.parent,
-        "links": len(page.links.links) if page.links is not None else 0,
-        "error": result.error.value if result.error is not None else None,
-        "fetched_at": round(time.time(), 3),
-        "canonical": page.canonical,
-        "noindex": page.noindex,
-        "lastmod": page.lastmod,
-    }

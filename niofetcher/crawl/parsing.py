@@ -49,7 +49,7 @@ _MAX_JOB_PAGES = 32
 def parse_pages(pages: Sequence[_Received], extractor: str, scope: LinkScope, keep_links: bool) -> list[ParseOutput]:
     """One parse job, run in a parse process (or thread): the links of each page, filtered by ``scope``.
 
-    Without ``keep_links`` only the links are extracted (no images, forms, tables, title): nobody
+    Without ``keep_links`` only the links (and the title) are extracted (no images, forms, tables): nobody
     would see the rest.  A page that cannot be parsed fails alone, with its reason; the rest of
     the job goes on.
     """

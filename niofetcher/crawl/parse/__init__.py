@@ -97,7 +97,8 @@ Other decisions:
   anyway); None when there is none. Both are harvested with ``links_only``
   too: the crawler's parse processes need them.
 * ``title``: the text of the first ``title`` element, whitespace collapsed;
-  None when there is none or it is blank. (libxml2 knows no SVG namespace, so
+  None when there is none or it is blank; harvested with ``links_only`` too
+  (one small element, which a record names the page by). (libxml2 knows no SVG namespace, so
   an inline SVG's ``<title>`` placed before the head's would win - on real
   pages the head comes first.)
 * Content-Type: only ``text/html`` and ``application/xhtml+xml`` are parsed
@@ -195,11 +196,11 @@ def extract(
             other type gives an empty PageLinks.
         extractor: ``"bs4"`` (Beautiful Soup with lxml, the default) or
             ``"lxml"`` (lxml directly, ~8x faster, same result).
-        links_only: only what a crawler follows: ``links``, ``areas``,
-            ``frames``, ``nofollow``, ``robots`` and ``canonical``, exactly as without it; ``images``,
-            ``forms`` and ``tables`` stay empty and ``title`` None.  Beautiful
+        links_only: only what a crawler follows and a record names: ``links``, ``areas``,
+            ``frames``, ``nofollow``, ``robots``, ``canonical`` and ``title``, exactly as without it;
+            ``images``, ``forms`` and ``tables`` stay empty.  Beautiful
             Soup then builds only the subtrees of a, area, frame, iframe,
-            base, meta and link, about a quarter less work on real pages.
+            base, meta, link and title, about a quarter less work on real pages.
 
     Returns:
         A PageLinks; an empty one when nothing can be found.
