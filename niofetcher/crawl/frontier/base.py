@@ -176,6 +176,12 @@ class FrontierBackend(Protocol):
         """Keep what ownership of hosts needs (renewals, when due) and say which hosts this worker
         lost since the last call: what of them is registered and not started must not start."""
 
+    def start_deadlines(self) -> dict[str, float | None]:
+        """For the fetcher's start gates (``NIOFetcher.set_host_deadlines``), what changed since
+        the last call: per host (``host_key()``), the ``time.monotonic()`` from which none of its
+        requests may start, None where no bound is needed any more; empty when nothing changed
+        (always, for a frontier that one process holds)."""
+
     def robots(self, host: str) -> tuple[int, bytes] | None:
         """(status, body) of ``host``'s robots.txt as another worker of the crawl fetched it
         lately, None when there is none to reuse."""

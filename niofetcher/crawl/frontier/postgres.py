@@ -25,7 +25,9 @@ gives a host back when it has nothing to do there (its queue empty, nothing in f
 stops.  One statement renews all its leases every third of ``lease_seconds``, which are measured
 by the server's clock; by its own (monotonic) clock the worker stops claiming for its hosts, and
 :meth:`holds` says no, two thirds of a lease after the last renewal was sent, so it stops
-starting requests before any lease it failed to renew can end.  The leases are kept in the calls
+starting requests before any lease it failed to renew can end -- in its fetcher too, whose loop
+thread may run first after a pause: :meth:`start_deadlines` gives the coordinator that time per
+host for the fetcher's start gates.  The leases are kept in the calls
 the coordinator makes anyway (``claim``, ``counts``, ``next_due``, :meth:`lost_hosts`), in their
 transaction: there is no thread.
 
@@ -252,6 +254,8 @@ class PostgresFrontier:
         self._renew_at = 0.0  # ... of the next renewal
         self._deadline = -math.inf  # ... past which no request of a held host may start (see holds())
         self._committed_deadline = self._deadline  # ... as the last commit made it true
+        self._gate_changes: dict[str, float | None] = {}  # for start_deadlines(), in the order they happened
+        self._gated_until = math.nan  # the deadline start_deadlines() last gave every held host (nan: none yet)
         self._done_times: deque[tuple[float, int]] = deque()  # (time.monotonic(), URLs done): the heartbeat's
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         try:
@@ -301,10 +305,14 @@ class PostgresFrontier:
         self._recent.clear()
         self._delta = dict.fromkeys(STATES, 0)
         me = {"me": self.worker_id}
+        held_before = self._held
         self._held = {origin: (host_id, epoch) for host_id, origin, epoch in conn.execute(HELD, me)}
         self._claimed = {url: (origin, epoch) for url, origin, epoch in conn.execute(CLAIMS_OF_MINE, me)}
         self._claims_by_host = Counter(host for host, _epoch in self._claimed.values())
         self._leaving.clear()
+        for host in held_before.keys() - self._held.keys():  # a take rolled back: not this worker's
+            self._gate_changes[host] = -math.inf
+        self._gated_until = math.nan  # every held host's gate again, from the deadline restored below
         # A renewal or a take rolled back: the leases are as last committed; renew at the next call.
         self._deadline = self._committed_deadline
         self._renew_at = 0.0
@@ -334,6 +342,21 @@ class PostgresFrontier:
             self._commit(conn)
             lost, self._lost = self._lost, []
             return lost
+
+    def start_deadlines(self) -> dict[str, float | None]:
+        """What changed since the last call of the times (``time.monotonic()``) from which no
+        request to a host may start: each held host's deadline (as :meth:`holds` counts it), minus
+        infinity for a host lost (another worker's now: it stays closed), None for a host given
+        back (nothing of it is registered); empty when nothing changed.  The host set changes with
+        takes and losses, the deadline of them all with each renewal: a few times a lease."""
+        with self._lock:
+            changes, self._gate_changes = self._gate_changes, {}
+            if not self._fenced:
+                return {}
+            if self._deadline != self._gated_until:
+                self._gated_until = self._deadline
+                changes.update(dict.fromkeys(self._held, self._deadline))
+            return changes
 
     def _keep_leases(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         """Renew, give back, take: what is due of it, in the current transaction."""
@@ -418,6 +441,7 @@ class PostgresFrontier:
         ids = []
         for host_id, host, epoch in taken:
             self._held[host] = (host_id, epoch)
+            self._gate_changes[host] = self._deadline
             self._given_back.discard(host)
             ids.append(host_id)
         if self._fenced:
@@ -430,6 +454,7 @@ class PostgresFrontier:
             self._leaving.discard(host)
             self._rotation.forget(host)
             self._too_deep.pop(host, None)
+            self._gate_changes[host] = -math.inf if lost else None
         if lost:
             self._lost += hosts
 

@@ -459,6 +459,10 @@ class Frontier(Transactions):
         """Always empty: one process holds the whole file."""
         return []
 
+    def start_deadlines(self) -> dict[str, float | None]:
+        """Always empty: one process holds the whole file, and its requests need no gate."""
+        return {}
+
     def robots(self, host: str) -> tuple[int, bytes] | None:
         """Always None: the crawl that fetched a robots.txt keeps it in memory."""
         return None
