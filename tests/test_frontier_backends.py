@@ -819,3 +819,39 @@ def test_a_takeover_and_the_old_owners_renewal_do_not_deadlock(backend: Backend)
         assert taking.result(timeout=20) == []
     assert old.refused == 0 and old.holds("http://a.test")
     assert assert_consistent(old, pg) == {"waiting": 0, "processing": 1, "done": 1, "error": 0}
+
+
+def test_recordable_names_the_claims_whose_outcomes_will_count(frontier: Any, backend: Backend) -> None:
+    """All of them while nothing changed hands (the only case on SQLite), in the order given."""
+    frontier.add(urls(3))
+    claimed = [item.url for item in frontier.claim(3)]
+    with frontier.batch():
+        assert frontier.recordable(reversed(claimed)) == list(reversed(claimed))
+        frontier.complete_many([(url, 200) for url in claimed])
+    assert assert_consistent(frontier, backend)["done"] == 3
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_recordable_leaves_out_a_host_taken_over_and_holds_its_answer_until_the_batch_ends(
+    backend: Backend,
+) -> None:
+    """A host another worker took over: its claims are not recordable, and their outcomes are refused.
+    One recordable inside a batch stays this worker's until the batch commits: a taker skips it."""
+    pg = postgres_only(backend)
+    old = pg.open()
+    old.add(urls(1, "a.test") + urls(1, "b.test"))
+    a, b = sorted(item.url for item in old.claim(5))
+    pg.rows("UPDATE hosts SET lease_until = 0 WHERE origin = 'http://b.test'")  # b's lease ran out on the server
+    new = pg.open()
+    assert [item.url for item in new.claim(5)] == [b]  # taken over, recovered, claimed again
+    pg.rows("UPDATE hosts SET lease_until = 0 WHERE origin = 'http://a.test'")
+    new.add(urls(1, "c.test"))  # a free host, so that a fair share lets the new worker take one more
+    new._take_soon = True
+    with old.batch():
+        assert old.recordable([a, b]) == [a]
+        with ThreadPoolExecutor(1) as pool:  # a, expired, would come first: locked, it is skipped
+            assert [item.url for item in pool.submit(new.claim, 5).result(timeout=20)] == urls(1, "c.test")
+        old.complete_many([(a, 200), (b, 200)])
+    assert old.refused == 1
+    assert pg.rows("SELECT url, state FROM urls ORDER BY url") == [(a, "done"), (b, "processing"),
+                                                                  (urls(1, "c.test")[0], "processing")]

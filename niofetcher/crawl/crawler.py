@@ -396,7 +396,9 @@ class Crawler:
             if self.output is not None:
                 delivered = [page.item.url for page in pages if page.final and not page.failure]
                 if delivered:
-                    offsets = self.output.commit(delivered)
+                    # Only where the outcome will count: a page whose host changed hands since its
+                    # claim is another worker's, and that worker writes its record.
+                    offsets = self.output.commit(frontier.recordable(delivered))
             for page in pages:
                 origin = page.result.bean.meta["origin"]
                 active[origin] -= 1

@@ -162,6 +162,11 @@ class FrontierBackend(Protocol):
     def release(self, urls: Iterable[str]) -> None:
         """Claimed URLs back to 'waiting', the attempt not counted (they were not fetched)."""
 
+    def recordable(self, urls: Iterable[str]) -> list[str]:
+        """Of these claimed URLs, in order, those whose outcomes this worker will have accepted if it
+        records them in the current :meth:`batch` (a frontier shared by workers refuses the others'
+        outcomes: their hosts changed hands); what it says holds until the batch ends."""
+
     def retry_delay_after(self, attempts: int, retry_after: float | None) -> float:
         """Seconds to wait after the ``attempts``-th failed fetch (robots.txt retries use it too)."""
 

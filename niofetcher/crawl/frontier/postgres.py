@@ -112,6 +112,7 @@ from .postgres_schema import (
     LOCK_MINE,
     MARK_CLAIMED,
     MIN_DUE_DEPTH,
+    MINE_LOCKED,
     NEXT_DUE,
     QUEUED_HOSTS,
     RECOVER,
@@ -762,6 +763,25 @@ class PostgresFrontier:
             ids = {self._held[host][0] for host in hosts if host in self._held}
             if ids:
                 conn.execute(LOCK_MINE, {"ids": list(ids), "me": self.worker_id})
+
+    def recordable(self, urls: Iterable[str]) -> list[str]:
+        """Of these URLs claimed here (as claimed), those whose outcomes will be accepted, in order:
+        their hosts are still this worker's under the epochs of their claims, and stay so until the
+        transaction ends (locked FOR SHARE, as before an outcome).  Inside the :meth:`batch` that
+        records their outcomes, an output written for them is written for exactly those that count."""
+        keys = list(urls)
+        if not self._fenced:
+            return keys
+        held, claimed = self._held, self._claimed
+        claims = [(url, claimed.get(url)) for url in keys]
+        ids = {held[claim[0]][0] for _url, claim in claims if claim is not None and claim[0] in held}
+        if not ids:
+            return []
+        with self._db() as conn:
+            epochs = dict(conn.execute(MINE_LOCKED, {"ids": list(ids), "me": self.worker_id}).fetchall())
+            self._commit(conn)  # inside a batch, nothing: the locks last until the batch commits
+        return [url for url, claim in claims
+                if claim is not None and claim[0] in held and epochs.get(held[claim[0]][0]) == claim[1]]
 
     def _unclaim(self, host: str) -> None:
         self._claims_by_host[host] -= 1

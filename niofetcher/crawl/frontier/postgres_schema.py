@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # psycopg is loaded by postgres.py only, when a PostgreSQL fr
 
 __all__ = [
     "BUSIEST_HOSTS", "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
-    "INSERT", "LEAVE", "LIVE_WORKERS", "LOCK_MINE", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
+    "INSERT", "LEAVE", "LIVE_WORKERS", "LOCK_MINE", "MARK_CLAIMED", "MINE_LOCKED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
     "RENEW", "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SHARE", "STATE_OF", "STORE_COUNTS", "STORE_ROBOTS", "TAKE", "check_crawl_name",
     "create_or_check",
 ]
@@ -270,6 +270,9 @@ CROSS JOIN LATERAL (
 # transaction ends, so that no row is marked for a host that changed hands meanwhile (which would
 # leave it 'processing' after the new owner recovered the host's rows, or record an outcome for a
 # row the new owner claimed again).
+# ... and which of them are, with their epochs (the same lock): whose outcomes will be accepted.
+MINE_LOCKED = "SELECT id, epoch FROM hosts WHERE id = ANY(%(ids)s::int[]) AND owner = %(me)s FOR SHARE"
+
 LOCK_MINE = """
 SELECT count(*) FROM (SELECT 1 FROM hosts WHERE id = ANY(%(ids)s::int[]) AND owner = %(me)s FOR SHARE) AS mine
 """

@@ -459,6 +459,10 @@ class Frontier(Transactions):
         """Always empty: one process holds the whole file."""
         return []
 
+    def recordable(self, urls: Iterable[str]) -> list[str]:
+        """All of them: one process holds the whole file, so every outcome it records counts."""
+        return list(urls)
+
     def start_deadlines(self) -> dict[str, float | None]:
         """Always empty: one process holds the whole file, and its requests need no gate."""
         return {}
