@@ -855,3 +855,24 @@ def test_recordable_leaves_out_a_host_taken_over_and_holds_its_answer_until_the_
     assert old.refused == 1
     assert pg.rows("SELECT url, state FROM urls ORDER BY url") == [(a, "done"), (b, "processing"),
                                                                   (urls(1, "c.test")[0], "processing")]
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_long_add_goes_in_as_several_statements_and_adds_the_same(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cut into statements of _INSERT_ROWS URLs (so that a million seeds do not outlive the
+    statement_timeout): the same URLs, depths and hosts as one statement gives."""
+    import niofetcher.crawl.frontier.postgres as postgres_module
+
+    pg = postgres_only(backend)
+    monkeypatch.setattr(postgres_module, "_INSERT_ROWS", 3)
+    frontier = pg.open()
+    entries = [(url, 2, None, 0) for url in clustered("abc", 3)] + [("http://a.test/0", 1, None, 0),
+                                                                      ("http://d.test/0", 0, None, 0)]
+    assert frontier.add_many(entries) == 10
+    assert frontier.add_many(entries) == 0
+    assert pg.rows("SELECT COUNT(*), COUNT(DISTINCT host_id), MIN(depth) FROM urls") == [(10, 4, 0)]
+    assert pg.rows("SELECT depth FROM urls WHERE url = 'http://a.test/0'") == [(1,)]
+    assert pg.rows("SELECT COUNT(*) FROM hosts") == [(4,)]
+    assert assert_consistent(frontier, backend)["waiting"] == 10

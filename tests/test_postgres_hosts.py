@@ -74,3 +74,27 @@ def test_start_deadlines_give_each_host_its_lease_deadline_then_only_what_change
             old._renew_at = 0.0
             assert old.lost_hosts() == ["http://127.0.0.1:9002"]
             assert old.start_deadlines()["http://127.0.0.1:9002"] == -math.inf
+
+
+def test_the_connection_notices_a_dead_server_within_a_lease_and_a_statement_runs_no_longer(
+    postgres_dsn: str,
+) -> None:
+    """TCP keepalives and tcp_user_timeout from the lease (a DSN's own setting kept), and a
+    statement_timeout of one lease, at least 5 s, unless one is given."""
+    from niofetcher.crawl.frontier.postgres import PostgresFrontier
+
+    sep = "&" if "?" in postgres_dsn else "?"
+    cases = [
+        (postgres_dsn, {}, {"keepalives": "1", "keepalives_idle": "3", "keepalives_interval": "2",
+                            "keepalives_count": "3", "tcp_user_timeout": "9000"}, "9s"),
+        (f"{postgres_dsn}{sep}keepalives_idle=7", {"statement_timeout": 30.0}, {"keepalives_idle": "7"}, "30s"),
+    ]
+    for dsn, given, settings, timeout in cases:
+        with PostgresFrontier(dsn, f"keepalive_{next(_crawls)}", lease_seconds=9.0, **given) as frontier:
+            conn = frontier._conn
+            assert conn is not None
+            parameters = conn.info.get_parameters()
+            assert {name: parameters.get(name) for name in settings} == settings
+            assert conn.execute("SHOW statement_timeout").fetchone() == (timeout,)
+    with PostgresFrontier(postgres_dsn, f"keepalive_{next(_crawls)}", lease_seconds=2.0) as frontier:
+        assert frontier._conn.execute("SHOW statement_timeout").fetchone() == ("5s",)  # type: ignore[union-attr]

@@ -65,7 +65,9 @@ frontier reads what it keeps in memory from the database again: a database failu
 :class:`FrontierError` line (a server that cannot be reached names host:port), a refused call
 its ValueError.  A block that raises by itself commits nothing on its way out (the next call
 that commits does, or the end of the connection undoes it), as on SQLite.  ``connect_timeout``
-and ``statement_timeout`` bound every wait on the server.
+and ``statement_timeout`` bound every wait on the server, and TCP keepalives notice a server or
+a network that is gone within about a lease (``_keepalives``): a worker that cannot reach the
+database cannot keep its hosts, and ends rather than wait.
 """
 
 from __future__ import annotations
@@ -155,6 +157,10 @@ _SAFE_SHARE = 2 / 3
 _POLL_SECONDS = 1.0
 # A robots.txt stored by a host's earlier owner is used for this long (RFC 9309: no more than a day).
 _ROBOTS_SECONDS = 24 * 3600.0
+# The shortest statement_timeout derived from the lease (see PostgresFrontier).
+_LEAST_STATEMENT_TIMEOUT = 5.0
+# The most URLs one INSERT statement adds: a million seeds take seconds, longer than a statement may.
+_INSERT_ROWS = 20_000
 # The window of "pages in the last minute" in the heartbeat.
 _MINUTE = 60.0
 
@@ -186,7 +192,11 @@ class PostgresFrontier:
         max_attempts, retry_delay, max_retry_delay, clock: as for the SQLite
             :class:`~niofetcher.crawl.frontier.sqlite.Frontier`.
         connect_timeout: seconds to wait for the server when connecting.
-        statement_timeout: seconds a statement may run before the server cancels it.
+        statement_timeout: seconds a statement may run before the server cancels it; None: one
+            lease, at least 5 s.  A statement still running a lease after it was sent is of no
+            use: the worker's clock has given its hosts up by then (two thirds of a lease), and
+            another worker may hold them; the floor keeps a short lease from turning one slow
+            commit into a failed crawl.  (Long inserts are cut into statements of their own.)
         lease_seconds: how long a host is this worker's after each renewal (see "Host leases").
         max_hosts: the most hosts this worker holds at once, None for no bound (a crawler gives
             the hosts its window can keep busy, so that workers share the hosts).
@@ -207,7 +217,7 @@ class PostgresFrontier:
         max_retry_delay: float = 300.0,
         clock: Callable[[], float] = time.time,
         connect_timeout: float = 10.0,
-        statement_timeout: float = 60.0,
+        statement_timeout: float | None = None,
         lease_seconds: float = 10.0,
         max_hosts: int | None = None,
     ) -> None:
@@ -218,10 +228,11 @@ class PostgresFrontier:
             raise ValueError(f"max_retry_delay ({max_retry_delay!r}) is less than retry_delay ({retry_delay!r})")
         self.crawl = check_crawl_name(crawl)
         connect_timeout = check_time("connect_timeout", connect_timeout)
-        statement_timeout = check_time("statement_timeout", statement_timeout)
         self.lease_seconds = check_time("lease_seconds", lease_seconds)
         if not self.lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, not {lease_seconds!r}")
+        statement_timeout = (max(self.lease_seconds, _LEAST_STATEMENT_TIMEOUT) if statement_timeout is None
+                             else check_time("statement_timeout", statement_timeout))
         self.max_hosts = None if max_hosts is None else check_int("max_hosts", max_hosts, 1)
         try:
             import psycopg  # here: only a PostgreSQL frontier pays for it
@@ -263,6 +274,7 @@ class PostgresFrontier:
             conn = psycopg.connect(
                 dsn, connect_timeout=max(1, round(connect_timeout)),
                 application_name=f"niofetcher pid {os.getpid()} on {socket.gethostname()}"[:63],
+                **_keepalives(psycopg, dsn, self.lease_seconds),
             )
         except psycopg.Error as exc:
             raise FrontierError(f"cannot open crawl {crawl!r} at {self.where}: {_first_line(exc)}") from None
@@ -574,18 +586,25 @@ class PostgresFrontier:
                     row[0], row[2] = depth, parents[parent]
             if not rows:
                 return 0
-            columns = list(zip(*rows.values()))
-            values = {
-                "fresh": [host for host in hosts if host not in self._held], "hosts": list(hosts),
-                "now": self._clock(), "urls": list(rows), "depths": list(columns[0]),
-                "priorities": list(columns[1]), "parents": list(columns[2]), "host_of": list(columns[3]),
-            }
-            added, fresh, found = _single(conn.execute(INSERT, values))
-            if found < len(hosts):
-                # A host of these URLs came in from another worker meanwhile (see INSERT): again, in a
-                # statement that sees it.  Once is enough: the first waited for that worker to end.
-                again, _fresh, _found = _single(conn.execute(INSERT, values))
-                added += again
+            keys, columns = list(rows), list(zip(*rows.values()))
+            added = fresh = 0
+            for start in range(0, len(keys), _INSERT_ROWS):  # once, but for a huge list of seeds
+                cut = slice(start, start + _INSERT_ROWS)
+                of = hosts if len(keys) <= _INSERT_ROWS else dict.fromkeys(columns[3][cut])  # this cut's
+                values = {
+                    "fresh": [host for host in of if host not in self._held], "hosts": list(of),
+                    "now": self._clock(), "urls": keys[cut], "depths": list(columns[0][cut]),
+                    "priorities": list(columns[1][cut]), "parents": list(columns[2][cut]),
+                    "host_of": list(columns[3][cut]),
+                }
+                n, new_hosts, found = _single(conn.execute(INSERT, values))
+                if found < len(of):
+                    # A host of these URLs came in from another worker meanwhile (see INSERT): again, in a
+                    # statement that sees it.  Once is enough: the first waited for that worker to end.
+                    again, _fresh, _found = _single(conn.execute(INSERT, values))
+                    n += again
+                added += n
+                fresh += new_hosts
             self._delta["waiting"] += added
             if fresh:
                 self._take_soon = True
@@ -1066,6 +1085,18 @@ def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float 
     except psycopg.Error as exc:
         raise FrontierError(f"cannot read crawl {crawl!r} at {where}: {_first_line(exc)}") from None
     return CrawlStatus(counts, workers, busiest)
+
+
+def _keepalives(psycopg: Any, dsn: str, lease: float) -> dict[str, Any]:
+    """libpq settings that notice a dead server or network within about a lease, where the
+    kernel's defaults take two hours: a probe after a third of a lease idle, then three a sixth
+    of a lease apart, and data sent but not acknowledged for a lease ends the connection too
+    (tcp_user_timeout: keepalives are only sent while nothing is).  A DSN's own settings win."""
+    wanted = {"keepalives": 1, "keepalives_idle": max(1, round(lease / 3)),
+              "keepalives_interval": max(1, round(lease / 6)), "keepalives_count": 3,
+              "tcp_user_timeout": max(1000, round(lease * 1000))}
+    given = psycopg.conninfo.conninfo_to_dict(dsn)
+    return {name: value for name, value in wanted.items() if name not in given}
 
 
 def _single(cursor: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
