@@ -876,3 +876,17 @@ def test_a_long_add_goes_in_as_several_statements_and_adds_the_same(
     assert pg.rows("SELECT depth FROM urls WHERE url = 'http://a.test/0'") == [(1,)]
     assert pg.rows("SELECT COUNT(*) FROM hosts") == [(4,)]
     assert assert_consistent(frontier, backend)["waiting"] == 10
+
+
+def test_failures_are_the_first_errors_since_a_time_with_why(frontier: Any, clock: FakeClock) -> None:
+    frontier.add(urls(4))
+    first, second, third, fourth = frontier.claim(4)
+    frontier.fail(first.url, "before the run", retry=False)
+    clock.advance(10)
+    since = clock()
+    frontier.fail(second.url, "HTTP 404 Not Found", status=404, retry=False)
+    frontier.fail(third.url, "timeout", retry=True)  # waits again: not a failure of the run
+    clock.advance(1)
+    frontier.fail(fourth.url, "connection refused", retry=False)
+    assert frontier.failures(since, 5) == [(second.url, "HTTP 404 Not Found"), (fourth.url, "connection refused")]
+    assert frontier.failures(since, 1) == [(second.url, "HTTP 404 Not Found")]

@@ -204,6 +204,10 @@ class FrontierBackend(Protocol):
         """The earliest time (unix) a waiting URL is due, None when none waits (a shared frontier:
         and nothing is in flight anywhere)."""
 
+    def failures(self, since: float, limit: int) -> list[tuple[str, str]]:
+        """The first ``limit`` URLs that ended in 'error' at or after ``since`` (unix time: a run's
+        start), oldest first, each with its error (a shared frontier: any worker's)."""
+
     def min_due_depth(self) -> int | None:
         """The smallest depth among waiting URLs that are due now, None when there is none."""
 

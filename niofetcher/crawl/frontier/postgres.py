@@ -104,6 +104,7 @@ from .postgres_schema import (
     COMPLETE_MANY,
     COUNTS,
     FAIL,
+    FAILURES,
     GIVE_BACK,
     HEARTBEAT,
     HELD,
@@ -973,6 +974,13 @@ class PostgresFrontier:
             if due is not None:
                 return float(due)
             return self._clock() + _POLL_SECONDS if anything else None
+
+    def failures(self, since: float, limit: int) -> list[tuple[str, str]]:
+        """The first ``limit`` URLs of the crawl (any worker's) that ended in 'error' at or after
+        ``since`` (unix time), oldest first, each with its error."""
+        with self._db() as conn:
+            self._commit(conn)
+            return [(str(url), str(why)) for url, why in conn.execute(FAILURES, {"since": since, "limit": limit})]
 
     def min_due_depth(self) -> int | None:
         """The smallest depth among waiting URLs that are due now, None when there is none."""
