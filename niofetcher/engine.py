@@ -3,7 +3,7 @@
 Everything here runs in the one loop thread, except the engine's face to
 ``NIOFetcher``: ``submit`` (appends to the inbox, a deque), ``pending``,
 ``wake``, ``post`` (runs a callback on the loop thread: ``finish_up``,
-``stop``, ``cancel_pending`` and ``set_host_delay`` are posted), ``stats``
+``stop``, ``cancel_pending``, ``set_host_delay`` and ``set_host_gates`` are posted), ``stats``
 and ``host_stats`` (snapshots taken without stopping the loop) and
 ``failure``.
 
@@ -254,6 +254,12 @@ class Engine:
     def set_host_delay(self, origin: Origin, seconds: float) -> None:
         """From now on, at least ``seconds`` between request starts to ``origin``."""
         self.table.set_delay(origin, seconds, self.loop.now)
+
+    def set_host_gates(self, gates: list[tuple[Origin, float | None]]) -> None:
+        """From now on, no request to each ``origin`` starts at or after its time (None: no such bound)."""
+        table, now = self.table, self.loop.now
+        for origin, start_until in gates:
+            table.set_gate(origin, start_until, now)
 
     def cancel_pending(self, detail: str = "cancelled before it started") -> None:
         """Cancel what waits in the inbox and the host queues; in-flight work goes on."""

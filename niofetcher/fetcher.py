@@ -11,6 +11,7 @@ not once per result.
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -215,6 +216,29 @@ class NIOFetcher:
         origin = parse_target(url).origin
         engine = self._engine
         engine.post(engine.set_host_delay, origin, float(seconds))
+
+    def set_host_deadlines(self, deadlines: Mapping[str, float | None]) -> None:
+        """Gate request starts: none to a URL's (scheme, host, port) starts at or after its deadline.
+
+        ``deadlines`` maps a URL of each origin (its scheme://host:port is enough) to a
+        ``time.monotonic()`` of this process, or to None to lift that origin's gate; the others
+        keep theirs.  The gate is checked as each request would get a connection, new or
+        kept-alive: requests of a closed origin stay registered and waiting (a later deadline
+        reopens it; ``cancel_pending()`` takes them back), fetches in flight go on.  For a crawler
+        that holds hosts by a lease it may fail to renew: its requests stop in time even when
+        the process was stopped and its loop runs before anything else can react.  Any thread;
+        one call for many origins, which take their gates together.
+        """
+        gates = []
+        for url, start_until in deadlines.items():
+            if start_until is not None and (
+                isinstance(start_until, bool) or not isinstance(start_until, (int, float)) or math.isnan(start_until)
+            ):
+                raise ValueError(f"a host deadline must be a number (time.monotonic()) or None, not {start_until!r}")
+            gates.append((parse_target(url).origin, None if start_until is None else float(start_until)))
+        if gates:
+            engine = self._engine
+            engine.post(engine.set_host_gates, gates)
 
     # -- out ----------------------------------------------------------------
 

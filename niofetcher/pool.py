@@ -33,6 +33,15 @@ recently used forgotten first, so a host keeps its delay long after its slot
 is gone: the map is all that stays, a few hundred bytes a host, where a slot
 kept alive for its delay would hold its lists, its figures and a TLS session.
 
+Start gates.  ``set_gate`` gives an origin a deadline (``time.monotonic()``, the table's clock)
+after which none of its requests starts, on a new connection or a kept-alive one: a crawler that
+holds a host by a lease it may fail to renew stops starting requests before the lease can have
+ended (docs/distributed.md).  A gated origin's requests stay queued, not failed -- a later gate
+reopens it, a cancel takes them back -- and its slot leaves the ready heap as any slot that cannot
+start, so it blocks nobody; a gate needs no timer, as ``_can_start`` compares it with the time of
+each decision.  The gates live in their own map, kept until lifted (None), so a slot made later
+starts behind its origin's gate; an origin without one pays one comparison with infinity.
+
 Proxies.  A slot is still one origin, and its limit counts every connection
 to that origin whatever the route; but a connection carries requests of one
 route only (direct, or through one proxy with one set of credentials), so
@@ -53,6 +62,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 import ssl
 from collections import OrderedDict, deque
@@ -86,6 +96,7 @@ class HostSlot:
     open: int = 0  # resolving, connecting, busy and idle connections
     in_flight: int = 0
     next_start_at: float = 0.0
+    start_until: float = math.inf  # its gate: no request starts at or after it (module docstring)
     ready_entry: tuple[int, int, int, HostSlot] | None = field(default=None, repr=False)
     delay_timer_armed: bool = field(default=False, repr=False)
     tls_session: ssl.SSLSession | None = field(default=None, repr=False)  # resumed by the next connection
@@ -142,6 +153,7 @@ class HostTable:
         self.slots: dict[Origin, HostSlot] = {}
         self.recent: OrderedDict[Origin, HostSlot] = OrderedDict()  # freed slots, oldest first
         self._set_delays: OrderedDict[Origin, float] = OrderedDict()  # least recently used first
+        self._gates: dict[Origin, float] = {}  # the start gates set (set_gate), until lifted
         self.total_open = 0
         self.pending = 0
         self._ready: list[tuple[int, int, int, HostSlot]] = []
@@ -168,6 +180,8 @@ class HostTable:
                 else:
                     self._set_delays.move_to_end(origin)
                 slot = HostSlot(origin, self.per_host, delay, self.jitter)
+                if self._gates:
+                    slot.start_until = self._gates.get(origin, math.inf)
             self.slots[origin] = slot
         return slot
 
@@ -204,6 +218,18 @@ class HostTable:
         slot = self.slots.get(origin) or self.recent.get(origin)
         if slot is not None:
             slot.delay = delay
+            self.refresh(slot, now)
+
+    def set_gate(self, origin: Origin, start_until: float | None, now: float) -> None:
+        """From now on, no request to ``origin`` starts at or after ``start_until``; None lifts its gate."""
+        if start_until is None:
+            self._gates.pop(origin, None)
+            start_until = math.inf
+        else:
+            self._gates[origin] = start_until
+        slot = self.slots.get(origin) or self.recent.get(origin)  # no slot made for it, as in set_delay
+        if slot is not None:
+            slot.start_until = start_until
             self.refresh(slot, now)
 
     def connection_opened(self, slot: HostSlot, conn: Connection | None = None) -> None:
@@ -415,7 +441,8 @@ class HostTable:
 
     @staticmethod
     def _can_start(slot: HostSlot, now: float) -> bool:
-        return bool(slot.queue) and (bool(slot.idle) or slot.open < slot.limit) and slot.next_start_at <= now
+        return (bool(slot.queue) and (bool(slot.idle) or slot.open < slot.limit)
+                and slot.next_start_at <= now < slot.start_until)
 
     def refresh(self, slot: HostSlot, now: float) -> None:
         """Put ``slot`` in the ready heap under its current best request if it can take one now."""

@@ -146,3 +146,14 @@ def test_a_new_owner_of_a_host_reads_its_robots_txt_from_the_frontier(postgres_d
                                        " FROM hosts ORDER BY id") == [(200, True)] * 3
         else:
             assert sum(robots) > 3 and robots == [n + bool(n) for n in first], (first, robots)
+
+
+@pytest.mark.timeout(90)
+def test_the_crawl_command_on_postgres_lists_the_failed_urls_of_the_run(postgres_dsn: str) -> None:
+    """The summary's list of failed URLs, read from the PostgreSQL frontier as from SQLite's."""
+    with TestSite(hosts=1, pages=5, max_seconds=80) as site:
+        missing = site.base_urls[0] + "missing"
+        done = niofetcher("crawl", site.base_urls[0], missing, "--frontier", postgres_dsn, "--crawl", "failures",
+                          "--progress", "none", "--parse-mode", "thread", "--fail-on-error")
+    assert done.returncode == 1, done.stderr
+    assert f"failed URLs:\n    {missing}  HTTP 404 Not Found\n" in done.stdout, done.stdout

@@ -819,3 +819,74 @@ def test_a_takeover_and_the_old_owners_renewal_do_not_deadlock(backend: Backend)
         assert taking.result(timeout=20) == []
     assert old.refused == 0 and old.holds("http://a.test")
     assert assert_consistent(old, pg) == {"waiting": 0, "processing": 1, "done": 1, "error": 0}
+
+
+def test_recordable_names_the_claims_whose_outcomes_will_count(frontier: Any, backend: Backend) -> None:
+    """All of them while nothing changed hands (the only case on SQLite), in the order given."""
+    frontier.add(urls(3))
+    claimed = [item.url for item in frontier.claim(3)]
+    with frontier.batch():
+        assert frontier.recordable(reversed(claimed)) == list(reversed(claimed))
+        frontier.complete_many([(url, 200) for url in claimed])
+    assert assert_consistent(frontier, backend)["done"] == 3
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_recordable_leaves_out_a_host_taken_over_and_holds_its_answer_until_the_batch_ends(
+    backend: Backend,
+) -> None:
+    """A host another worker took over: its claims are not recordable, and their outcomes are refused.
+    One recordable inside a batch stays this worker's until the batch commits: a taker skips it."""
+    pg = postgres_only(backend)
+    old = pg.open()
+    old.add(urls(1, "a.test") + urls(1, "b.test"))
+    a, b = sorted(item.url for item in old.claim(5))
+    pg.rows("UPDATE hosts SET lease_until = 0 WHERE origin = 'http://b.test'")  # b's lease ran out on the server
+    new = pg.open()
+    assert [item.url for item in new.claim(5)] == [b]  # taken over, recovered, claimed again
+    pg.rows("UPDATE hosts SET lease_until = 0 WHERE origin = 'http://a.test'")
+    new.add(urls(1, "c.test"))  # a free host, so that a fair share lets the new worker take one more
+    new._take_soon = True
+    with old.batch():
+        assert old.recordable([a, b]) == [a]
+        with ThreadPoolExecutor(1) as pool:  # a, expired, would come first: locked, it is skipped
+            assert [item.url for item in pool.submit(new.claim, 5).result(timeout=20)] == urls(1, "c.test")
+        old.complete_many([(a, 200), (b, 200)])
+    assert old.refused == 1
+    assert pg.rows("SELECT url, state FROM urls ORDER BY url") == [(a, "done"), (b, "processing"),
+                                                                  (urls(1, "c.test")[0], "processing")]
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_long_add_goes_in_as_several_statements_and_adds_the_same(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cut into statements of _INSERT_ROWS URLs (so that a million seeds do not outlive the
+    statement_timeout): the same URLs, depths and hosts as one statement gives."""
+    import niofetcher.crawl.frontier.postgres as postgres_module
+
+    pg = postgres_only(backend)
+    monkeypatch.setattr(postgres_module, "_INSERT_ROWS", 3)
+    frontier = pg.open()
+    entries = [(url, 2, None, 0) for url in clustered("abc", 3)] + [("http://a.test/0", 1, None, 0),
+                                                                      ("http://d.test/0", 0, None, 0)]
+    assert frontier.add_many(entries) == 10
+    assert frontier.add_many(entries) == 0
+    assert pg.rows("SELECT COUNT(*), COUNT(DISTINCT host_id), MIN(depth) FROM urls") == [(10, 4, 0)]
+    assert pg.rows("SELECT depth FROM urls WHERE url = 'http://a.test/0'") == [(1,)]
+    assert pg.rows("SELECT COUNT(*) FROM hosts") == [(4,)]
+    assert assert_consistent(frontier, backend)["waiting"] == 10
+
+
+def test_failures_are_the_first_errors_since_a_time_with_why(frontier: Any, clock: FakeClock) -> None:
+    frontier.add(urls(4))
+    first, second, third, fourth = frontier.claim(4)
+    frontier.fail(first.url, "before the run", retry=False)
+    clock.advance(10)
+    since = clock()
+    frontier.fail(second.url, "HTTP 404 Not Found", status=404, retry=False)
+    frontier.fail(third.url, "timeout", retry=True)  # waits again: not a failure of the run
+    clock.advance(1)
+    frontier.fail(fourth.url, "connection refused", retry=False)
+    assert frontier.failures(since, 5) == [(second.url, "HTTP 404 Not Found"), (fourth.url, "connection refused")]
+    assert frontier.failures(since, 1) == [(second.url, "HTTP 404 Not Found")]

@@ -34,3 +34,67 @@ def test_a_full_hand_gives_back_a_finished_host_and_takes_the_next_in_one_claim(
         after = frontier.claim(10)
         assert {item.host for item in after} == {"http://127.0.0.1:9001", "http://127.0.0.1:9002"} - held
         assert len(after) == 3
+
+
+def test_start_deadlines_give_each_host_its_lease_deadline_then_only_what_changed(postgres_dsn: str) -> None:
+    """The gates the coordinator hands the fetcher: a taken host gets the deadline ``holds()`` counts,
+    each renewal moves every held host's, a host given back is lifted (None), a host lost to another
+    worker stays closed (minus infinity); nothing changed, nothing to say."""
+    import math
+    import time
+
+    from niofetcher.crawl.frontier.postgres import PostgresFrontier
+
+    crawl = f"gates_{next(_crawls)}"
+    lease = 60.0
+    with PostgresFrontier(postgres_dsn, crawl, lease_seconds=lease) as old:
+        old.add(["http://127.0.0.1:9001/page/0", "http://127.0.0.1:9002/page/0"])
+        before = time.monotonic()
+        claimed = {item.host: item for item in old.claim(10)}
+        assert set(claimed) == {"http://127.0.0.1:9001", "http://127.0.0.1:9002"}
+        gates = old.start_deadlines()
+        assert set(gates) == set(claimed)
+        deadline = gates["http://127.0.0.1:9001"]
+        assert deadline is not None and before < deadline <= time.monotonic() + lease * 2 / 3
+        assert gates["http://127.0.0.1:9002"] == deadline and old.holds("http://127.0.0.1:9001")
+        assert old.start_deadlines() == {}
+        old._renew_at = 0.0  # a renewal is due
+        assert old.lost_hosts() == []
+        renewed = old.start_deadlines()
+        assert set(renewed) == set(claimed) and renewed["http://127.0.0.1:9001"] > deadline  # type: ignore[operator]
+        old.complete_many([(claimed["http://127.0.0.1:9001"].url, 200)])
+        old._renew_at = 0.0  # gives back the host with nothing to do
+        old.lost_hosts()
+        assert old.start_deadlines()["http://127.0.0.1:9001"] is None
+        with PostgresFrontier(postgres_dsn, crawl, lease_seconds=lease) as new:
+            new._conn.execute("UPDATE hosts SET lease_until = 0")  # type: ignore[union-attr]  # its lease ran out
+            new._conn.commit()  # type: ignore[union-attr]
+            new._take_soon = True
+            assert [item.url for item in new.claim(10)] == [claimed["http://127.0.0.1:9002"].url]
+            old._renew_at = 0.0
+            assert old.lost_hosts() == ["http://127.0.0.1:9002"]
+            assert old.start_deadlines()["http://127.0.0.1:9002"] == -math.inf
+
+
+def test_the_connection_notices_a_dead_server_within_a_lease_and_a_statement_runs_no_longer(
+    postgres_dsn: str,
+) -> None:
+    """TCP keepalives and tcp_user_timeout from the lease (a DSN's own setting kept), and a
+    statement_timeout of one lease, at least 5 s, unless one is given."""
+    from niofetcher.crawl.frontier.postgres import PostgresFrontier
+
+    sep = "&" if "?" in postgres_dsn else "?"
+    cases = [
+        (postgres_dsn, {}, {"keepalives": "1", "keepalives_idle": "3", "keepalives_interval": "2",
+                            "keepalives_count": "3", "tcp_user_timeout": "9000"}, "9s"),
+        (f"{postgres_dsn}{sep}keepalives_idle=7", {"statement_timeout": 30.0}, {"keepalives_idle": "7"}, "30s"),
+    ]
+    for dsn, given, settings, timeout in cases:
+        with PostgresFrontier(dsn, f"keepalive_{next(_crawls)}", lease_seconds=9.0, **given) as frontier:
+            conn = frontier._conn
+            assert conn is not None
+            parameters = conn.info.get_parameters()
+            assert {name: parameters.get(name) for name in settings} == settings
+            assert conn.execute("SHOW statement_timeout").fetchone() == (timeout,)
+    with PostgresFrontier(postgres_dsn, f"keepalive_{next(_crawls)}", lease_seconds=2.0) as frontier:
+        assert frontier._conn.execute("SHOW statement_timeout").fetchone() == ("5s",)  # type: ignore[union-attr]

@@ -7,10 +7,9 @@ import contextlib
 import os
 import sqlite3
 import time
-import urllib.parse
 
 from ..crawl import CrawlConfig
-from ..crawl.frontier import Frontier, FrontierError
+from ..crawl.frontier import Frontier, FrontierBackend, FrontierError
 from .args import config_from, urls_from
 from .errors import CommandFailed, UsageError
 from .output import PageWriter, ResumeError
@@ -74,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandFailed(f"{exc}: {db}") from None
     except RuntimeError as exc:  # the crawl could not go on: its fetcher loop or one of its threads died
         raise CommandFailed(str(exc)) from None
-    failures = _first_failures(db, started) if ran.summary.errors and args.frontier is None else []
+    failures = _first_failures(args, db, started) if ran.summary.errors else []
     print_summary(ran, args.max_pages, failures)
     return 1 if args.fail_on_error and ran.summary.errors else 0
 
@@ -118,17 +117,19 @@ def _check_postgres(url: str, crawl: str) -> None:
         raise UsageError(f"cannot use --frontier: {exc}") from None
 
 
-def _first_failures(db: str, since: float) -> list[tuple[str, str]]:
-    """The first URLs of ``db`` that ended in 'error' since ``since`` (this run), with why, as the
-    frontier recorded them (docs/crawler.md shows the same query); none when the file cannot be read."""
+def _first_failures(args: argparse.Namespace, db: str, since: float) -> list[tuple[str, str]]:
+    """The first URLs that ended in 'error' since ``since`` (this run), with why, as the frontier
+    recorded them (with --frontier: any worker's); none when it cannot be opened again.  A PostgreSQL
+    frontier is opened as a worker, as _check_postgres does: it may take free hosts with work for
+    the moment it is open, and gives them back as it closes."""
     try:
-        # mode=rw: never creates the file.  Not mode=ro: closing the last connection of a WAL file
-        # folds its log back and removes -wal and -shm, which a read-only one cannot do.
-        with contextlib.closing(sqlite3.connect(f"file:{urllib.parse.quote(db)}?mode=rw", uri=True)) as conn:
-            rows = conn.execute(
-                "SELECT url, coalesce(error, '') FROM urls WHERE state = 'error' AND fetched_at >= ? "
-                "ORDER BY fetched_at, seq LIMIT ?", (since, FAILURES_SHOWN),
-            ).fetchall()
-    except sqlite3.Error:
+        if args.frontier is not None:
+            from ..crawl.frontier.postgres import PostgresFrontier
+
+            frontier: FrontierBackend = PostgresFrontier(args.frontier, args.crawl)
+        else:
+            frontier = Frontier(db)
+        with frontier:
+            return frontier.failures(since, FAILURES_SHOWN)
+    except (FrontierError, OSError, sqlite3.Error):
         return []
-    return [(url, why) for url, why in rows]

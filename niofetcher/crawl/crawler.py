@@ -212,6 +212,7 @@ class Crawler:
                 # URLs may start.  The fetcher cancels by registration, not by host, so all of them
                 # come back cancelled and those of hosts still held wait to be claimed again.
                 fetcher.cancel_pending()
+            self._gate(frontier, fetcher)  # what lost_hosts() renewed, took and let go
             # A round's records and claims in one commit: a claim moves the rows next to those
             # that were just completed (their hosts' queues, the in-progress index), and one commit
             # writes each page once, not twice (a third fewer pages written, measured).
@@ -323,6 +324,8 @@ class Crawler:
         Each URL gets its own robots.txt decision first: it waits for its origin's rules, is
         refused, or goes to the fetcher.  What the fetcher does not take (stopping) waits for a resume.
         """
+        if items:
+            self._gate(frontier, fetcher)  # the claim may have taken hosts: their gates before their URLs
         beans: list[URLBean] = []
         for item in items:
             origin = parse_target(item.url).origin
@@ -355,6 +358,15 @@ class Crawler:
                 self._in_progress.pop(bean.url)
             frontier.release([bean.url for bean in refused])  # stopping: the URLs wait for a resume
 
+    @staticmethod
+    def _gate(frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
+        """Bring the fetcher's start gates up to date with the hosts' leases: a worker that cannot
+        renew a lease stops starting requests to that host before the lease ends by its own clock,
+        even when its fetcher's loop runs first after a pause (docs/distributed.md)."""
+        gates = frontier.start_deadlines()
+        if gates:
+            fetcher.set_host_deadlines(gates)
+
     def _give_back(self, held: list[FrontierURL], frontier: FrontierBackend) -> None:
         """URLs that waited for their origin's robots.txt go back to 'waiting' (stopping): nothing is settled."""
         if not held:
@@ -384,7 +396,9 @@ class Crawler:
             if self.output is not None:
                 delivered = [page.item.url for page in pages if page.final and not page.failure]
                 if delivered:
-                    offsets = self.output.commit(delivered)
+                    # Only where the outcome will count: a page whose host changed hands since its
+                    # claim is another worker's, and that worker writes its record.
+                    offsets = self.output.commit(frontier.recordable(delivered))
             for page in pages:
                 origin = page.result.bean.meta["origin"]
                 active[origin] -= 1

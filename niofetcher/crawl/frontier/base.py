@@ -162,6 +162,11 @@ class FrontierBackend(Protocol):
     def release(self, urls: Iterable[str]) -> None:
         """Claimed URLs back to 'waiting', the attempt not counted (they were not fetched)."""
 
+    def recordable(self, urls: Iterable[str]) -> list[str]:
+        """Of these claimed URLs, in order, those whose outcomes this worker will have accepted if it
+        records them in the current :meth:`batch` (a frontier shared by workers refuses the others'
+        outcomes: their hosts changed hands); what it says holds until the batch ends."""
+
     def retry_delay_after(self, attempts: int, retry_after: float | None) -> float:
         """Seconds to wait after the ``attempts``-th failed fetch (robots.txt retries use it too)."""
 
@@ -175,6 +180,12 @@ class FrontierBackend(Protocol):
     def lost_hosts(self) -> list[str]:
         """Keep what ownership of hosts needs (renewals, when due) and say which hosts this worker
         lost since the last call: what of them is registered and not started must not start."""
+
+    def start_deadlines(self) -> dict[str, float | None]:
+        """For the fetcher's start gates (``NIOFetcher.set_host_deadlines``), what changed since
+        the last call: per host (``host_key()``), the ``time.monotonic()`` from which none of its
+        requests may start, None where no bound is needed any more; empty when nothing changed
+        (always, for a frontier that one process holds)."""
 
     def robots(self, host: str) -> tuple[int, bytes] | None:
         """(status, body) of ``host``'s robots.txt as another worker of the crawl fetched it
@@ -192,6 +203,10 @@ class FrontierBackend(Protocol):
     def next_due(self) -> float | None:
         """The earliest time (unix) a waiting URL is due, None when none waits (a shared frontier:
         and nothing is in flight anywhere)."""
+
+    def failures(self, since: float, limit: int) -> list[tuple[str, str]]:
+        """The first ``limit`` URLs that ended in 'error' at or after ``since`` (unix time: a run's
+        start), oldest first, each with its error (a shared frontier: any worker's)."""
 
     def min_due_depth(self) -> int | None:
         """The smallest depth among waiting URLs that are due now, None when there is none."""

@@ -25,7 +25,9 @@ gives a host back when it has nothing to do there (its queue empty, nothing in f
 stops.  One statement renews all its leases every third of ``lease_seconds``, which are measured
 by the server's clock; by its own (monotonic) clock the worker stops claiming for its hosts, and
 :meth:`holds` says no, two thirds of a lease after the last renewal was sent, so it stops
-starting requests before any lease it failed to renew can end.  The leases are kept in the calls
+starting requests before any lease it failed to renew can end -- in its fetcher too, whose loop
+thread may run first after a pause: :meth:`start_deadlines` gives the coordinator that time per
+host for the fetcher's start gates.  The leases are kept in the calls
 the coordinator makes anyway (``claim``, ``counts``, ``next_due``, :meth:`lost_hosts`), in their
 transaction: there is no thread.
 
@@ -63,7 +65,9 @@ frontier reads what it keeps in memory from the database again: a database failu
 :class:`FrontierError` line (a server that cannot be reached names host:port), a refused call
 its ValueError.  A block that raises by itself commits nothing on its way out (the next call
 that commits does, or the end of the connection undoes it), as on SQLite.  ``connect_timeout``
-and ``statement_timeout`` bound every wait on the server.
+and ``statement_timeout`` bound every wait on the server, and TCP keepalives notice a server or
+a network that is gone within about a lease (``_keepalives``): a worker that cannot reach the
+database cannot keep its hosts, and ends rather than wait.
 """
 
 from __future__ import annotations
@@ -100,6 +104,7 @@ from .postgres_schema import (
     COMPLETE_MANY,
     COUNTS,
     FAIL,
+    FAILURES,
     GIVE_BACK,
     HEARTBEAT,
     HELD,
@@ -110,6 +115,7 @@ from .postgres_schema import (
     LOCK_MINE,
     MARK_CLAIMED,
     MIN_DUE_DEPTH,
+    MINE_LOCKED,
     NEXT_DUE,
     QUEUED_HOSTS,
     RECOVER,
@@ -152,6 +158,10 @@ _SAFE_SHARE = 2 / 3
 _POLL_SECONDS = 1.0
 # A robots.txt stored by a host's earlier owner is used for this long (RFC 9309: no more than a day).
 _ROBOTS_SECONDS = 24 * 3600.0
+# The shortest statement_timeout derived from the lease (see PostgresFrontier).
+_LEAST_STATEMENT_TIMEOUT = 5.0
+# The most URLs one INSERT statement adds: a million seeds take seconds, longer than a statement may.
+_INSERT_ROWS = 20_000
 # The window of "pages in the last minute" in the heartbeat.
 _MINUTE = 60.0
 
@@ -183,7 +193,11 @@ class PostgresFrontier:
         max_attempts, retry_delay, max_retry_delay, clock: as for the SQLite
             :class:`~niofetcher.crawl.frontier.sqlite.Frontier`.
         connect_timeout: seconds to wait for the server when connecting.
-        statement_timeout: seconds a statement may run before the server cancels it.
+        statement_timeout: seconds a statement may run before the server cancels it; None: one
+            lease, at least 5 s.  A statement still running a lease after it was sent is of no
+            use: the worker's clock has given its hosts up by then (two thirds of a lease), and
+            another worker may hold them; the floor keeps a short lease from turning one slow
+            commit into a failed crawl.  (Long inserts are cut into statements of their own.)
         lease_seconds: how long a host is this worker's after each renewal (see "Host leases").
         max_hosts: the most hosts this worker holds at once, None for no bound (a crawler gives
             the hosts its window can keep busy, so that workers share the hosts).
@@ -204,7 +218,7 @@ class PostgresFrontier:
         max_retry_delay: float = 300.0,
         clock: Callable[[], float] = time.time,
         connect_timeout: float = 10.0,
-        statement_timeout: float = 60.0,
+        statement_timeout: float | None = None,
         lease_seconds: float = 10.0,
         max_hosts: int | None = None,
     ) -> None:
@@ -215,10 +229,11 @@ class PostgresFrontier:
             raise ValueError(f"max_retry_delay ({max_retry_delay!r}) is less than retry_delay ({retry_delay!r})")
         self.crawl = check_crawl_name(crawl)
         connect_timeout = check_time("connect_timeout", connect_timeout)
-        statement_timeout = check_time("statement_timeout", statement_timeout)
         self.lease_seconds = check_time("lease_seconds", lease_seconds)
         if not self.lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, not {lease_seconds!r}")
+        statement_timeout = (max(self.lease_seconds, _LEAST_STATEMENT_TIMEOUT) if statement_timeout is None
+                             else check_time("statement_timeout", statement_timeout))
         self.max_hosts = None if max_hosts is None else check_int("max_hosts", max_hosts, 1)
         try:
             import psycopg  # here: only a PostgreSQL frontier pays for it
@@ -252,12 +267,15 @@ class PostgresFrontier:
         self._renew_at = 0.0  # ... of the next renewal
         self._deadline = -math.inf  # ... past which no request of a held host may start (see holds())
         self._committed_deadline = self._deadline  # ... as the last commit made it true
+        self._gate_changes: dict[str, float | None] = {}  # for start_deadlines(), in the order they happened
+        self._gated_until = math.nan  # the deadline start_deadlines() last gave every held host (nan: none yet)
         self._done_times: deque[tuple[float, int]] = deque()  # (time.monotonic(), URLs done): the heartbeat's
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         try:
             conn = psycopg.connect(
                 dsn, connect_timeout=max(1, round(connect_timeout)),
                 application_name=f"niofetcher pid {os.getpid()} on {socket.gethostname()}"[:63],
+                **_keepalives(psycopg, dsn, self.lease_seconds),
             )
         except psycopg.Error as exc:
             raise FrontierError(f"cannot open crawl {crawl!r} at {self.where}: {_first_line(exc)}") from None
@@ -301,10 +319,14 @@ class PostgresFrontier:
         self._recent.clear()
         self._delta = dict.fromkeys(STATES, 0)
         me = {"me": self.worker_id}
+        held_before = self._held
         self._held = {origin: (host_id, epoch) for host_id, origin, epoch in conn.execute(HELD, me)}
         self._claimed = {url: (origin, epoch) for url, origin, epoch in conn.execute(CLAIMS_OF_MINE, me)}
         self._claims_by_host = Counter(host for host, _epoch in self._claimed.values())
         self._leaving.clear()
+        for host in held_before.keys() - self._held.keys():  # a take rolled back: not this worker's
+            self._gate_changes[host] = -math.inf
+        self._gated_until = math.nan  # every held host's gate again, from the deadline restored below
         # A renewal or a take rolled back: the leases are as last committed; renew at the next call.
         self._deadline = self._committed_deadline
         self._renew_at = 0.0
@@ -334,6 +356,21 @@ class PostgresFrontier:
             self._commit(conn)
             lost, self._lost = self._lost, []
             return lost
+
+    def start_deadlines(self) -> dict[str, float | None]:
+        """What changed since the last call of the times (``time.monotonic()``) from which no
+        request to a host may start: each held host's deadline (as :meth:`holds` counts it), minus
+        infinity for a host lost (another worker's now: it stays closed), None for a host given
+        back (nothing of it is registered); empty when nothing changed.  The host set changes with
+        takes and losses, the deadline of them all with each renewal: a few times a lease."""
+        with self._lock:
+            changes, self._gate_changes = self._gate_changes, {}
+            if not self._fenced:
+                return {}
+            if self._deadline != self._gated_until:
+                self._gated_until = self._deadline
+                changes.update(dict.fromkeys(self._held, self._deadline))
+            return changes
 
     def _keep_leases(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         """Renew, give back, take: what is due of it, in the current transaction."""
@@ -418,6 +455,7 @@ class PostgresFrontier:
         ids = []
         for host_id, host, epoch in taken:
             self._held[host] = (host_id, epoch)
+            self._gate_changes[host] = self._deadline
             self._given_back.discard(host)
             ids.append(host_id)
         if self._fenced:
@@ -430,6 +468,7 @@ class PostgresFrontier:
             self._leaving.discard(host)
             self._rotation.forget(host)
             self._too_deep.pop(host, None)
+            self._gate_changes[host] = -math.inf if lost else None
         if lost:
             self._lost += hosts
 
@@ -548,18 +587,25 @@ class PostgresFrontier:
                     row[0], row[2] = depth, parents[parent]
             if not rows:
                 return 0
-            columns = list(zip(*rows.values()))
-            values = {
-                "fresh": [host for host in hosts if host not in self._held], "hosts": list(hosts),
-                "now": self._clock(), "urls": list(rows), "depths": list(columns[0]),
-                "priorities": list(columns[1]), "parents": list(columns[2]), "host_of": list(columns[3]),
-            }
-            added, fresh, found = _single(conn.execute(INSERT, values))
-            if found < len(hosts):
-                # A host of these URLs came in from another worker meanwhile (see INSERT): again, in a
-                # statement that sees it.  Once is enough: the first waited for that worker to end.
-                again, _fresh, _found = _single(conn.execute(INSERT, values))
-                added += again
+            keys, columns = list(rows), list(zip(*rows.values()))
+            added = fresh = 0
+            for start in range(0, len(keys), _INSERT_ROWS):  # once, but for a huge list of seeds
+                cut = slice(start, start + _INSERT_ROWS)
+                of = hosts if len(keys) <= _INSERT_ROWS else dict.fromkeys(columns[3][cut])  # this cut's
+                values = {
+                    "fresh": [host for host in of if host not in self._held], "hosts": list(of),
+                    "now": self._clock(), "urls": keys[cut], "depths": list(columns[0][cut]),
+                    "priorities": list(columns[1][cut]), "parents": list(columns[2][cut]),
+                    "host_of": list(columns[3][cut]),
+                }
+                n, new_hosts, found = _single(conn.execute(INSERT, values))
+                if found < len(of):
+                    # A host of these URLs came in from another worker meanwhile (see INSERT): again, in a
+                    # statement that sees it.  Once is enough: the first waited for that worker to end.
+                    again, _fresh, _found = _single(conn.execute(INSERT, values))
+                    n += again
+                added += n
+                fresh += new_hosts
             self._delta["waiting"] += added
             if fresh:
                 self._take_soon = True
@@ -738,6 +784,25 @@ class PostgresFrontier:
             if ids:
                 conn.execute(LOCK_MINE, {"ids": list(ids), "me": self.worker_id})
 
+    def recordable(self, urls: Iterable[str]) -> list[str]:
+        """Of these URLs claimed here (as claimed), those whose outcomes will be accepted, in order:
+        their hosts are still this worker's under the epochs of their claims, and stay so until the
+        transaction ends (locked FOR SHARE, as before an outcome).  Inside the :meth:`batch` that
+        records their outcomes, an output written for them is written for exactly those that count."""
+        keys = list(urls)
+        if not self._fenced:
+            return keys
+        held, claimed = self._held, self._claimed
+        claims = [(url, claimed.get(url)) for url in keys]
+        ids = {held[claim[0]][0] for _url, claim in claims if claim is not None and claim[0] in held}
+        if not ids:
+            return []
+        with self._db() as conn:
+            epochs = dict(conn.execute(MINE_LOCKED, {"ids": list(ids), "me": self.worker_id}).fetchall())
+            self._commit(conn)  # inside a batch, nothing: the locks last until the batch commits
+        return [url for url, claim in claims
+                if claim is not None and claim[0] in held and epochs.get(held[claim[0]][0]) == claim[1]]
+
     def _unclaim(self, host: str) -> None:
         self._claims_by_host[host] -= 1
         if not self._claims_by_host[host]:
@@ -910,6 +975,13 @@ class PostgresFrontier:
                 return float(due)
             return self._clock() + _POLL_SECONDS if anything else None
 
+    def failures(self, since: float, limit: int) -> list[tuple[str, str]]:
+        """The first ``limit`` URLs of the crawl (any worker's) that ended in 'error' at or after
+        ``since`` (unix time), oldest first, each with its error."""
+        with self._db() as conn:
+            self._commit(conn)
+            return [(str(url), str(why)) for url, why in conn.execute(FAILURES, {"since": since, "limit": limit})]
+
     def min_due_depth(self) -> int | None:
         """The smallest depth among waiting URLs that are due now, None when there is none."""
         with self._db() as conn:
@@ -1021,6 +1093,18 @@ def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float 
     except psycopg.Error as exc:
         raise FrontierError(f"cannot read crawl {crawl!r} at {where}: {_first_line(exc)}") from None
     return CrawlStatus(counts, workers, busiest)
+
+
+def _keepalives(psycopg: Any, dsn: str, lease: float) -> dict[str, Any]:
+    """libpq settings that notice a dead server or network within about a lease, where the
+    kernel's defaults take two hours: a probe after a third of a lease idle, then three a sixth
+    of a lease apart, and data sent but not acknowledged for a lease ends the connection too
+    (tcp_user_timeout: keepalives are only sent while nothing is).  A DSN's own settings win."""
+    wanted = {"keepalives": 1, "keepalives_idle": max(1, round(lease / 3)),
+              "keepalives_interval": max(1, round(lease / 6)), "keepalives_count": 3,
+              "tcp_user_timeout": max(1000, round(lease * 1000))}
+    given = psycopg.conninfo.conninfo_to_dict(dsn)
+    return {name: value for name, value in wanted.items() if name not in given}
 
 
 def _single(cursor: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:

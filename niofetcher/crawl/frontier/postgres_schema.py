@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # psycopg is loaded by postgres.py only, when a PostgreSQL fr
     import psycopg
 
 __all__ = [
-    "BUSIEST_HOSTS", "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
-    "INSERT", "LEAVE", "LIVE_WORKERS", "LOCK_MINE", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
+    "BUSIEST_HOSTS", "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "FAILURES", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
+    "INSERT", "LEAVE", "LIVE_WORKERS", "LOCK_MINE", "MARK_CLAIMED", "MINE_LOCKED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
     "RENEW", "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SHARE", "STATE_OF", "STORE_COUNTS", "STORE_ROBOTS", "TAKE", "check_crawl_name",
     "create_or_check",
 ]
@@ -270,6 +270,9 @@ CROSS JOIN LATERAL (
 # transaction ends, so that no row is marked for a host that changed hands meanwhile (which would
 # leave it 'processing' after the new owner recovered the host's rows, or record an outcome for a
 # row the new owner claimed again).
+# ... and which of them are, with their epochs (the same lock): whose outcomes will be accepted.
+MINE_LOCKED = "SELECT id, epoch FROM hosts WHERE id = ANY(%(ids)s::int[]) AND owner = %(me)s FOR SHARE"
+
 LOCK_MINE = """
 SELECT count(*) FROM (SELECT 1 FROM hosts WHERE id = ANY(%(ids)s::int[]) AND owner = %(me)s FOR SHARE) AS mine
 """
@@ -379,6 +382,12 @@ SELECT hosts.origin, q.n, hosts.owner FROM (
     SELECT host_id, count(*) AS n FROM urls WHERE state = 'waiting' GROUP BY host_id ORDER BY n DESC LIMIT %(top)s
 ) AS q JOIN hosts ON hosts.id = q.host_id
 ORDER BY q.n DESC, hosts.origin
+"""
+
+# The first %(limit)s URLs that ended in 'error' at or after %(since)s, with why (as on SQLite).
+FAILURES = """
+SELECT url, coalesce(error, '') FROM urls WHERE state = 'error' AND fetched_at >= %(since)s
+ORDER BY fetched_at, seq LIMIT %(limit)s
 """
 
 MIN_DUE_DEPTH = "SELECT depth FROM urls WHERE state = 'waiting' AND next_attempt_at <= %s ORDER BY depth LIMIT 1"

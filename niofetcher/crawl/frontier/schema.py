@@ -14,7 +14,7 @@ from ...urls import host_key
 from .base import FrontierError
 
 __all__ = [
-    "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "GIVE_UP", "INSERT", "INSERT_HOSTS",
+    "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "FAILURES", "GIVE_UP", "INSERT", "INSERT_HOSTS",
     "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
     "SAVE_CHECKPOINT", "SCHEMA_VERSION", "STORE_COUNTS", "TOO_DEEP_HOSTS", "TOP_PRIORITIES", "create_or_upgrade",
 ]
@@ -186,6 +186,11 @@ WHERE urls.state = 'processing'
 """
 
 MIN_DUE_DEPTH = "SELECT depth FROM urls WHERE state = 'waiting' AND next_attempt_at <= ?1 ORDER BY depth LIMIT 1"
+
+# The first ?2 URLs that ended in 'error' at or after ?1, with why (docs/crawler.md shows the same query).
+FAILURES = """
+SELECT url, coalesce(error, '') FROM urls WHERE state = 'error' AND fetched_at >= ?1 ORDER BY fetched_at, seq LIMIT ?2
+"""
 
 MARK_CLAIMED = """
 UPDATE urls SET state = 'processing', attempts = attempts + 1

@@ -95,6 +95,7 @@ from .schema import (
     COMPLETE_MANY,
     COUNT_ROWS,
     COUNTS,
+    FAILURES,
     GIVE_UP,
     INSERT,
     INSERT_HOSTS,
@@ -459,6 +460,14 @@ class Frontier(Transactions):
         """Always empty: one process holds the whole file."""
         return []
 
+    def recordable(self, urls: Iterable[str]) -> list[str]:
+        """All of them: one process holds the whole file, so every outcome it records counts."""
+        return list(urls)
+
+    def start_deadlines(self) -> dict[str, float | None]:
+        """Always empty: one process holds the whole file, and its requests need no gate."""
+        return {}
+
     def robots(self, host: str) -> tuple[int, bytes] | None:
         """Always None: the crawl that fetched a robots.txt keeps it in memory."""
         return None
@@ -571,6 +580,13 @@ class Frontier(Transactions):
             self._commit(conn)
             (due,) = conn.execute("SELECT MIN(next_attempt_at) FROM urls WHERE state = 'waiting'").fetchone()
             return float(due) if due is not None else None
+
+    def failures(self, since: float, limit: int) -> list[tuple[str, str]]:
+        """The first ``limit`` URLs that ended in 'error' at or after ``since`` (unix time), oldest
+        first, each with its error."""
+        with self._db() as conn:
+            self._commit(conn)
+            return [(str(url), str(why)) for url, why in conn.execute(FAILURES, (since, limit))]
 
     def min_due_depth(self) -> int | None:
         """The smallest depth among waiting URLs that are due now, None when there is none."""
