@@ -57,8 +57,8 @@ class OnlyTheProtocol:
 def test_the_protocol_is_what_the_coordinator_calls() -> None:
     assert PROTOCOL == sorted([
         "__enter__", "__exit__", "add", "add_many", "batch", "checkpoint", "claim", "close", "complete_many",
-        "counts", "fail", "holds", "lost_hosts", "min_due_depth", "next_due", "release", "retry_delay_after",
-        "robots", "store_robots",
+        "counts", "fail", "failures", "holds", "lost_hosts", "min_due_depth", "next_due", "recordable", "release",
+        "retry_delay_after", "robots", "start_deadlines", "store_robots",
     ])
 
 

@@ -23,7 +23,7 @@ from niofetcher.http11 import Response
 # What NIOFetcher may touch on its engine: the face, and the loop-thread calls it posts.
 FACE = {
     "run", "close_unstarted", "failure", "submit", "pending", "wake", "post", "stats", "host_stats",
-    "finish_up", "stop", "cancel_pending", "set_host_delay",
+    "finish_up", "stop", "cancel_pending", "set_host_delay", "set_host_gates",
 }
 
 

@@ -10,6 +10,7 @@ in benchmarks/distributed.py --quick --workers 1).  No clock in the test: the le
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -84,7 +85,7 @@ def test_the_connection_notices_a_dead_server_within_a_lease_and_a_statement_run
     from niofetcher.crawl.frontier.postgres import PostgresFrontier
 
     sep = "&" if "?" in postgres_dsn else "?"
-    cases = [
+    cases: list[tuple[str, dict[str, Any], dict[str, str], str]] = [
         (postgres_dsn, {}, {"keepalives": "1", "keepalives_idle": "3", "keepalives_interval": "2",
                             "keepalives_count": "3", "tcp_user_timeout": "9000"}, "9s"),
         (f"{postgres_dsn}{sep}keepalives_idle=7", {"statement_timeout": 30.0}, {"keepalives_idle": "7"}, "30s"),
