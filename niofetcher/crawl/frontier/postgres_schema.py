@@ -142,6 +142,7 @@ INSERT = """
 WITH fresh AS (
     INSERT INTO hosts (origin) SELECT f.origin FROM unnest(%(fresh)s::text[]) AS f(origin)
     WHERE NOT EXISTS (SELECT 1 FROM hosts WHERE hosts.origin = f.origin)  -- a conflict would use up an id
+    ORDER BY f.origin  -- workers adding the same new hosts (the seeds) take their keys in one order: no deadlock
     ON CONFLICT (origin) DO NOTHING RETURNING id, origin
 ), ids AS (
     SELECT id, origin FROM fresh UNION ALL SELECT id, origin FROM hosts WHERE origin = ANY(%(hosts)s::text[])
@@ -246,9 +247,11 @@ WHERE hosts.owner = %(me)s
 # robots.txt as the host's owner last fetched it, when that was after %(since)s.
 ROBOTS_OF = "SELECT robots_status, robots FROM hosts WHERE origin = %(host)s AND robots_at > %(since)s"
 
+# Without host leases (the test-only switch) a free host's too, never another's: a row of another
+# worker's, locked here and given back there in the other order, deadlocked the two transactions.
 STORE_ROBOTS = f"""
 UPDATE hosts SET robots_status = %(status)s, robots = %(body)s, robots_at = {_NOW}
-WHERE origin = %(host)s AND (owner = %(me)s OR NOT %(fenced)s)
+WHERE origin = %(host)s AND (owner = %(me)s OR (NOT %(fenced)s AND owner IS NULL))
 """
 
 # -- claims and outcomes -------------------------------------------------------------------
