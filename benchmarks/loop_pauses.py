@@ -198,6 +198,7 @@ class Tail:
         self._current: dict[str, Any] | None = None
         self._gc_start = 0.0
         self._schedstat: int | None = None
+        self.totals = {"wall": 0.0, "cpu": 0.0, "runq": 0.0}  # over every iteration
         self._engine = engine = fetcher._engine
         loop = engine.loop
         select = loop._selector.select
@@ -309,10 +310,12 @@ class Tail:
         wall = time.perf_counter() - current["start"]
         self.iterations += 1
         self.busy.append(wall)
+        current["wall"] = wall
+        current["cpu"] = time.thread_time() - current["cpu"]
+        current["runq"] = self._runq() - current["runq"]
+        for key in ("wall", "cpu", "runq"):
+            self.totals[key] += current[key]
         if wall > self.slow:
-            current["wall"] = wall
-            current["cpu"] = time.thread_time() - current["cpu"]
-            current["runq"] = self._runq() - current["runq"]
             self.records.append(current)
 
     def stop(self) -> None:
@@ -327,6 +330,10 @@ class Tail:
         lines = [(f"  {self.iterations:,} iterations: p50 {_ms(busy, 0.5)}, p99 {_ms(busy, 0.99)}, "
                   f"max {_ms(busy, 1.0)} ms; {len(self.records)} over {self.slow * 1e3:g} ms, "
                   f"{sum(r['wall'] for r in self.records) * 1e3:.0f} ms in all")]
+        wall = self.totals["wall"] or 1.0
+        cpu, runq = self.totals["cpu"] / wall, self.totals["runq"] / wall
+        lines.append(f"  all iterations: {wall:.2f} s busy; the loop thread ran {cpu:.0%}, waited for a core "
+                     f"{runq:.0%}, waited otherwise (the GIL) {1 - cpu - runq:.0%}")
         by_gen = [sum(1 for g, _ in self.gc_all if g == gen) for gen in range(3)]
         worst = max((t for _, t in self.gc_all), default=0.0)
         lines.append(f"  GC passes (any thread): gen0 {by_gen[0]}, gen1 {by_gen[1]}, gen2 {by_gen[2]}, "
