@@ -110,8 +110,10 @@ _FD_SETSIZE = 1024
 #: in (10 us x 1.02^(i-1), 10 us x 1.02^i]; the last one (about 20 minutes) everything longer.
 _BUCKET_FLOOR = 10e-6
 _BUCKET_RATIO = 1.02
-_BUCKET_LOG = math.log(_BUCKET_RATIO)
 _BUCKET_LAST = 1000
+# The index is ceil((log(seconds) - log(floor)) / log(ratio)): one log and one multiply per sample.
+_LOG_FLOOR = math.log(_BUCKET_FLOOR)
+_PER_LOG = 1.0 / math.log(_BUCKET_RATIO)
 
 
 @dataclass
@@ -125,8 +127,9 @@ class Durations:
         """Count one duration (negative ones, a clock's jitter, as 0)."""
         if seconds <= _BUCKET_FLOOR:
             self.buckets[0] += 1
-        else:
-            self.buckets[min(_BUCKET_LAST, math.ceil(math.log(seconds / _BUCKET_FLOOR) / _BUCKET_LOG))] += 1
+            return
+        index = math.ceil((math.log(seconds) - _LOG_FLOOR) * _PER_LOG)
+        self.buckets[index if index < _BUCKET_LAST else _BUCKET_LAST] += 1
 
     @property
     def count(self) -> int:
