@@ -13,6 +13,10 @@ in between.  The caller runs its scheduler after each call, and the scheduler
 is what sends a connection's next request: with 1,000 responses ready at once
 (2,000 connections, scenario C), a connection whose response came first would
 otherwise idle until the other 999 were handled, and its server with it.
+The events left keep the rules of one whole batch: the clock stays at the
+select()'s return, and a timer of a handler whose event is still waiting
+runs only after that event (a connect or a response that was ready when
+the loop looked is handled before its timeout can fire).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class Loop:
         self.recv_view = memoryview(self.recv_buffer)
         self._calls: collections.deque[tuple[Callable[..., None], tuple[Any, ...]]] = collections.deque()
         self._ready: list[tuple[selectors.SelectorKey, int]] = []  # a select()'s events beyond EVENT_BATCH
+        self._waiting: set[int] = set()  # id() of the handlers of those events: their timers wait
         self._wake_pending = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -101,6 +106,7 @@ class Loop:
         """Wait for readiness (at most until the next timer or ``max_wait``), then handle up to
         ``EVENT_BATCH`` events, the posted calls and the due timers; no wait while events are left."""
         events = self._ready
+        waiting = self._waiting
         if not events:
             timeout = max_wait
             deadline = self.timers.next_deadline()
@@ -110,13 +116,17 @@ class Loop:
             if self._calls:
                 timeout = 0.0
             events = self._selector.select(timeout)
+            self.now = time.monotonic()  # for every batch of this select()'s events (module doc)
+            if len(events) > EVENT_BATCH:
+                waiting.update(id(key.data) for key, _ in events[EVENT_BATCH:])
         if len(events) > EVENT_BATCH:
             events, self._ready = events[:EVENT_BATCH], events[EVENT_BATCH:]
         else:
             self._ready = []
-        self.now = time.monotonic()
         for key, mask in events:
             handler = key.data
+            if waiting:
+                waiting.discard(id(handler))
             if handler is None:
                 self._drain_wakeups()
                 continue
@@ -130,7 +140,7 @@ class Loop:
             except Exception as exc:  # noqa: BLE001 - one broken handler must not stop the loop
                 handler.on_internal_error(exc)
         self.run_calls()
-        self.timers.run_due(self.now)
+        self.timers.run_due(self.now, waiting)
 
     def _drain_wakeups(self) -> None:
         # Read first, clear the flag after: a wake() that saw the flag still set

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 
@@ -53,15 +53,24 @@ class TimerHeap:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
-    def run_due(self, now: float) -> None:
-        """Call every live timer whose deadline has passed."""
+    def run_due(self, now: float, deferred: Container[int] = ()) -> None:
+        """Call every live timer whose deadline has passed, except those whose ``arg``'s ``id()``
+        is in ``deferred``: they stay in the heap, due, for a later call."""
         heap = self._heap
+        kept = []
         while heap and heap[0][0] <= now:
-            timer = heapq.heappop(heap)[2]
+            entry = heapq.heappop(heap)
+            timer = entry[2]
             callback = timer.callback
-            if callback is not None:
-                timer.callback = None
-                callback(timer.arg)
+            if callback is None:
+                continue
+            if deferred and id(timer.arg) in deferred:
+                kept.append(entry)
+                continue
+            timer.callback = None
+            callback(timer.arg)
+        for entry in kept:
+            heapq.heappush(heap, entry)
 
     def __len__(self) -> int:
         return len(self._heap)

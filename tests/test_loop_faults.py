@@ -304,11 +304,14 @@ class _Reader:
         self.sock = sock
         self.handled = handled
         self.closes: _Reader | None = None
+        self.log: list[tuple[str, _Reader]] = []
         loop.set_interest(self, sock, loop_module.READ)
+        loop.timers.call_at(0.0, lambda reader: reader.log.append(("timer", reader)), self)  # due at once
 
     def on_readable(self) -> None:
         self.sock.recv(1)
         self.handled.append(self)
+        self.log.append(("read", self))
         if self.closes is not None:  # e.g. a timeout or an eviction closing another connection
             self.loop.set_interest(self.closes, self.closes.sock, 0)
 
@@ -321,7 +324,8 @@ class _Reader:
 
 def test_events_beyond_a_batch_wait_for_the_next_run_once_and_skip_handlers_closed_meanwhile() -> None:
     """One run_once handles EVENT_BATCH ready events (so the scheduler runs between batches); the next
-    handles the rest without a select(), skipping a handler that an earlier one closed."""
+    handles the rest without a select(), skipping a handler that an earlier one closed.  The batches of
+    one select() share its clock, and a handler's due timer runs only after its waiting event."""
     loop = Loop()
     pairs = [socket.socketpair() for _ in range(loop_module.EVENT_BATCH + 10)]
     handled: list[_Reader] = []
@@ -340,12 +344,17 @@ def test_events_beyond_a_batch_wait_for_the_next_run_once_and_skip_handlers_clos
         loop._selector.select = counted  # type: ignore[method-assign]
         loop.run_once(0.0)
         assert len(handled) == loop_module.EVENT_BATCH and selects == 1
+        now = loop.now
         left = [key.data for key, _ in loop._ready]
+        assert all(reader.log == [("read", reader), ("timer", reader)] for reader in handled)
+        assert all(reader.log == [] for reader in left)  # their timers wait for their events
         assert sorted(map(id, left)) == sorted(id(r) for r in readers if r not in handled)
         left[0].closes = left[-1]  # handled first in the next call: closes the last one waiting
         loop.run_once(None)  # events are left: must not wait
-        assert selects == 1
+        assert selects == 1 and loop.now == now
         assert len(handled) == len(readers) - 1 and left[-1] not in handled
+        assert all(reader.log == [("read", reader), ("timer", reader)] for reader in left[:-1])
+        assert left[-1].log == [("timer", left[-1])]  # closed: no event, and its timer after the batch
     finally:
         for ours, theirs in pairs:
             ours.close()

@@ -129,7 +129,7 @@ class Durations:
             self.buckets[0] += 1
             return
         index = math.ceil((math.log(seconds) - _LOG_FLOOR) * _PER_LOG)
-        self.buckets[index if index < _BUCKET_LAST else _BUCKET_LAST] += 1
+        self.buckets[min(_BUCKET_LAST, index)] += 1
 
     @property
     def count(self) -> int:
