@@ -14,9 +14,9 @@ is what sends a connection's next request: with 1,000 responses ready at once
 (2,000 connections, scenario C), a connection whose response came first would
 otherwise idle until the other 999 were handled, and its server with it.
 The events left keep the rules of one whole batch: the clock stays at the
-select()'s return, and a timer of a handler whose event is still waiting
-runs only after that event (a connect or a response that was ready when
-the loop looked is handled before its timeout can fire).
+select()'s return, and a due timer of a handler whose event is still waiting
+is held until the batch's last call (a connect or a response that was ready
+when the loop looked is handled before its timeout can fire).
 """
 
 from __future__ import annotations

@@ -34,10 +34,11 @@ class Timer:
 class TimerHeap:
     """Timers ordered by deadline, FIFO among equal deadlines."""
 
-    __slots__ = ("_heap", "_seq")
+    __slots__ = ("_heap", "_held", "_seq")
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Timer]] = []
+        self._held: list[tuple[float, int, Timer]] = []  # due, but deferred by run_due()
         self._seq = itertools.count()
 
     def call_at(self, when: float, callback: Callable[[Any], None], arg: Any = None) -> Timer:
@@ -55,9 +56,13 @@ class TimerHeap:
 
     def run_due(self, now: float, deferred: Container[int] = ()) -> None:
         """Call every live timer whose deadline has passed, except those whose ``arg``'s ``id()``
-        is in ``deferred``: they stay in the heap, due, for a later call."""
+        is in ``deferred``: they are held aside (once each, not popped again by every call) and
+        come back, due, at the first call without ``deferred``."""
         heap = self._heap
-        kept = []
+        if not deferred and self._held:
+            for entry in self._held:
+                heapq.heappush(heap, entry)
+            self._held = []
         while heap and heap[0][0] <= now:
             entry = heapq.heappop(heap)
             timer = entry[2]
@@ -65,12 +70,10 @@ class TimerHeap:
             if callback is None:
                 continue
             if deferred and id(timer.arg) in deferred:
-                kept.append(entry)
+                self._held.append(entry)
                 continue
             timer.callback = None
             callback(timer.arg)
-        for entry in kept:
-            heapq.heappush(heap, entry)
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + len(self._held)
