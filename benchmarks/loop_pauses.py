@@ -230,13 +230,13 @@ class Tail:
         heap_run_due = TimerHeap.run_due
         heap = loop.timers
 
-        def run_due(timers: TimerHeap, now: float) -> None:
+        def run_due(timers: TimerHeap, now: float, *deferred: Any) -> None:
             if timers is not heap:
-                heap_run_due(timers, now)
+                heap_run_due(timers, now, *deferred)
                 return
             self._phase_end("calls")
             before = len(timers)
-            heap_run_due(timers, now)
+            heap_run_due(timers, now, *deferred)
             if self._current is not None:  # pushes by re-arming timers make this a lower bound
                 self._current["timers_run"] += max(0, before - len(timers))
             self._phase_end("timers")
