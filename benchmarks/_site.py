@@ -16,8 +16,11 @@ JSON line ``{"bases": [...], "pid": ...}`` once every port listens, then answers
 one JSON line per command read from stdin:
 
 ``counters``  ``{"ports": [{"port", "accepted", "open_now", "max_open", "requests"}, ...],
-              "max_open_total", "open_now", "accepted", "requests", "cpu"}`` — ``cpu`` is this
-              process's user + system seconds so far (whether the site kept up);
+              "max_open_total", "open_now", "accepted", "requests", "cpu", "turnaround"}`` — ``cpu``
+              is this process's user + system seconds so far (whether the site kept up);
+              ``turnaround`` is ``{"count", "p50", "p90", "p99"}`` (ms, None without samples): per
+              keep-alive request, from the previous response written to its arrival
+              (``PortCounters.turnaround``), all ports together;
 ``paths``     ``{"site_paths", "paths_served", "paths_repeated", "paths_unknown"}``, to check a
               crawl: of the site's own paths (``/``, ``/robots.txt`` and every ``/page/i`` of
               every host, ``site_paths`` in all) how many were asked for at least once, how
@@ -55,6 +58,8 @@ if TYPE_CHECKING:
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: This file, run as the site's process.
 SITE_SCRIPT = os.path.abspath(__file__)
+#: The turnaround percentiles the ``counters`` command reports: name and fraction.
+TURNAROUND_PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 
 
 # --------------------------------------------------------------------------- the parent's side
@@ -191,8 +196,13 @@ def _counters(site: TestSite) -> dict[str, Any]:
                       "max_open": c.max_open, "requests": c.requests})
     total = site.counters()
     times = os.times()
+    turnaround: dict[str, Any] = {"count": total.turnaround.count}
+    for name, fraction in TURNAROUND_PERCENTILES:
+        seconds = total.turnaround.percentile(fraction)
+        turnaround[name] = None if seconds is None else seconds * 1000.0
     return {"ports": ports, "max_open_total": total.max_open, "open_now": total.open_now,
-            "accepted": total.accepted, "requests": total.requests, "cpu": times.user + times.system}
+            "accepted": total.accepted, "requests": total.requests, "cpu": times.user + times.system,
+            "turnaround": turnaround}
 
 
 def _path_check(site: TestSite) -> dict[str, int]:

@@ -16,8 +16,10 @@ open connections per host.
 
 It prints one table per scenario — medians over the rounds of pages/s, client
 CPU ms per page (user + sys of the client process), peak RSS, efficiency
-against the ideal where one exists, the server-counted peak connections per
-host, errors, and each client's pages/s as a ratio to niofetcher's — then the
+against the ideal where one exists, the server-timed turnaround where there is
+latency (B, C: p50/p90/p99 of the time from a response written to the next
+request received on that connection, i.e. how soon the client asks again), the
+server-counted peak connections per host, errors, and each client's pages/s as a ratio to niofetcher's — then the
 targets of issue 5 met or missed. Raw runs go to ``benchmarks/results/`` as
 JSON, the tables as Markdown, and a PNG chart (matplotlib).
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 
@@ -34,10 +34,11 @@ class Timer:
 class TimerHeap:
     """Timers ordered by deadline, FIFO among equal deadlines."""
 
-    __slots__ = ("_heap", "_seq")
+    __slots__ = ("_heap", "_held", "_seq")
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Timer]] = []
+        self._held: list[tuple[float, int, Timer]] = []  # due, but deferred by run_due()
         self._seq = itertools.count()
 
     def call_at(self, when: float, callback: Callable[[Any], None], arg: Any = None) -> Timer:
@@ -53,15 +54,26 @@ class TimerHeap:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
-    def run_due(self, now: float) -> None:
-        """Call every live timer whose deadline has passed."""
+    def run_due(self, now: float, deferred: Container[int] = ()) -> None:
+        """Call every live timer whose deadline has passed, except those whose ``arg``'s ``id()``
+        is in ``deferred``: they are held aside (once each, not popped again by every call) and
+        come back, due, at the first call without ``deferred``."""
         heap = self._heap
+        if not deferred and self._held:
+            for entry in self._held:
+                heapq.heappush(heap, entry)
+            self._held = []
         while heap and heap[0][0] <= now:
-            timer = heapq.heappop(heap)[2]
+            entry = heapq.heappop(heap)
+            timer = entry[2]
             callback = timer.callback
-            if callback is not None:
-                timer.callback = None
-                callback(timer.arg)
+            if callback is None:
+                continue
+            if deferred and id(timer.arg) in deferred:
+                self._held.append(entry)
+                continue
+            timer.callback = None
+            callback(timer.arg)
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + len(self._held)

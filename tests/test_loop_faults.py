@@ -13,6 +13,9 @@ test site with many other URLs in flight.  Two layers are checked:
   ``cancelled`` naming the failure, ``register()`` refuses, nothing waits for
   ever, ``NIOFetcher.failure`` holds the exception, and no thread or socket
   is left.
+
+And the loop's own batching: a ready event left for the next ``run_once``
+(beyond ``EVENT_BATCH``) is not delivered to a handler closed meanwhile.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from conftest import LeakBaseline, MakeServer
 from rawserver import hang, redirect
 
 from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher
+from niofetcher import loop as loop_module
 from niofetcher.connection import Connection
 from niofetcher.engine import Engine
 from niofetcher.http11 import ClientHTTP11
@@ -289,3 +293,70 @@ def test_failure_is_none_after_a_normal_shutdown(no_leaks: LeakBaseline, site: T
         assert fetcher.get(timeout=10) is not None
         assert fetcher.failure is None
     assert fetcher.failure is None
+
+
+class _Reader:
+    """A Pollable that reads its socket's byte and says so (and can close another reader)."""
+
+    def __init__(self, loop: Loop, sock: socket.socket, handled: list[_Reader]) -> None:
+        self.interest = 0
+        self.loop = loop
+        self.sock = sock
+        self.handled = handled
+        self.closes: _Reader | None = None
+        self.log: list[tuple[str, _Reader]] = []
+        loop.set_interest(self, sock, loop_module.READ)
+        loop.timers.call_at(0.0, lambda reader: reader.log.append(("timer", reader)), self)  # due at once
+
+    def on_readable(self) -> None:
+        self.sock.recv(1)
+        self.handled.append(self)
+        self.log.append(("read", self))
+        if self.closes is not None:  # e.g. a timeout or an eviction closing another connection
+            self.loop.set_interest(self.closes, self.closes.sock, 0)
+
+    def on_writable(self) -> None:
+        raise AssertionError("not asked for")
+
+    def on_internal_error(self, exc: Exception) -> None:
+        raise exc
+
+
+def test_events_beyond_a_batch_wait_for_the_next_run_once_and_skip_handlers_closed_meanwhile() -> None:
+    """One run_once handles EVENT_BATCH ready events (so the scheduler runs between batches); the next
+    handles the rest without a select(), skipping a handler that an earlier one closed.  The batches of
+    one select() share its clock, and a handler's due timer runs only after its waiting event."""
+    loop = Loop()
+    pairs = [socket.socketpair() for _ in range(loop_module.EVENT_BATCH + 10)]
+    handled: list[_Reader] = []
+    try:
+        readers = [_Reader(loop, ours, handled) for ours, _ in pairs]
+        for _, theirs in pairs:
+            theirs.send(b"x")
+        selects = 0
+        select = loop._selector.select
+
+        def counted(timeout: float | None = None) -> Any:
+            nonlocal selects
+            selects += 1
+            return select(timeout)
+
+        loop._selector.select = counted  # type: ignore[method-assign]
+        loop.run_once(0.0)
+        assert len(handled) == loop_module.EVENT_BATCH and selects == 1
+        now = loop.now
+        left = [key.data for key, _ in loop._ready]
+        assert all(reader.log == [("read", reader), ("timer", reader)] for reader in handled)
+        assert all(reader.log == [] for reader in left)  # their timers wait for their events
+        assert sorted(map(id, left)) == sorted(id(r) for r in readers if r not in handled)
+        left[0].closes = left[-1]  # handled first in the next call: closes the last one waiting
+        loop.run_once(None)  # events are left: must not wait
+        assert selects == 1 and loop.now == now
+        assert len(handled) == len(readers) - 1 and left[-1] not in handled
+        assert all(reader.log == [("read", reader), ("timer", reader)] for reader in left[:-1])
+        assert left[-1].log == [("timer", left[-1])]  # closed: no event, and its timer after the batch
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+        loop.close()

@@ -20,6 +20,7 @@ import trustme
 
 from niofetcher import testing as testsite
 from niofetcher.testing import PortCounters, TestSite, tls_context_from_files
+from niofetcher.testing.server import Durations
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -419,6 +420,74 @@ def test_connection_age_is_measured_when_a_request_arrives(site: TestSite, clien
     client.read_response()
     age = site.counters(site.ports[0]).max_conn_age_at_request
     assert 0.15 <= age < 5
+
+
+# --------------------------------------------------------------------------- turnaround
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.02])  # with a delay, arrivals carry the kernel's stamp
+def test_turnaround_is_the_clients_wait_between_a_response_and_its_next_request(delay: float) -> None:
+    """A client that waits 50 ms before each next request on one connection shows 50 ms, once per
+    request after the first; the lower bound is exact up to the buckets' 2%, the upper one loose."""
+    wait = 0.05
+    with TestSite(hosts=2, pages=5, delay=delay) as site:
+        client = RawClient(site.ports[1])
+        try:
+            for index in range(5):
+                if index:
+                    time.sleep(wait)
+                client.send(get(f"/page/{index}"))
+                assert client.read_response()[0] == 200
+        finally:
+            client.close()
+        turnaround = site.counters(site.ports[1]).turnaround
+        assert turnaround.count == 4
+        assert site.counters().turnaround == turnaround  # the sum over ports
+        assert site.counters(site.ports[0]).turnaround.count == 0
+        low, high = turnaround.percentile(0.0), turnaround.percentile(1.0)
+        assert low is not None and high is not None
+        assert wait * 0.97 <= low <= high < wait + 0.5
+
+
+def test_a_first_request_or_a_pipelined_one_counts_no_turnaround(site: TestSite) -> None:
+    """Only a request that a client sent after it had every response counts: not one on a fresh
+    connection, nor one sent while a response was still owed."""
+    for _ in range(3):
+        fresh = RawClient(site.ports[0])
+        fresh.send(get("/"))
+        assert fresh.read_response()[0] == 200
+        fresh.close()
+    pipelining = RawClient(site.ports[0])
+    try:
+        pipelining.send(get("/page/1") + get("/page/2") + get("/page/3"))
+        for _ in range(3):
+            assert pipelining.read_response()[0] == 200
+        assert site.counters().turnaround.count == 0
+        pipelining.send(get("/page/4"))  # after every answer: one turnaround
+        pipelining.read_response()
+        wait_for(lambda: site.counters().turnaround.count == 1)
+    finally:
+        pipelining.close()
+    site.reset_counters()
+    assert site.counters().turnaround == Durations()
+
+
+def test_durations_percentiles_are_within_their_buckets_2_percent() -> None:
+    durations = Durations()
+    assert durations.percentile(0.5) is None
+    for ms in range(1, 101):  # 1 .. 100 ms
+        durations.add(ms / 1000)
+    durations.add(-1e-6)  # clock jitter: counted as 0
+    assert durations.count == 101
+    assert durations.percentile(0.0) == 0.0
+    for fraction, expected in ((0.5, 0.050), (0.9, 0.090), (0.99, 0.099), (1.0, 0.100)):
+        value = durations.percentile(fraction)
+        assert value is not None and abs(value - expected) <= 0.02 * expected
+    snapshot = durations.copy()
+    buckets = len(durations.buckets)
+    durations.add(1e6)  # beyond the last bucket, both: kept in it, so memory stays bounded
+    durations.add(1e9)
+    assert len(durations.buckets) == buckets + 1 and snapshot.count == 101
 
 
 # --------------------------------------------------------------------------- delay

@@ -2,6 +2,7 @@
 
 Each table has one row per client — medians over the rounds of pages/s, client CPU
 ms per page, peak RSS, efficiency against the ideal where one exists, the
+server-timed turnaround (p50/p90/p99, where there is latency), the
 server-counted peak connections per host, errors, and each client's pages/s as a
 ratio to niofetcher's — then the targets of issue 5, MET or MISSED. A client with
 errors is reported as such, and gets no ratio.
@@ -25,6 +26,8 @@ Row = dict[str, Any]
 Summary = dict[str, Row]
 Verdicts = list[tuple[str, bool | None]]
 Column = tuple[str, Callable[[Row], str]]  # a table column: its title, and its cell from a summary row
+#: The server-timed turnaround percentiles shown for a scenario with latency (the site's ``counters``).
+TURNAROUND_COLUMNS = ("p50", "p90", "p99")
 
 
 # --------------------------------------------------------------------------- progress lines
@@ -47,6 +50,9 @@ def progress_line(scenario: FetchScenario | CrawlScenario, run: Run) -> str:
                 f"{crawl_rate}, {run['cpu_ms_per_page']:.3f} CPU ms/page, {run['peak_rss_mb']:.0f} MB, "
                 f"server peak {run['server']['peak_per_host']}/host, site CPU {run['site_cpu_share']:.0%}{errors}")
     eff = f", efficiency {run['efficiency']:.3f}" if "efficiency" in run else ""
+    turnaround = run["server"].get("turnaround") or {}
+    if scenario.delay_ms and turnaround.get("p99") is not None:
+        eff += f", turnaround p50 {turnaround['p50']:.3g} p99 {turnaround['p99']:.3g} ms"
     if run.get("incomplete"):
         errors += f", INCOMPLETE: deadline reached after {run['done']:,} of {run['pages']:,} pages"
         if run.get("watchdog"):
@@ -94,6 +100,9 @@ def summarise(scenario: FetchScenario | CrawlScenario, runs: list[Run], names: l
         if isinstance(scenario, FetchScenario):
             row.update({
                 "efficiency": _median([r["efficiency"] for r in good if "efficiency" in r]),
+                "turnaround": {name: _median([r["server"]["turnaround"][name] for r in good
+                                              if (r["server"].get("turnaround") or {}).get(name) is not None])
+                               for name in TURNAROUND_COLUMNS},
                 "server_requests": [r["server"]["requests"] for r in good],
                 "listen_drops": sum(r["server"].get("listen_drops") or 0 for r in mine),
                 "incomplete": [f"{r['done']:,}/{r['pages']:,}" for r in good if r.get("incomplete")],
@@ -137,6 +146,10 @@ def table_lines(scenario: FetchScenario | CrawlScenario, record: dict[str, Any],
         ]
         legend = (f"  medians of {rounds} round(s); server peaks are the worst round; 'x niofetcher' = client "
                   "pages/s / niofetcher pages/s; site CPU = test-site process CPU / client wall time")
+        if scenario.delay_ms:
+            columns.append(("turnaround ms p50/p90/p99", _turnaround_cell))
+            legend += ("; turnaround = per keep-alive request, server-timed, from the previous response "
+                       "written to the next request received on that connection (the client's own delay)")
         verdicts = _ceiling_lines(scenario, record)
     else:
         columns += [
@@ -162,6 +175,12 @@ def table_lines(scenario: FetchScenario | CrawlScenario, record: dict[str, Any],
     if scenario.targets is not None and BASELINE in summary:
         verdicts += scenario.targets(summary)
     return _table_text(scenario, summary, columns, legend, markdown, verdicts)
+
+
+def _turnaround_cell(row: Row) -> str:
+    """p50 / p90 / p99 in ms, 3 significant digits."""
+    values = row.get("turnaround") or {}
+    return " / ".join(_fmt(values.get(name), ".3g") for name in TURNAROUND_COLUMNS)
 
 
 def _notes(scenario: FetchScenario | CrawlScenario, name: str, row: Row) -> list[str]:

@@ -114,6 +114,7 @@ def _server(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         "accepted": after["accepted"],
         "requests": after["requests"],
         "cpu": after["cpu"] - before["cpu"],
+        "turnaround": after.get("turnaround"),  # counted since the reset before the run
     }
 
 

@@ -46,6 +46,15 @@ Counters are kept per port, because the fetcher's guarantees (connection
 limits, service time, "each page exactly once") are only believable when
 counted from the server's side.
 
+Turnaround: how soon a client that has a response asks for its next page
+(``PortCounters.turnaround``). Per connection, from the moment the last byte
+of its last outstanding response is handed to the kernel to the arrival of
+its next request (the kernel's stamp where there is one, as for delays). A
+connection's first request, and a request pipelined while a response was
+still owed, count none: only the client's own delay is measured, not the
+server's latency. The samples go to log-spaced buckets, so a run of millions
+of requests costs a few hundred counters.
+
 Closing politely: when the server decides to close (``Connection: close``, an
 HTTP/1.0 request, a bad request) it sends its response, shuts down its sending
 side and keeps reading until the client closes. Closing at once while the
@@ -58,6 +67,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
+import math
 import platform
 import select
 import selectors
@@ -73,7 +83,9 @@ from dataclasses import dataclass, field
 from .messages import BAD_REQUEST, NOT_FOUND, Chunk, parse_head
 from .pages import Resources
 
-__all__ = ["LINGER_SECONDS", "LISTEN_BACKLOG", "MAX_HEAD_SIZE", "OUTPUT_HIGH_WATER", "RECV_SIZE", "PortCounters"]
+__all__ = [
+    "LINGER_SECONDS", "LISTEN_BACKLOG", "MAX_HEAD_SIZE", "OUTPUT_HIGH_WATER", "RECV_SIZE", "Durations", "PortCounters",
+]
 
 #: Bytes asked of each ``recv``: large, so a burst of pipelined requests is one call.
 RECV_SIZE = 256 * 1024
@@ -94,6 +106,53 @@ _SO_TIMESTAMPNS = 35 if sys.platform == "linux" and platform.machine() in {"x86_
 _TIMESPEC = struct.Struct("@qq")
 #: ``select()`` cannot watch a descriptor at or above FD_SETSIZE.
 _FD_SETSIZE = 1024
+#: ``Durations``' buckets: bucket 0 holds everything up to 10 us, bucket i > 0 the durations
+#: in (10 us x 1.02^(i-1), 10 us x 1.02^i]; the last one (about 20 minutes) everything longer.
+_BUCKET_FLOOR = 10e-6
+_BUCKET_RATIO = 1.02
+_BUCKET_LAST = 1000
+# The index is ceil((log(seconds) - log(floor)) / log(ratio)): one log and one multiply per sample.
+_LOG_FLOOR = math.log(_BUCKET_FLOOR)
+_PER_LOG = 1.0 / math.log(_BUCKET_RATIO)
+
+
+@dataclass
+class Durations:
+    """A histogram of durations in 2%-wide log-spaced buckets: bounded memory, percentiles within 2%."""
+
+    buckets: collections.Counter[int] = field(default_factory=collections.Counter)
+    """Bucket index -> samples (see ``_BUCKET_FLOOR``)."""
+
+    def add(self, seconds: float) -> None:
+        """Count one duration (negative ones, a clock's jitter, as 0)."""
+        if seconds <= _BUCKET_FLOOR:
+            self.buckets[0] += 1
+            return
+        index = math.ceil((math.log(seconds) - _LOG_FLOOR) * _PER_LOG)
+        self.buckets[min(_BUCKET_LAST, index)] += 1
+
+    @property
+    def count(self) -> int:
+        """Samples counted."""
+        return sum(self.buckets.values())
+
+    def percentile(self, fraction: float) -> float | None:
+        """The duration below which ``fraction`` (0..1) of the samples fall, in seconds: the
+        geometric middle of its bucket (0 for the first); None without samples."""
+        total = self.count
+        if not total:
+            return None
+        rank = max(1, math.ceil(fraction * total))
+        seen = 0
+        for index in sorted(self.buckets):
+            seen += self.buckets[index]
+            if seen >= rank:
+                return 0.0 if index == 0 else _BUCKET_FLOOR * _BUCKET_RATIO ** (index - 0.5)
+        raise AssertionError("unreachable: the ranks add up to the count")
+
+    def copy(self) -> Durations:
+        """A snapshot the server thread will not change."""
+        return Durations(collections.Counter(self.buckets))
 
 
 @dataclass
@@ -120,10 +179,13 @@ class PortCounters:
     """Accepted connections whose TLS handshake failed (e.g. plain HTTP sent to an HTTPS port)."""
     log: list[tuple[float, str]] = field(default_factory=list)
     """``(time.monotonic() of arrival, path)`` of every request, in order; only with ``log_requests``."""
+    turnaround: Durations = field(default_factory=Durations)
+    """Per keep-alive request: from its connection's previous response written to its arrival (module doc)."""
 
     def copy(self) -> PortCounters:
         """A snapshot that the server thread will not change under the caller."""
-        return dataclasses.replace(self, paths=collections.Counter(self.paths), log=list(self.log))
+        return dataclasses.replace(self, paths=collections.Counter(self.paths), log=list(self.log),
+                                   turnaround=self.turnaround.copy())
 
 
 class Origin:
@@ -147,6 +209,7 @@ class ServerConnection:
 
     __slots__ = (
         "accepted_at",
+        "answered_at",
         "body_left",
         "closed",
         "closing",
@@ -168,6 +231,7 @@ class ServerConnection:
         self.origin = origin  # whose responses, counters and delay its requests get
         self.unbound = False  # True while its first request may still bind it to a host name
         self.accepted_at = accepted_at
+        self.answered_at: float | None = None  # when every response owed was written; None while one is owed
         self.inbuf = bytearray()
         self.outbuf = bytearray()
         self.body_left = 0  # bytes of a request body still to discard
@@ -219,7 +283,6 @@ class Server:
         # Kernel receive timestamps (plain sockets only; see "Exact delays" in the module doc).
         delayed = any(origin.delay > 0 for origin in (*origins, *(names or {}).values()))
         self.timestamps = delayed and _SO_TIMESTAMPNS is not None and type(self) is Server
-        self.delayed = delayed
         self.ancillary_size = socket.CMSG_SPACE(_TIMESPEC.size)
         self.clock_offset = 0.0  # time.monotonic() - time.time(), taken after each wait
         self.arrival_floor = 0.0  # when the previous wait began: nothing read now arrived before it
@@ -395,8 +458,8 @@ class Server:
         conn.inbuf += self.recv_view[:received]
         if ancillary is not None:
             now = self._arrival(ancillary)
-        elif self.delayed:
-            now = time.monotonic()  # a delay counts from the read, not from the start of the batch
+        else:
+            now = time.monotonic()  # a delay or a turnaround counts from the read, not from the start of the batch
         self._service(conn, now)
 
     def _arrival(self, ancillary: list[tuple[int, int, bytes]]) -> float:
@@ -421,8 +484,11 @@ class Server:
         """Parse what can be answered, send what is pending, then close or wait."""
         while True:
             stopped_at_high_water = bool(conn.inbuf) and not conn.closing and self._parse(conn, now)
-            if conn.closed or (conn.outbuf and not self._send(conn)):
+            sending = bool(conn.outbuf)
+            if conn.closed or (sending and not self._send(conn)):
                 return
+            if sending and not conn.outbuf and not conn.scheduled:  # the last byte owed is written
+                conn.answered_at = time.monotonic()
             if not (stopped_at_high_water and len(conn.outbuf) < OUTPUT_HIGH_WATER):
                 break
         if conn.outbuf or conn.scheduled:
@@ -468,6 +534,9 @@ class Server:
                     self._bind_to_host(conn, host)
                 origin = conn.origin
                 counters = origin.counters
+                if conn.answered_at is not None:  # the client's turnaround (module doc)
+                    counters.turnaround.add(now - conn.answered_at)
+                    conn.answered_at = None
                 counters.requests += 1
                 counters.paths[path] += 1
                 if self.log_requests:

@@ -163,6 +163,7 @@ class LoopbackSite:
                     total.max_conn_age_at_request, counters.max_conn_age_at_request
                 )
                 total.paths.update(counters.paths)
+                total.turnaround.buckets.update(counters.turnaround.buckets)
                 total.log.extend(counters.log)
             total.log.sort()
             total.max_open = self._server.max_open_total if self._server else 0
@@ -176,6 +177,7 @@ class LoopbackSite:
                 counters.tls_handshakes = counters.tls_resumed = counters.tls_failed = 0
                 counters.max_conn_age_at_request = 0.0
                 counters.paths.clear()
+                counters.turnaround.buckets.clear()
                 counters.log.clear()
                 counters.max_open = counters.open_now
             if self._server is not None:
