@@ -155,9 +155,13 @@ class CountingRelay:
                     self._accept()
                     continue
                 sock: socket.socket = key.fileobj  # type: ignore[assignment]
+                if sock.fileno() < 0:
+                    continue  # closed with its peer earlier in this batch, when both ends were ready
                 peer, up, pair = key.data
                 try:
                     data = sock.recv(1 << 16)
+                    if data:
+                        peer.sendall(data)
                 except OSError:
                     data = b""
                 if not data:
@@ -168,7 +172,6 @@ class CountingRelay:
                 if up and not pair.last_up:
                     self.round_trips += 1
                 pair.last_up = up
-                peer.sendall(data)
 
     def _accept(self) -> None:
         client, _address = self.listener.accept()
