@@ -34,7 +34,7 @@ from rawserver import RawServer, http_response, routes
 from warcio.archiveiterator import ArchiveIterator
 from warcio.recordloader import ArcWarcRecord
 
-from niofetcher import FetcherConfig, FetchResult, NIOFetcher, URLBean
+from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher, URLBean
 from niofetcher._version import __version__
 from niofetcher.cli.output import PageWriter
 from niofetcher.crawl import CrawledPage
@@ -188,15 +188,19 @@ def test_a_resumed_or_appended_warc_keeps_its_one_warcinfo_first(tmp_path: Path)
 
 
 def test_a_result_without_recorded_exchanges_is_written_as_delivered(tmp_path: Path) -> None:
-    """The fetcher kept no exchange (record_exchanges off): the decoded body, and a head that agrees with it."""
-    url = "http://a.test/page"
+    """The fetcher kept no exchange (record_exchanges off): the decoded body, and a head that agrees with it;
+    nothing for a response that failed before its end."""
+    url, failed = "http://a.test/page", "http://a.test/too-large"
     result = FetchResult(bean=URLBean(url), url=url, final_url=url, status=200, reason="OK",
                          headers=[("Content-Encoding", "gzip"), ("Content-Length", "20")], body=b"decoded",
                          fetched_at=time.time(), elapsed=0.5)
+    too_large = FetchResult(bean=URLBean(failed), url=failed, final_url=failed, status=200, reason="OK",
+                            error=ErrorKind.TOO_LARGE, fetched_at=time.time())
     warc = tmp_path / "out.warc"
     with PageWriter(None, str(warc), "ua/2") as writer:
         writer.prepare(CrawledPage(result, 0, None, None))
-        writer.commit([url])
+        writer.prepare(CrawledPage(too_large, 0, None, None))
+        writer.commit([url, failed])
     read = records(warc)
     assert [record.rec_type for record, _ in read] == ["warcinfo", "response", "request"]
     response, payload = read[1]

@@ -46,9 +46,10 @@ class PageWriter:
     recorded (``FetcherConfig(record_exchanges=True)``, which a crawl writing a
     WARC needs) is a response record and a request record pointing at it with
     WARC-Concurrent-To: the request as sent, the response as received, its
-    Content-Encoding kept.  A result without recorded exchanges is written as it
-    was delivered (see _as_delivered).  A .gz file gets a gzip member per
-    record, as warcio writes it.  Raises OSError when a file cannot be opened.
+    Content-Encoding kept.  A complete result without recorded exchanges is
+    written as it was delivered (see _as_delivered).  A .gz file gets a gzip
+    member per record, as warcio writes it.  Raises OSError when a file cannot
+    be opened.
     """
 
     def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str, obey_robots: bool = True) -> None:
@@ -131,10 +132,11 @@ class PageWriter:
         return buffer.getvalue()
 
     def _warc_records(self, result: FetchResult) -> bytes:
-        """The records of every exchange of ``result`` (none for a result without a response), as the
-        bytes that go into the file."""
+        """The records of every exchange of ``result``, as the bytes that go into the file.  Nothing for
+        a response that failed before its end (a body too large, a timeout): the fetcher recorded no
+        exchange of it, and what it delivered would be a record of an empty body."""
         exchanges = result.exchanges
-        if not exchanges and result.status is not None:
+        if not exchanges and result.status is not None and result.error is None:
             exchanges = [_as_delivered(result, self._user_agent)]
         buffer = io.BytesIO()
         writer = WARCWriter(buffer, gzip=self._warc_gzip)
@@ -162,11 +164,11 @@ def _exchange_records(writer: WARCWriter, exchange: Exchange) -> tuple[ArcWarcRe
     """The response record of ``exchange`` and its request record, which points at it (WARC-Concurrent-To).
 
     The payload is stored with its Content-Encoding, as Heritrix and wget store it and replay tools
-    (pywb) expect; its chunked framing is not: h11 takes it off, and Transfer-Encoding goes from the
-    stored head with it.  So the payload is the entity body whatever the framing was, which is what
-    WARC 1.1 6.3.2 calls the payload, and the same content fetched chunked one day and with a
-    Content-Length the next has one WARC-Payload-Digest; pywb reads a head without Transfer-Encoding
-    as it is (with one, it would try to de-chunk the payload again).
+    (pywb) expect.  Its chunked framing is not, where those two keep the bytes as they came: h11 takes
+    it off, and Transfer-Encoding goes from the stored head with it.  So the payload is the entity body
+    whatever the framing was -- what WARC 1.1 (6.3.2) means by the payload, and one content has one
+    WARC-Payload-Digest whether it came chunked or not -- and the record is one that pywb and warcio
+    read as it is: they de-chunk a payload only when the stored head says Transfer-Encoding: chunked.
     """
     response_head = StatusAndHeaders(
         f"{exchange.status} {exchange.reason}".strip(),
