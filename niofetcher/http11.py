@@ -103,6 +103,10 @@ class ClientHTTP11:
         # this one flag, so that a fetcher that does not record pays for nothing else.
         self._record = record
         self._sent: tuple[str, str, RequestHeaders, bytes, float] | None = None
+        # Recording: the HTTP version and headers of the response head, and the body as received.
+        # Set anew by each response before exchange() reads them, so never reset.
+        self._wire_head: tuple[str, list[tuple[str, str]]] | None = None
+        self._payload = b""
         self._reset()
 
     def _reset(self) -> None:
@@ -114,8 +118,6 @@ class ClientHTTP11:
         self.response: Response | None = None
         self.response_started = False  # any response byte seen: a replay is no longer safe
         self._received = 0  # bytes of this response so far: a head can be no longer
-        self._wire_head: tuple[str, list[tuple[str, str]]] | None = None  # recording: HTTP version, headers
-        self._payload = b""  # recording: the body as received
 
     def start_request(self, method: str, target: str, headers: RequestHeaders, body: bytes) -> bytes:
         """Begin an exchange; returns the bytes to send.  Raises FetchFailure for an unsendable request."""
