@@ -49,6 +49,7 @@ class FetcherConfig:
     follow_redirects: bool = True
     max_redirects: int = 10
     decode_content: bool = True
+    record_exchanges: bool = False
     user_agent: str = f"niofetcher/{__version__}"
     headers: Mapping[str, str] = field(default_factory=dict)
     resolve: Mapping[str, str] = field(default_factory=dict)

@@ -159,7 +159,8 @@ class Connection:
         self.interest = 0
         self.sock: socket.socket | None = None
         self.transport: Transport | None = None
-        self.http = ClientHTTP11(config.max_header_size, config.max_body_size, config.decode_content)
+        self.http = ClientHTTP11(config.max_header_size, config.max_body_size, config.decode_content,
+                                 config.record_exchanges)
         self.task: Task | None = task
         # The task this connection answers for until the owner has routed it.  ``task``
         # is cleared before the owner hears of the outcome; this is not, so that a
@@ -488,6 +489,8 @@ class Connection:
         assert task is not None
         self.task = None
         self.requests_done += 1
+        if self.config.record_exchanges:  # the engine copies them into the result
+            task.exchanges = (*task.exchanges, self.http.exchange(task.url))
         transport = self.transport
         if type(transport) is TLSTransport and not self._session_saved:
             # TLS 1.3 tickets arrive after the handshake, so the session is taken after

@@ -30,15 +30,20 @@ _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs
 
 
 class BodyBuffer:
-    """Collects a body as it arrives, decoding it if asked, never holding more than ``limit``."""
+    """Collects a body as it arrives, decoding it if asked, never holding more than ``limit``.
 
-    __slots__ = ("_chunks", "_limit", "_size", "_stream")
+    With ``keep_received`` the bytes as received are kept too, for an archive, but only when
+    they differ from the body (it is decoded): an undecoded body is kept once.
+    """
 
-    def __init__(self, content_encoding: str | None, limit: int, decode: bool) -> None:
+    __slots__ = ("_chunks", "_limit", "_received", "_received_size", "_size", "_stream")
+
+    def __init__(self, content_encoding: str | None, limit: int, decode: bool, keep_received: bool = False) -> None:
         self._limit = limit
         self._size = 0
         self._chunks: list[bytes] = []
         self._stream: _Decompressor | None = None
+        self._received: list[bytes] | None = None  # kept, and _received_size set, only when decoding
         if decode and content_encoding:
             coding = content_encoding.strip().lower()
             if coding in ("gzip", "x-gzip"):
@@ -48,12 +53,23 @@ class BodyBuffer:
             elif coding == "br" and _HAVE_BROTLI:
                 self._stream = _Brotli()
             # Anything else (stacked or unknown codings) is delivered as it came.
+            if keep_received and self._stream is not None:
+                self._received = []
+                self._received_size = 0
 
     def feed(self, data: bytes) -> None:
-        """Add received body bytes; raises FetchFailure when the decoded size passes the limit."""
+        """Add received body bytes; raises FetchFailure when the decoded size (or the size received,
+        when it is kept) passes the limit."""
         if self._stream is None:
             self._add(data)
         else:
+            received = self._received
+            if received is not None:
+                # Bounded too: bytes after the end of a gzip stream are ignored by the decoder, not here.
+                self._received_size += len(data)
+                if self._received_size > self._limit:
+                    raise FetchFailure(ErrorKind.TOO_LARGE, f"body exceeds max_body_size ({self._limit} bytes)")
+                received.append(data)
             self._stream.feed(data, self)
 
     def finish(self) -> bytes:
@@ -61,6 +77,10 @@ class BodyBuffer:
         if self._stream is not None:
             self._stream.finish(self)
         return b"".join(self._chunks)
+
+    def received(self, body: bytes) -> bytes:
+        """The body as received, given ``body`` from finish(): it is that body unless it was decoded."""
+        return body if self._received is None else b"".join(self._received)
 
     def room(self) -> int:
         """How many more decoded bytes fit, plus one, so that overflow is detectable."""

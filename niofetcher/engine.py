@@ -551,6 +551,7 @@ class Engine:
             error_detail=failure.detail if failure else "",
             refused=failure.refused if failure else False,
             fetched_at=time.time(),
+            exchanges=[*task.exchanges],
         )
         self._finished.append(result)
         task.state = DONE

@@ -9,6 +9,7 @@ memory.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -16,6 +17,7 @@ import h11
 
 from .content import BodyBuffer
 from .errors import ErrorKind, FetchFailure
+from .models import Exchange
 from .urls import decode_location
 
 try:
@@ -80,7 +82,11 @@ class ClientHTTP11:
         "_h11",
         "_max_body",
         "_max_head",
+        "_payload",
         "_received",
+        "_record",
+        "_sent",
+        "_wire_head",
         "headers",
         "reason",
         "response",
@@ -88,11 +94,19 @@ class ClientHTTP11:
         "status",
     )
 
-    def __init__(self, max_header_size: int, max_body_size: int, decode_content: bool) -> None:
+    def __init__(self, max_header_size: int, max_body_size: int, decode_content: bool, record: bool = False) -> None:
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_size)
         self._max_head = max_header_size
         self._max_body = max_body_size
         self._decode = decode_content
+        # record_exchanges: what was sent and received is kept for exchange(); each step asks
+        # this one flag, so that a fetcher that does not record pays for nothing else.
+        self._record = record
+        self._sent: tuple[str, str, RequestHeaders, bytes, float] | None = None
+        # Recording: the HTTP version and headers of the response head, and the body as received.
+        # Set anew by each response before exchange() reads them, so never reset.
+        self._wire_head: tuple[str, list[tuple[str, str]]] | None = None
+        self._payload = b""
         self._reset()
 
     def _reset(self) -> None:
@@ -114,6 +128,8 @@ class ClientHTTP11:
             end = conn.send(_END_OF_MESSAGE)
         except h11.LocalProtocolError as exc:
             raise FetchFailure(ErrorKind.PROTOCOL_ERROR, f"cannot send request: {exc}") from None
+        if self._record:
+            self._sent = (method, target, headers, body, time.time())
         return head + data + end
 
     @property
@@ -148,7 +164,10 @@ class ClientHTTP11:
                     self._check_head_size(event)  # type: ignore[arg-type]
                     self._on_head(event)  # type: ignore[arg-type]
                 elif kind is _EndOfMessage:
-                    body = self._body.finish() if self._body is not None else b""
+                    buffer = self._body
+                    body = buffer.finish() if buffer is not None else b""
+                    if self._record and buffer is not None:
+                        self._payload = buffer.received(body)
                     self._body = None
                     self.response = Response(self.status, self.reason, self.headers, body)  # type: ignore[arg-type]
                     return True
@@ -159,6 +178,22 @@ class ClientHTTP11:
                     raise FetchFailure(ErrorKind.CONNECTION_CLOSED, "peer closed before the response ended")
         except h11.RemoteProtocolError as exc:
             raise self._translate(exc, eof=not data) from None
+
+    def exchange(self, url: str) -> Exchange:
+        """The complete exchange, as it went over the wire, when recording (``record``); call it
+        before next_cycle(), which forgets it."""
+        sent, wire_head, response = self._sent, self._wire_head, self.response
+        assert sent is not None and wire_head is not None and response is not None, "no recorded exchange"
+        method, target, headers, body, sent_at = sent
+        # h11's validated Headers keep each name as it was given, in raw_items(); a plain list is as given.
+        request_headers = [
+            (name.decode("latin-1"), value.decode("latin-1")) for name, value in headers.raw_items()
+        ] if hasattr(headers, "raw_items") else list(headers)
+        return Exchange(
+            url=url, method=method, target=target, request_headers=request_headers, request_body=body,
+            http_version=wire_head[0], status=response.status, reason=response.reason,
+            response_headers=wire_head[1], payload=self._payload, sent_at=sent_at, received_at=time.time(),
+        )
 
     def _check_head_size(self, event: h11.Response | h11.InformationalResponse) -> None:
         # h11 bounds only an *incomplete* head; a whole oversize head read at once
@@ -177,6 +212,8 @@ class ClientHTTP11:
         # collections.abc.Sequence, an index lookup per header.
         headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in event.headers.raw_items()]
         self.headers = headers
+        if self._record:  # a copy: a UTF-8 Location is rewritten below, the record keeps what came
+            self._wire_head = (event.http_version.decode("ascii"), headers[:])
         encoding = None
         for index, (name, value) in enumerate(headers):
             size = len(name)
@@ -185,7 +222,7 @@ class ClientHTTP11:
             elif size == 8 and not value.isascii() and name.lower() == "location":
                 # Latin-1 gave back every byte as one character: undo it and read the URL as UTF-8.
                 headers[index] = (name, decode_location(value.encode("latin-1")))
-        self._body = BodyBuffer(encoding, self._max_body, self._decode)
+        self._body = BodyBuffer(encoding, self._max_body, self._decode, self._record)
 
     def _translate(self, exc: h11.RemoteProtocolError, eof: bool) -> FetchFailure:
         if eof:

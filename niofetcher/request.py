@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from .config import FetcherConfig
 from .content import ACCEPT_ENCODING
 from .http11 import RequestHeaders, validated_headers
-from .models import URLBean
+from .models import Exchange, URLBean
 from .urls import NoProxy, Origin, Proxy, Target, parse_proxy
 
 IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
@@ -98,6 +98,7 @@ class Task:
         "connection_reused",
         "deadline",
         "dispatched_at",
+        "exchanges",
         "first_dispatch_at",
         "method",
         "needs_fresh_connection",
@@ -132,6 +133,7 @@ class Task:
         # A tuple until the first redirect: an empty list per pending URL would be
         # one more object for the garbage collector to walk while millions wait.
         self.redirects: Sequence[tuple[int, str]] = ()
+        self.exchanges: tuple[Exchange, ...] = ()  # FetcherConfig.record_exchanges: one per hop, as recorded
         self.replayed = False
         self.needs_fresh_connection = False
         self.connection_reused = False

@@ -32,7 +32,7 @@ import threading
 import time
 import weakref
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from niofetcher.testing import peer_closed
@@ -61,6 +61,7 @@ __all__ = [
     "reset",
     "reset_mid_body",
     "respond_raw",
+    "routes",
     "running_servers",
     "serve_keepalive",
     "slow_body",
@@ -648,6 +649,13 @@ def ok(body: bytes = b"hello", status: int = 200, headers: HeaderPairs = ()) -> 
         pairs.insert(0, (b"Content-Type", b"text/plain"))
     response = http_response(status, body, pairs)
     return serve_keepalive(lambda head: response)
+
+
+def routes(responses: Mapping[bytes, bytes]) -> Handler:
+    """Keep-alive: the response given for each request's path (``b"/x"``, from the request line as sent),
+    a 404 for any other path."""
+    missing = http_response(404, b"not here", [(b"Content-Type", b"text/plain")])
+    return serve_keepalive(lambda head: responses.get(head.split(b" ", 2)[1], missing))
 
 
 def respond_raw(data: bytes) -> Handler:

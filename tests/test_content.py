@@ -56,6 +56,26 @@ def test__identity_and_undecoded_are_capped_too() -> None:
     assert feed_all(BodyBuffer("gzip", 100, False), raw) == raw
 
 
+def test__kept_as_received_beside_the_decoded_body() -> None:
+    data = b"niofetcher " * 500
+    raw = gzip.compress(data)
+    buf = BodyBuffer("gzip", 1 << 20, True, keep_received=True)
+    body = feed_all(buf, raw, step=100)
+    assert (body, buf.received(body)) == (data, raw)
+    plain = BodyBuffer(None, 1 << 20, True, keep_received=True)
+    body = feed_all(plain, data)
+    assert buf.received(body) is not body and plain.received(body) is body  # undecoded: kept once
+
+
+def test__bytes_kept_as_received_are_capped_too() -> None:
+    # The decoder ignores what follows the end of a gzip stream; what is kept of it must not grow for ever.
+    raw = gzip.compress(b"abc") + b"x" * 200
+    assert feed_all(BodyBuffer("gzip", 100, True), raw) == b"abc"
+    with pytest.raises(FetchFailure) as err:
+        feed_all(BodyBuffer("gzip", 100, True, keep_received=True), raw)
+    assert err.value.kind is ErrorKind.TOO_LARGE
+
+
 def test__text_by_header_meta_or_utf8() -> None:
     cyrillic = "Привет".encode("windows-1251")
     assert decode_text(cyrillic, "text/html; charset=windows-1251") == "Привет"

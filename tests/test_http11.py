@@ -12,13 +12,14 @@ flag on which guarantee 6 (replaying a request on a stale connection) rests.
 from __future__ import annotations
 
 import gzip
+import time
 from collections.abc import Sequence
 
 import h11
 import pytest
 
 from niofetcher.errors import ErrorKind, FetchFailure
-from niofetcher.http11 import ClientHTTP11
+from niofetcher.http11 import ClientHTTP11, validated_headers
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -33,8 +34,10 @@ def _latin1(value: str | bytes) -> bytes:
 class Pair:
     """A ClientHTTP11 and an h11 server joined by a fake network link."""
 
-    def __init__(self, max_header_size: int = 64 * 1024, max_body_size: int = 1 << 20, decode: bool = True) -> None:
-        self.client = ClientHTTP11(max_header_size, max_body_size, decode)
+    def __init__(
+        self, max_header_size: int = 64 * 1024, max_body_size: int = 1 << 20, decode: bool = True, record: bool = False,
+    ) -> None:
+        self.client = ClientHTTP11(max_header_size, max_body_size, decode, record)
         self.server = h11.Connection(h11.SERVER)
 
     def request(self, method: str = "GET", target: str = "/", headers: Headers | None = None) -> h11.Request:
@@ -271,3 +274,26 @@ def test__location_is_utf8_first_then_latin1(raw: bytes, text: str) -> None:
     assert pair.feed(wire, 4096) == [True]
     assert ("location", text) in pair.client.headers
     assert ("X-Other", "\xc3\xbc") in pair.client.headers
+
+
+@pytest.mark.parametrize("validated", [True, False], ids=["h11-headers", "plain-list"])
+def test__a_recorded_exchange_is_what_went_over_the_wire(validated: bool) -> None:
+    pair = Pair(record=True)
+    sent = [("Host", "a.test"), ("User-Agent", "ua/1"), ("X-Mixed-Case", "v")]
+    wire = pair.client.start_request("GET", "/p?q=1", validated_headers(sent) if validated else sent, b"")
+    pair.server.receive_data(wire)
+    assert isinstance(pair.server.next_event(), h11.Request)
+    packed = gzip.compress(b"hello " * 100)
+    # Chunked (h11's server adds it, last) and gzip: the payload keeps its Content-Encoding, h11 takes
+    # the chunked framing off.
+    response = pair.respond(200, [("Content-Encoding", "gzip"), ("Location", b"/caf\xc3\xa9")], packed)
+    before = time.time()
+    assert pair.feed(response, 7)[-1]
+    exchange = pair.client.exchange("http://a.test/p?q=1")
+    assert pair.client.body == b"hello " * 100
+    assert (exchange.method, exchange.target, exchange.request_headers, exchange.request_body) == ("GET", "/p?q=1", sent, b"")
+    assert (exchange.http_version, exchange.status, exchange.payload) == ("1.1", 200, packed)
+    # As received: the Location in latin-1, not the UTF-8 the result's headers give.
+    assert exchange.response_headers == [("Content-Encoding", "gzip"), ("Location", "/caf\xc3\xa9"),
+                                         ("Transfer-Encoding", "chunked")]
+    assert exchange.sent_at <= before <= exchange.received_at

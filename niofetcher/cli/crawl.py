@@ -23,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
     """Crawl (or resume the crawl in ``--db`` or ``--frontier``) and print its summary; exit status 0
     once it ran to its end or its budget, or with ``--fail-on-error`` 1 when URLs failed in this run."""
     seeds = urls_from(args, args.seeds)
-    fetcher_config = config_from(args, host_delay=args.delay)
+    # A WARC holds each exchange as it went over the wire, which the fetcher keeps only when asked.
+    fetcher_config = config_from(args, host_delay=args.delay, record_exchanges=args.warc is not None)
     if args.frontier is not None and args.db is not None:
         raise UsageError("give --db (a SQLite frontier) or --frontier (a PostgreSQL one), not both")
     if args.crawl is not None and args.frontier is None:
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         counts = _check_database(db)
         finished_before = counts["done"] + counts["error"]
     try:
-        writer = PageWriter(args.out, args.warc, fetcher_config.user_agent, list_links=args.links)
+        writer = PageWriter(args.out, args.warc, fetcher_config.user_agent, list_links=args.links,
+                            obey_robots=config.obey_robots)
     except OSError as exc:
         if created:  # made by the check above: a crawl that does not start leaves nothing behind
             _remove_frontier(db)

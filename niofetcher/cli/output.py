@@ -6,17 +6,22 @@ import io
 import json
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
+from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from .._version import __version__
 from ..crawl import CrawledPage
+from ..models import Exchange, FetchResult
 from ..urls import parse_target
 from .records import page_record
 
-_NOT_IN_WARC = frozenset(("content-encoding", "transfer-encoding", "content-length"))
+#: Left out of a rebuilt response head, whose body is the decoded one (see _as_delivered).
+_NOT_WITH_DECODED_BODY = frozenset(("content-encoding", "transfer-encoding", "content-length"))
 
 
 class ResumeError(Exception):
@@ -36,17 +41,24 @@ class PageWriter:
     calls done has one record, and none has two, however the last run ended.
     A file with no recorded offset (a new crawl) is appended to.
 
-    WARC response records hold the body as the fetcher delivered it, decoded:
-    Content-Encoding and Transfer-Encoding are left out of the stored head and
-    Content-Length is the decoded length, so the record stays self-consistent.
-    A .gz file gets a gzip member per record, as warcio writes it.
-    Raises OSError when a file cannot be opened.
+    The WARC file starts with a warcinfo record, written with the first batch
+    into an empty file (so not again when a crawl appends or resumes; a resume
+    cut back to nothing writes it again).  Then each exchange the fetcher
+    recorded (``FetcherConfig(record_exchanges=True)``, which a crawl writing a
+    WARC needs) is a response record and a request record pointing at it with
+    WARC-Concurrent-To: the request as sent, the response as received, its
+    Content-Encoding kept.  A complete result without recorded exchanges is
+    written as it was delivered (see _as_delivered).  A .gz file gets a gzip
+    member per record, as warcio writes it.  Raises OSError when a file cannot
+    be opened.
     """
 
-    def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str, list_links: bool = False) -> None:
+    def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str, *, list_links: bool = False,
+                 obey_robots: bool = True) -> None:
         self._user_agent = user_agent
         self._list_links = list_links  # --links: each JSONL record lists its page's links
         self._warc_gzip = bool(warc_path and warc_path.endswith(".gz"))
+        self._warcinfo = b""
         self._lock = threading.Lock()
         self._prepared: dict[str, tuple[bytes, bytes]] = {}  # URL -> (its JSONL line, its WARC records)
         self._out: _OutputFile | None = None
@@ -56,6 +68,7 @@ class PageWriter:
                 self._out = _OutputFile("--out", out_path)
             if warc_path:
                 self._warc = _OutputFile("--warc", warc_path)
+                self._warcinfo = self._warcinfo_record(os.path.basename(warc_path), obey_robots)
         except OSError:
             self.close()
             raise
@@ -72,7 +85,7 @@ class PageWriter:
     def prepare(self, page: CrawledPage) -> None:
         """A delivery thread: build the page's records; they are written when its batch is committed."""
         line = (json.dumps(page_record(page, self._list_links)) + "\n").encode("utf-8") if self._out is not None else b""
-        warc = self._warc_records(page) if self._warc is not None and page.result.status is not None else b""
+        warc = self._warc_records(page.result) if self._warc is not None else b""
         with self._lock:
             self._prepared[page.url] = (line, warc)
 
@@ -88,6 +101,8 @@ class PageWriter:
             for part, file in enumerate(files):
                 data = b"".join(record[part] for record in records)
                 if file is not None and data:
+                    if file is self._warc and file.end == 0:
+                        data = self._warcinfo + data  # a new (or emptied) WARC file starts with it
                     written.append((file, file.end))
                     file.append(data)
         except OSError:
@@ -106,26 +121,31 @@ class PageWriter:
             if offset is not None:
                 file.truncate(offset)
 
-    def _warc_records(self, page: CrawledPage) -> bytes:
-        """The request and response records of ``page``, as the bytes that go into the file."""
-        result = page.result
-        target = parse_target(result.final_url)
-        request_head = StatusAndHeaders(
-            f"{result.bean.method} {target.path} HTTP/1.1",
-            [("Host", target.host_header), ("User-Agent", self._user_agent)],
-            is_http_request=True,
-        )
-        headers = [(k, v) for k, v in result.headers if k.lower() not in _NOT_IN_WARC]
-        headers.append(("Content-Length", str(len(result.body))))
-        response_head = StatusAndHeaders(f"{result.status} {result.reason}".strip(), headers, protocol="HTTP/1.1")
+    def _warcinfo_record(self, filename: str, obey_robots: bool) -> bytes:
+        """The warcinfo record that opens the file: the software and the settings a reader asks about."""
         buffer = io.BytesIO()
         writer = WARCWriter(buffer, gzip=self._warc_gzip)
-        # Lengths given: without them warcio copies each payload into a temporary file it never closes.
-        request = writer.create_warc_record(result.final_url, "request", payload=io.BytesIO(b""), length=0,
-                                            http_headers=request_head)
-        response = writer.create_warc_record(result.final_url, "response", payload=io.BytesIO(result.body),
-                                             length=len(result.body), http_headers=response_head)
-        writer.write_request_response_pair(request, response)
+        writer.write_record(writer.create_warcinfo_record(filename, {
+            "software": f"niofetcher/{__version__}",
+            "format": "WARC File Format 1.0",
+            "conformsTo": "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.0/",
+            "http-header-user-agent": self._user_agent,
+            "robots": "obey" if obey_robots else "ignore",  # Heritrix's words for robots.txt honoured or not
+        }))
+        return buffer.getvalue()
+
+    def _warc_records(self, result: FetchResult) -> bytes:
+        """The records of every exchange of ``result``, as the bytes that go into the file.  Nothing for
+        a response that failed before its end (a body too large, a timeout): the fetcher recorded no
+        exchange of it, and what it delivered would be a record of an empty body."""
+        exchanges = result.exchanges
+        if not exchanges and result.status is not None and result.error is None:
+            exchanges = [_as_delivered(result, self._user_agent)]
+        buffer = io.BytesIO()
+        writer = WARCWriter(buffer, gzip=self._warc_gzip)
+        for exchange in exchanges:
+            for record in _exchange_records(writer, exchange):
+                writer.write_record(record)
         return buffer.getvalue()
 
     def close(self) -> None:
@@ -141,6 +161,60 @@ class PageWriter:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _exchange_records(writer: WARCWriter, exchange: Exchange) -> tuple[ArcWarcRecord, ArcWarcRecord]:
+    """The response record of ``exchange`` and its request record, which points at it (WARC-Concurrent-To).
+
+    The payload is stored with its Content-Encoding, as Heritrix and wget store it and replay tools
+    (pywb) expect.  Its chunked framing is not, where those two keep the bytes as they came: h11 takes
+    it off, and Transfer-Encoding goes from the stored head with it.  So the payload is the entity body
+    whatever the framing was -- what WARC 1.1 (6.3.2) means by the payload, and one content has one
+    WARC-Payload-Digest whether it came chunked or not -- and the record is one that pywb and warcio
+    read as it is: they de-chunk a payload only when the stored head says Transfer-Encoding: chunked.
+    """
+    response_head = StatusAndHeaders(
+        f"{exchange.status} {exchange.reason}".strip(),
+        [(k, v) for k, v in exchange.response_headers if k.lower() != "transfer-encoding"],
+        protocol=f"HTTP/{exchange.http_version}",
+    )
+    # Lengths given: without them warcio copies each payload into a temporary file it never closes.
+    response = writer.create_warc_record(
+        exchange.url, "response", payload=io.BytesIO(exchange.payload), length=len(exchange.payload),
+        http_headers=response_head,
+        warc_headers_dict={"WARC-Type": "response", "WARC-Date": _warc_date(exchange.received_at)},
+    )
+    request_head = StatusAndHeaders(f"{exchange.method} {exchange.target} HTTP/1.1", exchange.request_headers,
+                                    is_http_request=True)
+    request = writer.create_warc_record(
+        exchange.url, "request", payload=io.BytesIO(exchange.request_body), length=len(exchange.request_body),
+        http_headers=request_head, warc_headers_dict={
+            "WARC-Type": "request",
+            "WARC-Date": _warc_date(exchange.sent_at),
+            "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID"),
+        },
+    )
+    return response, request
+
+
+def _as_delivered(result: FetchResult, user_agent: str) -> Exchange:
+    """The final hop of a result whose exchanges the fetcher did not record, rebuilt from what it delivered:
+    the decoded body, so its head has no Content-Encoding or Transfer-Encoding and the decoded length as
+    Content-Length, and a request of Host and User-Agent, all that is known of it."""
+    target = parse_target(result.final_url)
+    headers = [(k, v) for k, v in result.headers if k.lower() not in _NOT_WITH_DECODED_BODY]
+    headers.append(("Content-Length", str(len(result.body))))
+    return Exchange(
+        url=result.final_url, method=result.bean.method, target=target.path,
+        request_headers=[("Host", target.host_header), ("User-Agent", user_agent)], request_body=b"",
+        http_version="1.1", status=result.status or 0, reason=result.reason, response_headers=headers,
+        payload=result.body, sent_at=result.fetched_at - result.elapsed, received_at=result.fetched_at,
+    )
+
+
+def _warc_date(when: float) -> str:
+    """A WARC/1.0 date: UTC, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
 
 class _OutputFile:
