@@ -17,7 +17,7 @@ from ._version import __version__
 from .config import FetcherConfig
 from .errors import ErrorKind
 from .fetcher import NIOFetcher
-from .models import FetcherStats, FetchResult, HostStats, URLBean
+from .models import Exchange, FetcherStats, FetchResult, HostStats, URLBean
 from .protocols import FetchedHandler, Fetcher, URLRegister
 from .urls import Origin
 
@@ -55,6 +55,7 @@ __all__ = [
     "CrawledPage",
     "Crawler",
     "ErrorKind",
+    "Exchange",
     "FetchResult",
     "FetchedHandler",
     "Fetcher",
