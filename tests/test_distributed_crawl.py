@@ -260,7 +260,7 @@ def test_a_worker_paused_past_its_lease_fetches_and_records_nothing_for_the_host
         stopped_at = time.monotonic()
         in_flight = {url for (url,) in crew.rows("SELECT url FROM urls WHERE state = 'processing'")}
         done_before = done_by_worker(crew)[paused_id]
-        survivor = crew.start()  # takes the paused one's hosts once their leases end, and finishes the crawl
+        survivor = crew.start(records=True)  # takes the paused one's hosts once their leases end, and finishes the crawl
         crew.worker_id(survivor)
         registered_at = time.monotonic()
         while crew.rows(OWNED_WITH_WORK, paused_id) != [(0,)]:  # its connection is alive: only the leases' end frees them
@@ -279,10 +279,12 @@ def test_a_worker_paused_past_its_lease_fetches_and_records_nothing_for_the_host
             crew.stderr(0)
         log = assert_every_page_done_once(crew, site)
         assert done_by_worker(crew)[paused_id] == done_before  # not one page recorded done after the pause
-        # Nor written to its --out: a record only where the outcome counted (the survivor writes none:
-        # the checkpoint of the files' lengths is the crawl's, one for every worker's --out).
+        # Nor written to its --out: a record only where the outcome counted.  The survivor's --out of
+        # its own holds the rest (each worker's files' lengths are kept apart), each page once.
         written = crew.records(0)
         assert len(written) == len(set(written)) == done_before, (len(written), len(set(written)), done_before)
+        everyone = written + crew.records(1)
+        assert sorted(everyone) == sorted(url for (url,) in crew.rows("SELECT url FROM urls WHERE state = 'done'"))
         fetched_again = {url for url, times in log.items() if len(times) > 1}
         assert fetched_again <= in_flight
         late = [t for times in log.values() for t in times if t > resumed_at]

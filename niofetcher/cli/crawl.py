@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         finished_before = counts["done"] + counts["error"]
     try:
         writer = PageWriter(args.out, args.warc, fetcher_config.user_agent, list_links=args.links,
-                            obey_robots=config.obey_robots)
+                            obey_robots=config.obey_robots, per_worker=args.frontier is not None)
     except OSError as exc:
         if created:  # made by the check above: a crawl that does not start leaves nothing behind
             _remove_frontier(db)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -54,8 +55,12 @@ class PageWriter:
     """
 
     def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str, *, list_links: bool = False,
-                 obey_robots: bool = True) -> None:
+                 obey_robots: bool = True, per_worker: bool = False) -> None:
         self._user_agent = user_agent
+        # A crawl shared by workers (--frontier) keeps each worker's files' lengths apart, by the
+        # machine and the file's absolute path; a crawl of one process keeps "out" and "warc", so
+        # that its files can move with its --db.
+        self._machine = socket.gethostname() if per_worker else None
         self._list_links = list_links  # --links: each JSONL record lists its page's links
         self._warc_gzip = bool(warc_path and warc_path.endswith(".gz"))
         self._warcinfo = b""
@@ -80,7 +85,10 @@ class PageWriter:
 
     def _files(self) -> dict[str, _OutputFile]:
         """The open files by their checkpoint key, in the order of a prepared record's parts."""
-        return {key: file for key, file in (("out", self._out), ("warc", self._warc)) if file is not None}
+        files = {key: file for key, file in (("out", self._out), ("warc", self._warc)) if file is not None}
+        if self._machine is None:
+            return files
+        return {f"{key} {self._machine}:{os.path.abspath(file.path)}": file for key, file in files.items()}
 
     def prepare(self, page: CrawledPage) -> None:
         """A delivery thread: build the page's records; they are written when its batch is committed."""
