@@ -435,13 +435,15 @@ _BAD_HOST = re.compile(r"[\x00-\x20#%/<>?@\[\\\]^|\x7f]")
 
 # The shape of most URLs on real pages, already in the form the general path
 # below would give them: lower-case http(s), a plain lower-case host, maybe a
-# port, no userinfo, nothing to percent-encode, no empty "?". For these the
-# answer is the match itself (fragment cut, "/" for an empty path), about eight
-# times cheaper than urljoin + urlsplit + urlunsplit; tests/test_url_rules.py
-# checks that both paths agree on every href of the corpus and on ports.
+# port, no userinfo, nothing to percent-encode, no empty "?", no ";" in the
+# path (against a base, urljoin reads one as the start of the last segment's
+# params: "/a;" is "/a", "/.;p" is "/;p"). For these the answer is the match
+# itself (fragment cut, "/" for an empty path), about eight times cheaper than
+# urljoin + urlsplit + urlunsplit; tests/test_url_rules.py and
+# tests/test_resolve_refs.py check that both paths agree.
 _FAST = re.compile(
     r"(https?://[a-z0-9][a-z0-9._-]*(?::([0-9]{1,5}))?)"
-    r"(/[A-Za-z0-9\-._~!$&'()*+,;=:@%/]*)?"
+    r"(/[A-Za-z0-9\-._~!$&'()*+,=:@%/]*)?"
     r"(\?[A-Za-z0-9\-._~!$&()*+,;=:@%/?]+)?"
     r"(?:#.*)?\Z",
     re.DOTALL,
@@ -449,10 +451,10 @@ _FAST = re.compile(
 
 
 # A relative-path reference that needs nothing of urljoin but its path merge and
-# nothing of the general path after it: no scheme (no ":"), no ";params"
-# (urlparse splits them off the last segment), nothing to percent-encode, and a
-# path of at least one character, not starting with "/".  Sphinx's
-# "../api/mod.html#mod.Class.meth", "genindex.html" and "./" are of this shape.
+# nothing of the general path after it: no scheme (no ":"), no ";" (as in
+# _FAST), nothing to percent-encode, and a path of at least one character, not
+# starting with "/".  Sphinx's "../api/mod.html#mod.Class.meth",
+# "genindex.html" and "./" are of this shape.
 _RELATIVE = re.compile(
     r"([A-Za-z0-9\-._~!$&'()*+,=@%][A-Za-z0-9\-._~!$&'()*+,=@%/]*)"
     r"(?:\?([A-Za-z0-9\-._~!$&()*+,;=:@%/?]*))?"
@@ -475,9 +477,8 @@ def _base_of(base: str) -> _Base | None:
     if match is None or (match.group(2) is not None and int(match.group(2)) > 65535):
         return None
     origin, _, path, _ = match.groups()
-    # urljoin's directory of the base: its path up to the last "/" (the last
-    # segment, ";params" and all, is replaced), merged as a path ending in "/"
-    # would be, less that last, empty segment.
+    # urljoin's directory of the base: its path up to the last "/", merged as a
+    # path ending in "/" would be, less that last, empty segment.
     segments = (path or "/").split("/")[1:]
     segments[-1] = ""
     return _Base(origin, tuple(_merge((), segments)[:-1]))
@@ -534,25 +535,20 @@ def absolute_url(href: str, base: str) -> str | None:
         joined: str | None = href
     elif href.startswith("//"):
         joined = base[: base.find(":") + 1] + href if base.startswith(("https:", "http:")) else None
+    elif href.startswith("/"):
+        parsed = _base_of(base) if base and not _dot_segment(href) else None
+        joined = parsed.origin + href if parsed is not None else None
     else:
         parsed = _base_of(base) if base else None
-        if parsed is None:
-            joined = None
-        elif href.startswith("/"):
-            joined = parsed.origin + href if not _dot_segment(href) else None
-        else:
-            url = _relative(href, parsed)
-            if url is not None:
-                return url
-            joined = None
+        url = _relative(href, parsed) if parsed is not None else None
+        if url is not None:
+            return url
+        joined = None
     if joined is not None:
         match = _FAST.match(joined)
         if match:
             origin, port, path, query = match.groups()
-            # A port out of range makes it no URL, and against a base urljoin reads a ";" in the path
-            # as the start of the last segment's params ("/a;" is "/a", "/.;p" is "/;p"): the
-            # general path says what these are.
-            if (port is None or int(port) <= 65535) and not (base and path and ";" in path):
+            if port is None or int(port) <= 65535:  # a port out of range makes it no URL: the general path says so
                 return f"{origin}{path or '/'}{query or ''}"
     return _absolute_general(href, base)
 
