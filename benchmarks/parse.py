@@ -5,12 +5,22 @@
     python benchmarks/parse.py --floor            # also: libxml2 parsing alone, the lower bound
     python benchmarks/parse.py --corpus DIR       # or NIOFETCHER_CORPUS=DIR
     python benchmarks/parse.py --pools            # parse processes: ProcessPoolExecutor vs ParseProcessPool
+    python benchmarks/parse.py --split            # also: parsing (harvest) and absolutizing (_finish) apart
+    python benchmarks/parse.py --docs 40          # 40 generated documentation pages instead of the corpus
 
 Each page is extracted --repeat times and its best time kept (the least
 disturbed by other processes). Printed per extractor: median and mean ms per
 page, wall clock and CPU; pages/s and MB/s over the whole corpus (the sum of
 the best times). The corpus is ../shared/corpus/pages/: 100 real pages, a
 few KB to 1.6 MB, median ~90 KB. No assertions: this measures, the tests judge.
+
+``--docs N`` measures N generated pages shaped like a Sphinx build instead
+(:func:`doc_pages`): thousands of relative links a page, most with a
+fragment, which is where making links absolute once cost more than parsing.
+``--split`` times, per page, the extractor's harvest (libxml2's parse and the
+walk that gathers raw hrefs, links_only) and ``_finish`` (every URL made
+absolute, duplicates dropped) on its own: the two add up to ``links_only``
+extraction.
 
 ``--pools`` compares, in one run, the crawler's old parse processes
 (``ProcessPoolExecutor`` on a forkserver context) with ``ParseProcessPool``,
@@ -29,6 +39,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import pickle
+import random
 import statistics
 import sys
 import time
@@ -39,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lxml import etree
 
-from niofetcher.crawl.parse import EXTRACTORS, extract
+from niofetcher.crawl.parse import _HARVESTERS, EXTRACTORS, _finish, extract
+from niofetcher.crawl.parse.harvest import Harvest
 from niofetcher.crawl.parsing import ParseInput, parse_pages
 from niofetcher.crawl.policy import LinkScope
 from niofetcher.crawl.workers import ParseProcessPool
@@ -48,18 +60,55 @@ DEFAULT_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus
 
 
 Timings = tuple[list[float], list[float]]
+Page = tuple[str, bytes]  # (page URL, body)
 
 
-def measure(pages: list[tuple[str, bytes]], run: Callable[[str, bytes], object], repeat: int) -> Timings:
-    """Best wall and best CPU seconds of ``run(name, body)`` for each page."""
+def doc_pages(count: int, seed: int = 15) -> list[Page]:
+    """``count`` pages shaped like a Sphinx build's: a toctree sidebar, cross references, permalinks.
+
+    The site has modules in ``api/`` and guides in ``guide/``; every page links to
+    every module and guide in its sidebar, to the members of a few dozen modules
+    (``../api/mod3.html#mod3.Class2.meth4``), to its own sections (``#section-7``),
+    and to ``genindex.html`` and ``search.html``: ~2,700 links a page, ~90% with a
+    fragment, ~1,900 distinct hrefs and ~180 distinct once the fragment is cut.
+    """
+    rng = random.Random(seed)
+    modules, guides = [f"mod{i}" for i in range(120)], [f"guide{i}" for i in range(60)]
+    pages: list[Page] = []
+    for n in range(count):
+        here = "api" if n % 2 else "guide"
+        name = modules[n % len(modules)] if n % 2 else guides[n % len(guides)]
+
+        def to(folder: str, page: str, here: str = here) -> str:
+            return f"{page}.html" if folder == here else f"../{folder}/{page}.html"
+
+        parts = ['<!DOCTYPE html><html><head><meta charset="utf-8"><title>', name, " - Docs</title>",
+                 '<link rel="stylesheet" href="../_static/basic.css"></head><body><div class="sphinxsidebar"><ul>']
+        parts += [f'<li class="toctree-l1"><a class="reference internal" href="{to("api", m)}">{m}</a></li>' for m in modules]
+        parts += [f'<li class="toctree-l1"><a class="reference internal" href="{to("guide", g)}">{g}</a></li>' for g in guides]
+        parts.append('</ul><a href="../genindex.html">Index</a> <a href="../search.html">Search</a></div><div class="body">')
+        for section in range(60):
+            parts.append(f'<section id="section-{section}"><h2>Section {section}<a class="headerlink" href="#section-{section}">¶</a></h2><p>')
+            for _ in range(40):
+                target = rng.choice(modules[:30])
+                member = f"{target}.Class{rng.randrange(8)}.meth{rng.randrange(12)}"
+                parts.append(f'See <a class="reference internal" href="{to("api", target)}#{member}"><code>{member}</code></a>, ')
+            parts.append(f'and <a href="#section-{rng.randrange(60)}">above</a>.</p></section>')
+        parts.append('<a href="../_sources/index.rst.txt" rel="nofollow">Source</a></div></body></html>')
+        pages.append((f"https://docs.example.org/en/latest/{here}/{name}.html", "".join(parts).encode()))
+    return pages
+
+
+def measure(pages: list[Page], run: Callable[[str, bytes], object], repeat: int) -> Timings:
+    """Best wall and best CPU seconds of ``run(url, body)`` for each page."""
     walls: list[float] = []
     cpus: list[float] = []
-    for name, body in pages:
-        run(name, body)  # warm-up: imports, caches
+    for url, body in pages:
+        run(url, body)  # warm-up: imports, caches
         best_wall = best_cpu = float("inf")
         for _ in range(repeat):
             c0, w0 = time.process_time(), time.perf_counter()
-            run(name, body)
+            run(url, body)
             w1, c1 = time.perf_counter(), time.process_time()
             best_wall, best_cpu = min(best_wall, w1 - w0), min(best_cpu, c1 - c0)
         walls.append(best_wall)
@@ -82,16 +131,21 @@ def main() -> int:
     ap.add_argument("--extractor", choices=EXTRACTORS, action="append", help="default: all")
     ap.add_argument("--repeat", type=int, default=5, help="runs per page; the best counts (default 5)")
     ap.add_argument("--floor", action="store_true", help="also time libxml2 parsing alone (no extraction)")
+    ap.add_argument("--split", action="store_true", help="also time harvest and _finish apart (links_only)")
+    ap.add_argument("--docs", type=int, default=0, metavar="N", help="N generated documentation pages, not the corpus")
     ap.add_argument("--pools", action="store_true", help="compare the parse process pools instead")
     ap.add_argument("--workers", type=int, default=2, help="--pools: processes per pool (default 2)")
     ap.add_argument("--rounds", type=int, default=5, help="--pools: times over the corpus (default 5)")
     args = ap.parse_args()
 
-    files = sorted(args.corpus.glob("*.html")) if args.corpus.is_dir() else []
-    if not files:
-        print(f"parse: no *.html pages in {args.corpus}", file=sys.stderr)
-        return 2
-    pages = [(f.stem, f.read_bytes()) for f in files]
+    if args.docs:
+        pages = doc_pages(args.docs)
+    else:
+        files = sorted(args.corpus.glob("*.html")) if args.corpus.is_dir() else []
+        if not files:
+            print(f"parse: no *.html pages in {args.corpus}", file=sys.stderr)
+            return 2
+        pages = [(f"https://example.org/articles/{f.stem}/", f.read_bytes()) for f in files]
     if args.pools:
         return compare_pools(pages, list(args.extractor or EXTRACTORS), args.workers, args.rounds)
     sizes = [len(body) for _, body in pages]
@@ -104,11 +158,13 @@ def main() -> int:
     print(f"{'':<22} {'ms':>8} {'ms':>8} {'ms':>8} {'ms':>8}")
     for extractor in args.extractor or EXTRACTORS:
 
-        def run(name: str, body: bytes, extractor: str = extractor) -> object:
-            return extract(body, f"https://example.org/articles/{name}/", extractor=extractor)
+        def run(url: str, body: bytes, extractor: str = extractor) -> object:
+            return extract(body, url, extractor=extractor)
 
         walls, cpus = measure(pages, run, args.repeat)
         report(f"extract {extractor}", walls, cpus, total_bytes)
+        if args.split:
+            split(pages, extractor, args.repeat, total_bytes)
     if args.floor:
         walls, cpus = measure(
             pages,
@@ -119,11 +175,27 @@ def main() -> int:
     return 0
 
 
+def split(pages: list[Page], extractor: str, repeat: int, total_bytes: int) -> None:
+    """links_only extraction, then its two halves: the harvest (parse and walk) and _finish (absolutize)."""
+    harvester = _HARVESTERS[extractor]
+    harvests: dict[str, Harvest] = {}
+
+    def harvest(url: str, body: bytes) -> None:
+        harvests[url] = Harvest()
+        harvester(body, harvests[url], True)
+
+    for label, run in (("links_only", lambda url, body: extract(body, url, extractor=extractor, links_only=True)),
+                       ("  harvest", harvest),
+                       ("  _finish", lambda url, body: _finish(harvests[url], url))):
+        walls, cpus = measure(pages, run, repeat)
+        report(f"{label} {extractor}", walls, cpus, total_bytes)
+
+
 Pools = dict[str, Callable[[], concurrent.futures.Executor]]
 
 
-def compare_pools(pages: list[tuple[str, bytes]], extractors: list[str], workers: int, rounds: int) -> int:
-    inputs: list[ParseInput] = [(body, f"https://example.org/articles/{name}/", "text/html") for name, body in pages]
+def compare_pools(pages: list[Page], extractors: list[str], workers: int, rounds: int) -> int:
+    inputs: list[ParseInput] = [(body, url, "text/html") for url, body in pages]
     jobs = [inputs[i : i + 32] for i in range(0, len(inputs), 32)] * rounds
     scope = LinkScope(domains=("example.org",), include=(), exclude=(), follow_nofollow=False)
     reply = pickle.dumps(parse_pages(jobs[0], "lxml", scope, False), 5)

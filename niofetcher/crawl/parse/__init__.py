@@ -127,20 +127,24 @@ building Python objects, so the strainer keeps only ``a img area frame
 iframe form table title base meta link`` subtrees (a kept subtree is kept whole, which
 is how a table keeps its rows and a form its fields) and the tree is walked
 once. The lxml extractor never builds a Python object for an element it does
-not read. URLs are resolved once per distinct raw value, most of them by a
-regex fast path (``niofetcher.urls._FAST``) instead of urljoin.
+not read. URLs are resolved by one ``niofetcher.urls.LinkResolver`` a page:
+once per distinct href up to its fragment (a documentation page's thousands of
+``api.html#member`` links are a few hundred URLs), against a base taken apart
+once, by regex fast paths for absolute, root-relative and relative-path hrefs
+instead of urljoin.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from bs4 import ParserRejectedMarkup  # type: ignore[attr-defined,unused-ignore]
 from lxml import etree  # type: ignore[import-untyped,unused-ignore]
 
 from ...content import charset_of, sniff_charset
-from ...urls import C0_CONTROL_OR_SPACE, absolute_url
+from ...urls import C0_CONTROL_OR_SPACE, LinkResolver, absolute_url
 from ..directives import robots_directives
 from .harvest import Harvest
 from .links_bs4 import harvest_bs4
@@ -294,25 +298,13 @@ def _finish(harvest: Harvest, base_url: str) -> PageLinks:
     against = page or ""
     if harvest.base is not None:
         against = absolute_url(harvest.base, against) or against
-    memo: dict[str, str | None] = {}
-
-    def absolute(raw: str) -> str | None:
-        try:
-            return memo[raw]
-        except KeyError:
-            url = memo[raw] = absolute_url(raw, against)
-            return url
-
-    def unique(raws: list[str]) -> list[str]:
-        return list(dict.fromkeys(url for url in map(absolute, raws) if url is not None))
-
-    followed: set[str] = set()
-    unfollowed: set[str] = set()
-    for kind in (harvest.links, harvest.areas):
-        for raw, nofollow in kind:
-            url = absolute(raw)
-            if url is not None:
-                (unfollowed if nofollow else followed).add(url)
+    absolute = LinkResolver(against).resolve
+    # Each raw value resolved once, in order; None where it leads to no http(s) URL.
+    links = [(absolute(raw), nofollow) for raw, nofollow in harvest.links]
+    areas = [(absolute(raw), nofollow) for raw, nofollow in harvest.areas]
+    nofollow = {url for url, no in itertools.chain(links, areas) if no and url is not None}
+    if nofollow:  # rarely: most pages say nofollow nowhere
+        nofollow -= {url for url, no in itertools.chain(links, areas) if not no}
 
     forms: list[Form] = []
     for action_raw, method_raw, fields in harvest.forms:
@@ -323,17 +315,22 @@ def _finish(harvest: Harvest, base_url: str) -> PageLinks:
         forms.append(Form(action, method if method == "POST" else "GET", tuple(fields)))
 
     return PageLinks(
-        links=unique([raw for raw, _ in harvest.links]),
-        images=unique(harvest.images),
-        areas=unique([raw for raw, _ in harvest.areas]),
-        frames=unique(harvest.frames),
+        links=_unique(url for url, _ in links),
+        images=_unique(map(absolute, harvest.images)),
+        areas=_unique(url for url, _ in areas),
+        frames=_unique(map(absolute, harvest.frames)),
         forms=forms,
         tables=harvest.tables,
         title=harvest.title or None,
-        nofollow=frozenset(unfollowed - followed),
+        nofollow=frozenset(nofollow),
         robots=robots_directives(harvest.robots) if harvest.robots else _NO_DIRECTIVES,
         canonical=absolute(harvest.canonical) if harvest.canonical is not None else None,
     )
+
+
+def _unique(urls: Iterable[str | None]) -> list[str]:
+    """The URLs in order of first appearance, without duplicates and without None."""
+    return list(filter(None, dict.fromkeys(urls)))  # a URL is never ""
 
 
 _NO_DIRECTIVES: frozenset[str] = frozenset()
