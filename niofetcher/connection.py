@@ -190,6 +190,11 @@ class Connection:
         self._tunnel: TunnelRequest | None = None
         self._arm(self._deadline())
 
+    @property
+    def idle(self) -> bool:
+        """Kept for reuse, with no request: an event of its is an EOF or stray bytes (Loop.run_once)."""
+        return self.state is IDLE
+
     def __repr__(self) -> str:
         via = f" via {self.proxy.authority}" if self.proxy is not None else ""
         return f"<Connection {self.slot.origin}{via} {self.state.name} served={self.requests_done}>"

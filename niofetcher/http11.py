@@ -185,14 +185,19 @@ class ClientHTTP11:
         sent, wire_head, response = self._sent, self._wire_head, self.response
         assert sent is not None and wire_head is not None and response is not None, "no recorded exchange"
         method, target, headers, body, sent_at = sent
+        payload = self._payload
+        # Forgotten now: an idle connection must not pin its last response (and request body).
+        self._sent, self._wire_head, self._payload = None, None, b""
         # h11's validated Headers keep each name as it was given, in raw_items(); a plain list is as given.
         request_headers = [
             (name.decode("latin-1"), value.decode("latin-1")) for name, value in headers.raw_items()
         ] if hasattr(headers, "raw_items") else list(headers)
+        # The proxy's credentials were for the proxy, not the origin: never into an archive (or a repr).
+        request_headers = [(name, value) for name, value in request_headers if name.lower() != "proxy-authorization"]
         return Exchange(
             url=url, method=method, target=target, request_headers=request_headers, request_body=body,
             http_version=wire_head[0], status=response.status, reason=response.reason,
-            response_headers=wire_head[1], payload=self._payload, sent_at=sent_at, received_at=time.time(),
+            response_headers=wire_head[1], payload=payload, sent_at=sent_at, received_at=time.time(),
         )
 
     def _check_head_size(self, event: h11.Response | h11.InformationalResponse) -> None:

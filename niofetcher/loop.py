@@ -107,6 +107,7 @@ class Loop:
         ``EVENT_BATCH`` events, the posted calls and the due timers; no wait while events are left."""
         events = self._ready
         waiting = self._waiting
+        batch = EVENT_BATCH
         if not events:
             timeout = max_wait
             deadline = self.timers.next_deadline()
@@ -118,9 +119,15 @@ class Loop:
             events = self._selector.select(timeout)
             self.now = time.monotonic()  # for every batch of this select()'s events (module doc)
             if len(events) > EVENT_BATCH:
-                waiting.update(id(key.data) for key, _ in events[EVENT_BATCH:])
-        if len(events) > EVENT_BATCH:
-            events, self._ready = events[:EVENT_BATCH], events[EVENT_BATCH:]
+                # Every idle handler's event (a kept-alive connection's EOF or stray bytes) in the first
+                # batch: the scheduler runs between batches and would hand such a connection a request.
+                idle = [event for event in events if getattr(event[0].data, "idle", False)]
+                if idle:
+                    events = idle + [event for event in events if not getattr(event[0].data, "idle", False)]
+                    batch += len(idle)
+                waiting.update(id(key.data) for key, _ in events[batch:])
+        if len(events) > batch:
+            events, self._ready = events[:batch], events[batch:]
         else:
             self._ready = []
         for key, mask in events:

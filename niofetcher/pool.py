@@ -65,6 +65,7 @@ import itertools
 import math
 import random
 import ssl
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -351,6 +352,12 @@ class HostTable:
                 if entry is slot.ready_entry:
                     slot.ready_entry = None
                     self.refresh(slot, now)  # re-arms the delay timer if that is what blocks it
+                continue
+            if slot.start_until != math.inf and time.monotonic() >= slot.start_until:
+                # The gate by the real clock: ``now`` is the select()'s, stale after a pause (or
+                # after the batches of one select()), and a gate must hold whatever ran since.
+                heapq.heappop(ready)
+                slot.ready_entry = None  # reopened by set_gate
                 continue
             if not slot.idle and self.total_open >= self.max_connections and not self._idle_lru:
                 return None  # every connection is busy: wait for one to finish

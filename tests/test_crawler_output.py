@@ -30,6 +30,8 @@ from typing import Any
 import pytest
 from conftest import LeakBaseline, sigkill_after_requests
 
+from niofetcher import FetcherConfig
+from niofetcher.cli.output import PageWriter
 from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler
 from niofetcher.crawl.frontier import Frontier, FrontierError
 from niofetcher.testing import TestSite
@@ -240,3 +242,16 @@ def test_a_bug_in_the_output_is_still_logged_with_its_traceback(
             Crawler(config, output=output).run()
     output.close()
     assert tracebacks(caplog)
+
+
+@pytest.mark.timeout(60)
+def test_records_the_frontier_will_not_accept_do_not_stay_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A shared frontier's recordable() drops the pages whose hosts changed hands: here, every other one.
+    monkeypatch.setattr(Frontier, "recordable", lambda self, urls: list(urls)[::2])
+    with TestSite(hosts=1, pages=20) as site:
+        writer = PageWriter(str(tmp_path / "out.jsonl"), str(tmp_path / "out.warc.gz"), "t")
+        config = CrawlConfig(seeds=[site.base_urls[0]], db_path=str(tmp_path / "db"), parse_mode="thread",
+                             fetcher=FetcherConfig(record_exchanges=True))
+        with writer:
+            Crawler(config, output=writer).run()
+            assert writer._prepared == {}, f"{len(writer._prepared)} pages' records kept after the crawl"

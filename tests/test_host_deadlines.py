@@ -84,3 +84,19 @@ def test_a_deadline_is_a_number_or_none() -> None:
                 fetcher.set_host_deadlines({"http://a.example": bad})  # type: ignore[dict-item]
         with pytest.raises(ValueError):
             fetcher.set_host_deadlines({"not a url": 1.0})
+
+
+@pytest.mark.timeout(30)
+def test_a_pause_after_select_does_not_let_a_request_start_past_its_gate() -> None:
+    with TestSite(hosts=1, pages=4, max_seconds=30) as site, NIOFetcher() as fetcher:
+        url = f"{site.base_urls[0]}page/0"
+        fetcher.set_host_deadlines({url: time.monotonic() + 0.2})
+        engine = fetcher._engine
+        # A stand-in for a SIGSTOP, a GC pause or 64 slow events: the loop's clock is the select()'s.
+        engine.post(time.sleep, 0.5)
+        assert fetcher.register(url)
+        time.sleep(1.0)
+        started = site.counters().requests
+        fetcher.cancel_pending()
+        assert fetcher.get(timeout=10) is not None
+        assert started == 0, "a request started 0.3 s past its gate"

@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 
 from warcio.recordloader import ArcWarcRecord
@@ -23,6 +23,14 @@ from .records import page_record
 
 #: Left out of a rebuilt response head, whose body is the decoded one (see _as_delivered).
 _NOT_WITH_DECODED_BODY = frozenset(("content-encoding", "transfer-encoding", "content-length"))
+
+
+class _WireHead(StatusAndHeaders):  # type: ignore[misc]  # warcio has no type hints
+    """An HTTP head written back as the bytes that went over the wire (latin-1), where warcio's
+    own would percent-encode every value that is not ASCII (a UTF-8 Location, a filename)."""
+
+    def compute_headers_buffer(self, header_filter: object = None) -> None:
+        self.headers_buff = self.to_str(header_filter).encode("latin-1") + b"\r\n"
 
 
 class ResumeError(Exception):
@@ -121,6 +129,12 @@ class PageWriter:
             raise
         return {key: file.end for key, file in self._files().items()}
 
+    def discard(self, urls: Iterable[str]) -> None:
+        """Forget the prepared records of ``urls``: their outcomes are another worker's to record."""
+        with self._lock:
+            for url in urls:
+                self._prepared.pop(url, None)
+
     def restore(self, offsets: Mapping[str, int]) -> None:
         """Before the crawl starts: cut each file back to the offset the frontier recorded for it.
         Raises ResumeError when a file is shorter than that (or missing): it is not this crawl's file."""
@@ -181,7 +195,7 @@ def _exchange_records(writer: WARCWriter, exchange: Exchange) -> tuple[ArcWarcRe
     WARC-Payload-Digest whether it came chunked or not -- and the record is one that pywb and warcio
     read as it is: they de-chunk a payload only when the stored head says Transfer-Encoding: chunked.
     """
-    response_head = StatusAndHeaders(
+    response_head = _WireHead(
         f"{exchange.status} {exchange.reason}".strip(),
         [(k, v) for k, v in exchange.response_headers if k.lower() != "transfer-encoding"],
         protocol=f"HTTP/{exchange.http_version}",
@@ -192,7 +206,7 @@ def _exchange_records(writer: WARCWriter, exchange: Exchange) -> tuple[ArcWarcRe
         http_headers=response_head,
         warc_headers_dict={"WARC-Type": "response", "WARC-Date": _warc_date(exchange.received_at)},
     )
-    request_head = StatusAndHeaders(f"{exchange.method} {exchange.target} HTTP/1.1", exchange.request_headers,
+    request_head = _WireHead(f"{exchange.method} {exchange.target} HTTP/1.1", exchange.request_headers,
                                     is_http_request=True)
     request = writer.create_warc_record(
         exchange.url, "request", payload=io.BytesIO(exchange.request_body), length=len(exchange.request_body),

@@ -38,7 +38,8 @@ def record(
         "reason": result.reason if responded else None,
         "content_type": result.header("content-type"),
         "bytes": len(result.body),
-        "sha256": hashlib.sha256(result.body).hexdigest() if responded else None,
+        # Of a body that came whole: an error after the head delivers b"", not the page.
+        "sha256": hashlib.sha256(result.body).hexdigest() if responded and result.error is None else None,
         "elapsed": round(result.elapsed, 6),
         "fetched_at": round(result.fetched_at, 6),
         "redirects": [{"status": status, "url": url} for status, url in result.redirects],

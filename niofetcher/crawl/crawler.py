@@ -398,7 +398,13 @@ class Crawler:
                 if delivered:
                     # Only where the outcome will count: a page whose host changed hands since its
                     # claim is another worker's, and that worker writes its record.
-                    offsets = self.output.commit(frontier.recordable(delivered))
+                    recorded = frontier.recordable(delivered)
+                    offsets = self.output.commit(recorded)
+                    # The others' records are never to be written.  discard() is optional (the CLI's
+                    # writer has it): an output without it keeps those few, only when hosts changed hands.
+                    discard = getattr(self.output, "discard", None)
+                    if discard is not None and len(recorded) < len(delivered):
+                        discard(set(delivered).difference(recorded))
             for page in pages:
                 origin = page.result.bean.meta["origin"]
                 active[origin] -= 1

@@ -107,7 +107,7 @@ _TIMESPEC = struct.Struct("@qq")
 #: ``select()`` cannot watch a descriptor at or above FD_SETSIZE.
 _FD_SETSIZE = 1024
 #: ``Durations``' buckets: bucket 0 holds everything up to 10 us, bucket i > 0 the durations
-#: in (10 us x 1.02^(i-1), 10 us x 1.02^i]; the last one (about 20 minutes) everything longer.
+#: in (10 us x 1.02^(i-1), 10 us x 1.02^i]; the last one (about 65 minutes) everything longer.
 _BUCKET_FLOOR = 10e-6
 _BUCKET_RATIO = 1.02
 _BUCKET_LAST = 1000
