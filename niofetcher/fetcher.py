@@ -224,7 +224,8 @@ class NIOFetcher:
         ``time.monotonic()`` of this process, or to None to lift that origin's gate; the others
         keep theirs.  The gate is checked as each request would get a connection, new or
         kept-alive: requests of a closed origin stay registered and waiting (a later deadline
-        reopens it; ``cancel_pending()`` takes them back), fetches in flight go on.  For a crawler
+        reopens it; ``cancel_pending()`` takes them back), fetches in flight go on -- and
+        ``shutdown(wait=True)`` waits for them too: cancel or lift first.  For a crawler
         that holds hosts by a lease it may fail to renew: its requests stop in time even when
         the process was stopped and its loop runs before anything else can react.  Any thread;
         one call for many origins, which take their gates together.
