@@ -587,7 +587,11 @@ class PostgresFrontier:
                     row[0], row[2] = depth, parents[parent]
             if not rows:
                 return 0
-            keys, columns = list(rows), list(zip(*rows.values()))
+            # In statements of a cut each, in URL order across the cuts: workers adding the same huge
+            # seed list take its keys in one order (each statement inserts in URL order), never
+            # each waiting for a key the other inserted in an earlier cut.
+            keys = sorted(rows) if len(rows) > _INSERT_ROWS else list(rows)
+            columns = list(zip(*(rows[key] for key in keys)))
             added = fresh = 0
             for start in range(0, len(keys), _INSERT_ROWS):  # once, but for a huge list of seeds
                 cut = slice(start, start + _INSERT_ROWS)
