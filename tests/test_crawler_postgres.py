@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 from test_cli_crawl import ROBOTS, page_requests
 
-from niofetcher.crawl import CrawlConfig, Crawler
+from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler
 from niofetcher.testing import TestSite
+from niofetcher.testing.pages import LASTMOD
 
 pytest_plugins = ["pg_cluster"]
 
@@ -58,6 +59,21 @@ def test_a_crawl_on_postgres_fetches_every_page_once_and_marks_it_done(postgres_
         assert seed == (0, None, 200)
         again = Crawler(config).run()  # resumed: nothing left to fetch
         assert page_requests(site) == seen and again.pages == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_resumed_sitemap_crawl_on_postgres_has_the_lastmods(postgres_dsn: str, read) -> None:
+    with TestSite(pages=2, sitemap="urlset", orphan_pages=3) as site:
+        pages: list[CrawledPage] = []
+        config = CrawlConfig(seeds=[site.base_urls[0]], frontier=postgres_dsn, crawl_name="crawl_lastmod",
+                             parse_mode="thread", sitemaps=True, max_pages=2)
+        assert Crawler(config, on_page=pages.append).run().stopped
+        assert [page.url for page in pages if "/orphan/" in page.url] == []
+        Crawler(dataclasses.replace(config, max_pages=None), on_page=pages.append).run()
+    orphans_seen = {page.url: page.lastmod for page in pages if "/orphan/" in page.url}
+    assert len(orphans_seen) == 3 and set(orphans_seen.values()) == {LASTMOD}
+    dated = dict(read("crawl_lastmod", "SELECT url, lastmod FROM urls WHERE url LIKE '%/orphan/%'"))
+    assert dated == orphans_seen
 
 
 def niofetcher(*args: str) -> subprocess.CompletedProcess[str]:

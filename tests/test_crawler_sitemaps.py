@@ -8,8 +8,10 @@ entity expanded.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
+import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -141,18 +143,19 @@ def test_lastmod_kept_for_a_retried_fetch(tmp_path: Path) -> None:
     assert orphan.result.status == 200 and orphan.lastmod == LASTMOD
 
 
-def test_a_lastmod_is_let_go_once_its_url_had_its_last_fetch(tmp_path: Path) -> None:
-    """The lastmods of a run are memory until each URL is fetched for the last time, then not."""
+def test_lastmod_kept_in_the_frontier_for_a_resumed_run(tmp_path: Path) -> None:
+    """The lastmods live in the frontier's lastmod column: a run stopped after the sitemap was
+    read, and then resumed, records the orphans it fetches with theirs."""
     with TestSite(pages=2, sitemap="urlset", orphan_pages=3) as site:
-        pages: list[CrawledPage] = []
-        config = CrawlConfig(seeds=[site.base_urls[0]], db_path=str(tmp_path / "crawl.sqlite"), parse_mode="thread",
-                             sitemaps=True)
-        crawler = Crawler(config, on_page=pages.append)
-        crawler.run()
-    orphans_seen = [page for page in pages if "/orphan/" in page.url]
+        first, before = crawl(tmp_path, site, max_pages=2)
+        _, after = crawl(tmp_path, site)
+    assert first.stopped and [page.url for page in before if "/orphan/" in page.url] == []
+    orphans_seen = [page for page in after if "/orphan/" in page.url]
     assert len(orphans_seen) == 3 and all(page.lastmod == LASTMOD for page in orphans_seen)
-    assert crawler._sitemaps is not None
-    assert [page.url for page in orphans_seen if crawler._sitemaps.lastmod(page.url) is not None] == []
+    with contextlib.closing(sqlite3.connect(tmp_path / "crawl.sqlite")) as conn:
+        dated = dict(conn.execute("SELECT url, lastmod FROM urls WHERE lastmod IS NOT NULL").fetchall())
+    assert {page.url: dated.get(page.url) for page in orphans_seen} == {page.url: LASTMOD for page in orphans_seen}
+    assert site.base_urls[0] + "sitemap.xml" not in dated  # a link's row, or the sitemap's own: NULL
 
 
 def test_a_sitemap_lists_only_urls_of_its_own_host(tmp_path: Path) -> None:
@@ -186,7 +189,7 @@ def test_a_sitemap_named_by_robots_txt_may_list_that_host() -> None:
     rules = RobotsRules(sitemaps=("http://cdn.test/h/sitemap.xml",))
     [entry] = maps.from_robots(next(iter(maps._origins)), rules)
     listed = ["http://h.test/a", "http://cdn.test/h/b", "http://cdn.test/other/c", "http://x.test/d"]
-    found = maps.entries(claimed(entry), fetched(entry[0], urlset(listed)), None)
+    found = maps.entries(claimed(entry), fetched(entry[0], urlset(listed)), None, {})
     assert [url for url, *_ in found] == ["http://h.test/a", "http://cdn.test/h/b"]  # robots.txt's host, its directory
     assert maps.report["foreign"] == 2
 
@@ -196,12 +199,14 @@ def test_root_index_on_a_default_port_is_followed_and_its_sitemaps_may_list_the_
     maps = Sitemaps(SCOPE, ["http://h.test/"], Counter())
     [root] = maps.roots()
     index = sitemap_index(["http://h.test:80/maps/a.xml", "http://x.test/b.xml"])
-    children = maps.entries(claimed(root), fetched("http://h.test/sitemap.xml", index), None)
+    lastmods: dict[str, str] = {}
+    children = maps.entries(claimed(root), fetched("http://h.test/sitemap.xml", index), None, lastmods)
     assert children == [("http://h.test/maps/a.xml", 0, "http://h.test/sitemap.xml", SITEMAP_PRIORITY)]
     assert maps.report["too_deep"] == 0 and maps.report["foreign"] == 1
-    listed = maps.entries(claimed(children[0]), fetched(children[0][0], urlset(["http://h.test:80/p%c3%a9"])), None)
+    listed = maps.entries(claimed(children[0]), fetched(children[0][0], urlset(["http://h.test:80/p%c3%a9"])), None,
+                          lastmods)
     assert listed == [("http://h.test/p%C3%A9", 1, "http://h.test/maps/a.xml", 0)]  # the index's directory
-    assert maps.lastmod("http://h.test/p%C3%A9") == LASTMOD  # as the frontier hands the URL out
+    assert lastmods == {"http://h.test/p%C3%A9": LASTMOD}  # as the frontier hands the URL out (no index's)
 
 
 def test_a_redirected_sitemap_may_list_what_its_first_url_could() -> None:
@@ -209,8 +214,8 @@ def test_a_redirected_sitemap_may_list_what_its_first_url_could() -> None:
     [root] = maps.roots()
     moved = FetchResult(URLBean(root[0]), "http://h.test/sitemap.xml", "http://h.test/sitemap.xml", status=301,
                         headers=[("Location", "http://cdn.test/h/map.xml")])
-    [target] = maps.entries(claimed(root), moved, None)
-    found = maps.entries(claimed(target), fetched(target[0], urlset(["http://h.test/a", "http://x.test/b"])), None)
+    [target] = maps.entries(claimed(root), moved, None, {})
+    found = maps.entries(claimed(target), fetched(target[0], urlset(["http://h.test/a", "http://x.test/b"])), None, {})
     assert [url for url, *_ in found] == ["http://h.test/a"]
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from conftest import run_threads
 
-from niofetcher.crawl.frontier import STATES, Frontier, FrontierError, FrontierURL
+from niofetcher.crawl.frontier import STATES, Frontier, FrontierError, FrontierURL, schema
 from niofetcher.crawl.frontier.schema import CLAIM_ROWS, SCHEMA_VERSION
 from niofetcher.urls import normalize_url
 
@@ -642,6 +642,31 @@ def test_an_older_file_is_upgraded_when_opened(tmp_path: Path, version: int) -> 
     with Frontier(db) as frontier:
         assert frontier.checkpoint() == {"out": 7}
         assert frontier.counts() == {"waiting": 3, "processing": 0, "done": 2, "error": 1}
+
+
+@pytest.mark.timeout(30)
+def test_a_version_3_file_gets_a_null_lastmod_for_every_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "old.db"
+    make_old_file(db, 2)
+    with monkeypatch.context() as patch:  # a file as version 3 wrote it: upgraded that far, no further
+        patch.setattr(schema, "SCHEMA_VERSION", 3)
+        Frontier(db).close()
+    assert "lastmod" not in [name for (name,) in read_rows(db, "SELECT name FROM pragma_table_info('urls')")]
+    rows = "SELECT url, state, attempts, depth, priority, parent, seq, host_id FROM urls ORDER BY url"
+    kept = read_rows(db, rows)
+    Frontier(db).close()  # the upgrade
+    assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert len(kept) == 6 and read_rows(db, rows) == kept
+    assert read_rows(db, "SELECT COUNT(*) FROM urls WHERE lastmod IS NULL") == [(6,)]
+    with Frontier(db) as frontier:
+        assert frontier.counts() == {"waiting": 4, "processing": 0, "done": 1, "error": 1}
+        frontier.add_many([("http://b.test:8080/more", 1, None, 0)], {"http://b.test:8080/more": "2024-05-01"})
+        assert {c.url: c.lastmod for c in frontier.claim(10)}["http://b.test:8080/more"] == "2024-05-01"
+    assert read_rows(db, "SELECT url, lastmod FROM urls WHERE lastmod IS NOT NULL") == [
+        ("http://b.test:8080/more", "2024-05-01")]
+    fresh = tmp_path / "fresh.db"
+    Frontier(fresh).close()
+    assert table_shape(db) == table_shape(fresh)
 
 
 @pytest.mark.timeout(30)

@@ -234,7 +234,7 @@ def test_the_tables_have_the_same_columns(frontier: Any, backend: Backend) -> No
     """The urls table has the same columns in the same order on both backends: the same queries work."""
     frontier.add(["http://a.test/"])
     assert backend.columns("urls") == ["url", "state", "attempts", "depth", "priority", "parent", "status", "error",
-                                       "discovered_at", "fetched_at", "next_attempt_at", "seq", "host_id"]
+                                       "discovered_at", "fetched_at", "next_attempt_at", "seq", "host_id", "lastmod"]
     assert backend.rows("SELECT urls.url, hosts.origin FROM urls JOIN hosts ON hosts.id = urls.host_id") == [
         ("http://a.test/", "http://a.test")]
 
@@ -349,6 +349,24 @@ def test_a_known_url_found_nearer_a_seed_gets_the_smaller_depth_in_any_state(fro
                               ("http://a.test/x", 2, "http://a.test/p2", 0)]) == 1
     assert row("http://a.test/x")[:2] == (1, "http://a.test/p1")
     assert assert_consistent(frontier, backend)["waiting"] == 1
+
+
+def test_a_sitemap_lastmod_is_stored_and_handed_back_with_claims(frontier: Any, backend: Backend) -> None:
+    """add_many()'s lastmods: a column of urls (NULL for a link), for a new URL or a known one, in
+    the claims of every attempt; a URL the frontier would not take is left out, as add_many() does."""
+    frontier.add(["http://a.test/known", "http://a.test/link"])
+    assert frontier.add_many([("http://a.test/new", 1, "http://a.test/map.xml", 0), ("http://a.test/known", 1, None, 0)],
+                             {"HTTP://A.test/new": "2024-01-02", "http://a.test/known": "2024", "bogus": "x"}) == 1
+    frontier.add_many([], {"http://a.test/known": "2024-03-04T05:06:07+00:00"})  # listed again, dated anew
+    assert sorted(backend.rows("SELECT url, lastmod FROM urls")) == [
+        ("http://a.test/known", "2024-03-04T05:06:07+00:00"), ("http://a.test/link", None),
+        ("http://a.test/new", "2024-01-02")]
+    claimed = {c.url: c.lastmod for c in frontier.claim(10)}
+    assert claimed == {"http://a.test/known": "2024-03-04T05:06:07+00:00", "http://a.test/link": None,
+                       "http://a.test/new": "2024-01-02"}
+    assert frontier.fail("http://a.test/new", "timeout") == "waiting"
+    backend.clock.advance(3600)
+    assert [(c.url, c.lastmod) for c in frontier.claim(10)] == [("http://a.test/new", "2024-01-02")]
 
 
 # -- claiming -----------------------------------------------------------------
@@ -674,6 +692,23 @@ def test_a_killed_worker_lets_go_of_the_crawl_and_its_urls_wait_again(backend: B
             time.sleep(0.05)
     assert frontier.counts() == {"waiting": 9, "processing": 0, "done": 1, "error": 0}
     assert pg.rows("SELECT attempts FROM urls WHERE url = 'http://a.test/1'") == [(1,)]
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_version_2_crawl_gets_the_lastmod_column_when_opened(backend: Backend) -> None:
+    pg = postgres_only(backend)
+    with pg.open() as frontier:
+        frontier.add(["http://a.test/", "http://b.test/"])
+    pg.rows("ALTER TABLE urls DROP COLUMN lastmod")  # the crawl as version 2 made it
+    pg.rows("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    rows = "SELECT url, state, depth, seq, host_id FROM urls ORDER BY url"
+    kept = pg.rows(rows)
+    with pg.open() as frontier:
+        frontier.add_many([], {"http://b.test/": "2024-05-06"})
+        assert {c.url: c.lastmod for c in frontier.claim(10)} == {"http://a.test/": None, "http://b.test/": "2024-05-06"}
+    assert pg.rows("SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
+    assert len(kept) == 2 and [row[:1] + row[2:] for row in pg.rows(rows)] == [row[:1] + row[2:] for row in kept]
+    assert pg.columns("urls")[-1] == "lastmod"
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)

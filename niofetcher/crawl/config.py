@@ -139,7 +139,7 @@ class CrawledPage:
 
     @property
     def lastmod(self) -> str | None:
-        """The ``<lastmod>`` of the sitemap entry that led to this URL in this run, as written there."""
+        """The ``<lastmod>`` of the sitemap entry that led to this URL, as written there (kept in the frontier)."""
         lastmod: str | None = self.result.bean.meta.get("lastmod")
         return lastmod
 

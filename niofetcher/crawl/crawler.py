@@ -343,9 +343,8 @@ class Crawler:
                     frontier.fail(item.url, refusal, retry=False)
                     self._errors["robots_unavailable" if rules.refusal else "robots_disallowed"] += 1
                     continue
-            lastmod = self._sitemaps.lastmod(item.url) if self._sitemaps else None
             beans.append(URLBean(item.url, priority=item.priority,
-                                 meta={"frontier": item, "origin": origin, "lastmod": lastmod}))
+                                 meta={"frontier": item, "origin": origin, "lastmod": item.lastmod}))
         if not beans:
             return
         accepted = 0 if self._stop.is_set() else fetcher.register_many(beans)  # the first ones, in order
@@ -381,7 +380,8 @@ class Crawler:
         """Record a batch of pages, links and outcomes in one commit: a crash keeps both or neither
         (a page fetched again rather than its links lost)."""
         pages = [page for page in pages if page.item.url in self._in_progress]
-        links = [entry for page in pages for entry in self._link_entries(page)]
+        lastmods: dict[str, str] = {}  # what the sitemaps among them date
+        links = [entry for page in pages for entry in self._link_entries(page, lastmods)]
         completed: list[tuple[str, int | None]] = []
         active = self._active
         # One commit for the batch: a failure committed alone, before the checkpoint that covers its
@@ -389,7 +389,7 @@ class Crawler:
         # rather than two writes each page of the frontier's indexes that both touch once.
         with frontier.batch():
             if links:
-                frontier.add_many(links)
+                frontier.add_many(links, lastmods or None)
             # The records first, durable, then the outcomes with the files' lengths: a crash in between
             # leaves records past the stored lengths, which the next run cuts away.
             offsets = None
@@ -413,8 +413,6 @@ class Crawler:
                 if page.final:
                     self._finished += 1
                     self._bytes += len(page.result.body)
-                    if self._sitemaps is not None:  # its last fetch: what a sitemap said of it is spent
-                        self._sitemaps.forget(page.item.url)
                 if page.final and not page.failure and (page.result.ok or is_redirect(page.result)):
                     completed.append((page.item.url, page.result.status))
                 else:
@@ -425,12 +423,13 @@ class Crawler:
         for url, _ in completed:
             self._in_progress.pop(url)
 
-    def _link_entries(self, page: Page) -> list[tuple[str, int, str | None, int]]:
-        """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority)."""
+    def _link_entries(self, page: Page, lastmods: dict[str, str]) -> list[tuple[str, int, str | None, int]]:
+        """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority);
+        a sitemap's ``<lastmod>`` of them goes in ``lastmods``."""
         if not page.final or page.failure:
             return []
         if self._sitemaps is not None and self._sitemaps.is_sitemap(page.item):
-            return self._sitemaps.entries(page.item, page.result, self.config.max_depth)
+            return self._sitemaps.entries(page.item, page.result, self.config.max_depth, lastmods)
         depth = page.item.depth + 1
         if self.config.max_depth is not None and depth > self.config.max_depth:
             return []

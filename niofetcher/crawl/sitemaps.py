@@ -42,9 +42,9 @@ XML, a bad gzip stream), keeps the entries read before the break and counts one
 cleanup of links (``absolute_url``, relative ones against the sitemap's URL), then what the
 sitemap may list (sitemaps.org's file location and cross-submission rules: :class:`Sitemaps`);
 the sitemaps an index lists go through both too.  Every URL is kept in the frontier's normal
-form, the form a claimed URL has.  ``<lastmod>`` is kept, as written, for the URL's fetches in
-this run (``CrawledPage.lastmod`` and the JSONL record): see docs/crawler.md for why not in the
-frontier yet.
+form, the form a claimed URL has.  ``<lastmod>`` is kept, as written, in the frontier with the
+URL (``add_many()``'s ``lastmods``), which hands it back with each claim of it
+(``CrawledPage.lastmod`` and the JSONL record), in a resumed run too.
 """
 
 from __future__ import annotations
@@ -250,22 +250,12 @@ class Sitemaps:
         # directory, by its URL in normal form (the form a claimed URL has).
         self._known: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._per_host: Counter[str] = Counter()
-        self._lastmods: dict[str, str] = {}
         self.report: Counter[str] = Counter()
 
     @staticmethod
     def is_sitemap(item: FrontierURL) -> bool:
         """Whether a claimed URL came into the frontier as a sitemap."""
         return item.priority == SITEMAP_PRIORITY
-
-    def lastmod(self, url: str) -> str | None:
-        """The ``<lastmod>`` a sitemap gave ``url`` (normal form), for each of its fetches: a retried
-        fetch (a 503) is recorded with it too (None: none known)."""
-        return self._lastmods.get(url) if self._lastmods else None
-
-    def forget(self, url: str) -> None:
-        """``url`` has had its last fetch: its ``<lastmod>`` is no longer needed in memory."""
-        self._lastmods.pop(url, None)
 
     def roots(self) -> list[Entry]:
         """The frontier entries of each seed host's ``/sitemap.xml`` (when in scope)."""
@@ -281,9 +271,12 @@ class Sitemaps:
         urls = [url for url in (absolute_url(line, robots_url) for line in rules.sitemaps) if url is not None]
         return self._added(urls, 0, robots_url, 0, (normalize_url(f"{origin}/"),))
 
-    def entries(self, item: FrontierURL, result: FetchResult, max_depth: int | None) -> list[Entry]:
+    def entries(
+        self, item: FrontierURL, result: FetchResult, max_depth: int | None, lastmods: dict[str, str]
+    ) -> list[Entry]:
         """What a fetched sitemap leads to: the URLs it lists, the sitemaps an index lists, or a
-        redirect's target (a sitemap still).  A 404 or another failure leads nowhere."""
+        redirect's target (a sitemap still).  A 404 or another failure leads nowhere.  The
+        ``<lastmod>`` of the URLs listed goes in ``lastmods``, for the frontier's ``add_many()``."""
         url = item.url
         # Unknown: left waiting by an earlier run, which knew who named it; its own host vouches.
         level, vouched = self._known.get(url, (MAX_NESTING, (_directory(host_key(url) + "/"),)))
@@ -317,7 +310,7 @@ class Sitemaps:
         for page, lastmod in self._listed(sitemap, base, url, allowed):
             found.append((page, depth, url, 0))
             if lastmod is not None:
-                self._lastmods[page] = lastmod
+                lastmods[page] = lastmod
         self.report["urls"] += len(found)
         return found
 

@@ -43,7 +43,7 @@ from ...urls import host_key, normalize_url
 
 __all__ = [
     "STATES", "FrontierBackend", "FrontierError", "FrontierURL", "check_checkpoint", "check_int", "check_time",
-    "processing_key", "retry_delay",
+    "normal_lastmods", "processing_key", "retry_delay",
 ]
 
 #: Every state a URL can be in, in the order of its life.
@@ -62,6 +62,7 @@ class FrontierURL:
     priority: int
     attempts: int  # including this one
     parent: str | None
+    lastmod: str | None = None  # the <lastmod> a sitemap listed it with, as written there
 
     @property
     def host(self) -> str:
@@ -113,6 +114,20 @@ def check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:
     return entries
 
 
+def normal_lastmods(lastmods: Mapping[str, str]) -> dict[str, str]:
+    """``lastmods`` (``{url: lastmod}``, an ``add_many()`` argument) by the stored form of each URL,
+    checked to be str; URLs the frontier would not take are left out, as ``add_many()`` leaves them."""
+    stored = {}
+    for url, lastmod in lastmods.items():
+        if not isinstance(lastmod, str):
+            raise TypeError(f"a lastmod must be a str, not {lastmod!r}")
+        try:
+            stored[normalize_url(url)] = lastmod
+        except (TypeError, ValueError):
+            continue
+    return stored
+
+
 def processing_key(url: str, action: str, state_of: Callable[[str], str | None]) -> str:
     """The stored form of ``url`` given in any form when it is 'processing' (``state_of``: a stored
     URL's state, None when unknown); otherwise ValueError saying why ``action`` cannot be done."""
@@ -140,8 +155,11 @@ class FrontierBackend(Protocol):
     def add(self, urls: Iterable[str], depth: int = 0, parent: str | None = None, priority: int = 0) -> int:
         """Add URLs found at one depth on one page (or seeds); how many were new."""
 
-    def add_many(self, entries: Iterable[tuple[str, int, str | None, int]]) -> int:
-        """Add ``(url, depth, parent, priority)`` entries in one transaction; how many were new."""
+    def add_many(
+        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None
+    ) -> int:
+        """Add ``(url, depth, parent, priority)`` entries in one transaction, storing the sitemap
+        ``<lastmod>`` of those in ``lastmods`` (``{url: lastmod}``, new or known); how many were new."""
 
     def claim(
         self, limit: int, max_depth: int | None = None, host_room: Callable[[str], int] | None = None

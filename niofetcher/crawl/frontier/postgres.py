@@ -93,6 +93,7 @@ from .base import (
     check_checkpoint,
     check_int,
     check_time,
+    normal_lastmods,
     processing_key,
     retry_delay,
 )
@@ -124,6 +125,7 @@ from .postgres_schema import (
     RENEW,
     ROBOTS_OF,
     SAVE_CHECKPOINT,
+    SET_LASTMODS,
     SHARE,
     STATE_OF,
     STORE_COUNTS,
@@ -165,7 +167,7 @@ _INSERT_ROWS = 20_000
 # The window of "pages in the last minute" in the heartbeat.
 _MINUTE = 60.0
 
-#: A row of CLAIM_ROWS: [host, url, depth, priority, attempts, parent, seq].
+#: A row of CLAIM_ROWS: [host, url, depth, priority, attempts, parent, seq, lastmod].
 _Row = tuple[Any, ...]
 
 
@@ -547,8 +549,11 @@ class PostgresFrontier:
         check_int("priority", priority)
         return self.add_many((url, depth, parent, priority) for url in urls)
 
-    def add_many(self, entries: Iterable[tuple[str, int, str | None, int]]) -> int:
+    def add_many(
+        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None
+    ) -> int:
         """Add ``(url, depth, parent, priority)`` entries in one statement; how many were new.
+        ``lastmods`` as in the SQLite Frontier's add_many() (one more statement when given).
 
         A URL given twice keeps its first place and priority, and the smallest depth with the
         parent that gave it (PostgreSQL's upsert may not touch a row twice in one statement,
@@ -585,7 +590,8 @@ class PostgresFrontier:
                         hosts[host] = priority
                 elif depth < row[0]:
                     row[0], row[2] = depth, parents[parent]
-            if not rows:
+            dated = normal_lastmods(lastmods) if lastmods else None
+            if not rows and not dated:
                 return 0
             # In statements of a cut each, in URL order across the cuts: workers adding the same huge
             # seed list take its keys in one order (each statement inserts in URL order), never
@@ -610,6 +616,8 @@ class PostgresFrontier:
                     n += again
                 added += n
                 fresh += new_hosts
+            if dated:
+                conn.execute(SET_LASTMODS, {"urls": list(dated), "lastmods": list(dated.values())})
             self._delta["waiting"] += added
             if fresh:
                 self._take_soon = True
@@ -666,8 +674,8 @@ class PostgresFrontier:
                 raise
             self._move("waiting", "processing", len(rows))
             self._commit(conn)
-        return [FrontierURL(url, depth, priority, attempts, parent)
-                for _host, url, depth, priority, attempts, parent, _seq in rows]
+        return [FrontierURL(url, depth, priority, attempts, parent, lastmod)
+                for _host, url, depth, priority, attempts, parent, _seq, lastmod in rows]
 
     def _claim_pass(self, conn: psycopg.Connection[tuple[Any, ...]], turns: list[Turn], limit: int, deepest: int,
                     now: float, found: dict[str, list[_Row]]) -> list[_Row]:

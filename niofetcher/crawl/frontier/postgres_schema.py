@@ -24,13 +24,14 @@ if TYPE_CHECKING:  # psycopg is loaded by postgres.py only, when a PostgreSQL fr
 __all__ = [
     "BUSIEST_HOSTS", "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "FAILURES", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
     "INSERT", "LEAVE", "LIVE_WORKERS", "LOCK_MINE", "MARK_CLAIMED", "MINE_LOCKED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
-    "RENEW", "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SHARE", "STATE_OF", "STORE_COUNTS", "STORE_ROBOTS", "TAKE", "check_crawl_name",
+    "RENEW", "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_LASTMODS", "SHARE", "STATE_OF", "STORE_COUNTS", "STORE_ROBOTS", "TAKE", "check_crawl_name",
     "create_or_check",
 ]
 
 #: The version of the tables below, kept in ``meta`` (the PostgreSQL frontier's own numbering):
-#: 2 gave the workers their liveness and load columns and the counts a row per worker.
-SCHEMA_VERSION = 2
+#: 2 gave the workers their liveness and load columns and the counts a row per worker; 3 the
+#: urls table its lastmod column (a crawl of version 2 gets it when opened).
+SCHEMA_VERSION = 3
 
 # The server's clock in unix seconds: every lease is measured by it, never by a worker's.
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
@@ -95,7 +96,8 @@ CREATE TABLE {schema}.urls (
     fetched_at      DOUBLE PRECISION,
     next_attempt_at DOUBLE PRECISION,
     seq             BIGINT NOT NULL DEFAULT nextval('{schema}.urls_seq'),  -- FIFO among equals, across workers
-    host_id         INTEGER REFERENCES {schema}.hosts (id)
+    host_id         INTEGER REFERENCES {schema}.hosts (id),
+    lastmod         TEXT  -- the <lastmod> a sitemap listed it with, as written there
 );
 ALTER SEQUENCE {schema}.urls_seq OWNED BY {schema}.urls.seq;
 
@@ -163,6 +165,14 @@ WITH fresh AS (
     UPDATE urls SET depth = v.depth, parent = v.parent FROM v WHERE urls.url = v.url AND v.depth < urls.depth
 )
 SELECT (SELECT count(*) FROM added), (SELECT count(*) FROM fresh), (SELECT count(*) FROM ids)
+"""
+
+# A sitemap's <lastmod> of URLs stored already (INSERT first), new or known: a statement of its
+# own, so that adding the links of a page (no lastmod) costs nothing more.  Only the rows it
+# changes are locked: a sitemap listed again, unchanged, waits for no worker.
+SET_LASTMODS = """
+UPDATE urls SET lastmod = v.lastmod FROM unnest(%(urls)s::text[], %(lastmods)s::text[]) AS v(url, lastmod)
+WHERE urls.url = v.url AND urls.lastmod IS DISTINCT FROM v.lastmod
 """
 
 # -- host leases (see "Host leases" in postgres.py) ------------------------------------------
@@ -257,12 +267,12 @@ WHERE origin = %(host)s AND (owner = %(me)s OR (NOT %(fenced)s AND owner IS NULL
 # -- claims and outcomes -------------------------------------------------------------------
 
 # The first %(share)s due rows after the first %(skip)s of each host's queue, for the hosts of
-# %(hosts)s, no deeper than %(deepest)s: [host, url, depth, priority, attempts + 1, parent, seq].
+# %(hosts)s, no deeper than %(deepest)s: [host, url, depth, priority, attempts + 1, parent, seq, lastmod].
 CLAIM_ROWS = """
-SELECT a.origin, q.url, q.depth, q.priority, q.attempts + 1, q.parent, q.seq
+SELECT a.origin, q.url, q.depth, q.priority, q.attempts + 1, q.parent, q.seq, q.lastmod
 FROM unnest(%(hosts)s::text[]) AS a(origin) JOIN hosts ON hosts.origin = a.origin
 CROSS JOIN LATERAL (
-    SELECT url, depth, priority, attempts, parent, seq FROM urls
+    SELECT url, depth, priority, attempts, parent, seq, lastmod FROM urls
     WHERE urls.host_id = hosts.id AND state = 'waiting' AND next_attempt_at <= %(now)s AND depth <= %(deepest)s
     ORDER BY priority DESC, depth, seq LIMIT %(share)s OFFSET %(skip)s
 ) AS q
@@ -411,7 +421,7 @@ def check_crawl_name(crawl: object) -> str:
 def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, where: str,
                     clock: Callable[[], float]) -> None:
     """Inside the caller's transaction: create the crawl's schema and tables, or check that the
-    schema there holds a frontier of this version.
+    schema there holds a frontier of this version (upgrading one of version 2).
 
     Raises:
         FrontierError: for a schema that holds other tables, a damaged frontier, or one of a
@@ -433,6 +443,11 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
         raise FrontierError(f"{name}: schema {crawl} holds tables that are not a niofetcher frontier (no meta table)")
     row = conn.execute(sql.SQL("SELECT value FROM {}.meta WHERE key = 'schema_version'").format(schema)).fetchone()
     version = str(row[0]) if row is not None else ""
+    if version == "2" and "urls" in tables:  # the one upgrade: under the caller's lock, workers one at a time
+        conn.execute(sql.SQL("ALTER TABLE {}.urls ADD COLUMN lastmod TEXT").format(schema))
+        conn.execute(sql.SQL("UPDATE {}.meta SET value = %s WHERE key = 'schema_version'").format(schema),
+                     (str(SCHEMA_VERSION),))
+        version = str(SCHEMA_VERSION)
     if version != str(SCHEMA_VERSION):
         raise FrontierError(f"{name} has frontier schema version {version or 'none'}; "
                             f"this niofetcher reads version {SCHEMA_VERSION}")

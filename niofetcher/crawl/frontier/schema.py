@@ -16,16 +16,17 @@ from .base import FrontierError
 __all__ = [
     "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "FAILURES", "GIVE_UP", "INSERT", "INSERT_HOSTS",
     "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
-    "SAVE_CHECKPOINT", "SCHEMA_VERSION", "STORE_COUNTS", "TOO_DEEP_HOSTS", "TOP_PRIORITIES", "create_or_upgrade",
+    "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_LASTMODS", "STORE_COUNTS", "TOO_DEEP_HOSTS", "TOP_PRIORITIES", "create_or_upgrade",
 ]
 
 #: The version of the tables below, kept in ``meta``.  A file of an older
 #: version is upgraded when it is opened (version 1 had no checkpoints table
 #: and claimed in discovery order; version 2 had no per-host queues and
-#: counted the states by reading the whole table); a newer one is refused
-#: rather than misread.  An older niofetcher refuses this version in turn,
-#: which is the point: it would not keep the hosts and the counts up to date.
-SCHEMA_VERSION = 3
+#: counted the states by reading the whole table; version 3 had no lastmod
+#: column); a newer one is refused rather than misread.  An older niofetcher
+#: refuses this version in turn, which is the point: it would not keep the
+#: hosts, the counts and the lastmods up to date.
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE meta (
@@ -99,6 +100,12 @@ CREATE TABLE state_counts (
 ) WITHOUT ROWID;
 """
 
+# What version 4 adds to version 3: the <lastmod> a sitemap gave a URL, as written there (NULL
+# for a URL no sitemap dated), so that a resumed run still has it.  Added last, as host_id was.
+_SCHEMA_4 = """
+ALTER TABLE urls ADD COLUMN lastmod TEXT;
+"""
+
 # Statements that take many URLs take them as one JSON array (json_each), so that a whole
 # batch is one sqlite3 call: see "The GIL" in sqlite.py.  json_extract() rather than ->>, which
 # needs SQLite 3.38.
@@ -124,6 +131,13 @@ ON CONFLICT (url) DO UPDATE SET depth = excluded.depth, parent = excluded.parent
 WHERE excluded.depth < urls.depth
 """
 
+# A sitemap's <lastmod> of its URLs: ?1 is a JSON object {url: lastmod}, the URLs stored already
+# (INSERT first), new or known (a sitemap listing a known URL dates it anew).  A statement of its
+# own, so that adding the links of a page (no lastmod) costs nothing more.
+SET_LASTMODS = """
+UPDATE urls SET lastmod = j.value FROM json_each(?1) AS j WHERE urls.url = j.key
+"""
+
 COUNTS = "SELECT json_group_object(state, n) FROM state_counts"
 
 # ?1 is a JSON object {state: n}.
@@ -138,7 +152,8 @@ LAST_ROW = "SELECT rowid, seq FROM urls ORDER BY rowid DESC LIMIT 1"
 # (json_group_array: one row, however many URLs).  Each host's rows come from its queue in claim
 # order (the IN list is sorted by rowid, so claim() puts them back in order).
 CLAIM_ROWS = """
-SELECT json_group_array(json_array(u.rowid, u.url, u.depth, u.priority, u.attempts + 1, u.parent, u.seq, hosts.origin))
+SELECT json_group_array(json_array(u.rowid, u.url, u.depth, u.priority, u.attempts + 1, u.parent, u.seq, hosts.origin,
+                                   u.lastmod))
 FROM json_each(?2) AS h JOIN hosts ON hosts.origin = h.value JOIN urls AS u ON u.rowid IN (
     SELECT rowid FROM urls
     WHERE host_id = hosts.id AND state = 'waiting' AND next_attempt_at <= ?1 AND depth <= ?3
@@ -244,7 +259,7 @@ WHERE true ON CONFLICT (state) DO NOTHING;
 """
 
 # Each version's additions, by the version they make.
-_ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3}
+_ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3, 4: _SCHEMA_4}
 
 
 def create_or_upgrade(conn: sqlite3.Connection, path: str, clock: Callable[[], float]) -> None:

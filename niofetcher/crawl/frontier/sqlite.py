@@ -84,6 +84,7 @@ from .base import (
     check_checkpoint,
     check_int,
     check_time,
+    normal_lastmods,
     processing_key,
     retry_delay,
 )
@@ -107,6 +108,7 @@ from .schema import (
     RETRY,
     SAVE_CHECKPOINT,
     SCHEMA_VERSION,
+    SET_LASTMODS,
     STORE_COUNTS,
     create_or_upgrade,
 )
@@ -294,8 +296,14 @@ class Frontier(Transactions):
         check_int("priority", priority)
         return self.add_many((url, depth, parent, priority) for url in urls)
 
-    def add_many(self, entries: Iterable[tuple[str, int, str | None, int]]) -> int:
+    def add_many(
+        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None
+    ) -> int:
         """Add ``(url, depth, parent, priority)`` entries, like :meth:`add`, in one transaction.
+
+        ``lastmods`` gives some of these URLs the ``<lastmod>`` a sitemap listed them with, as
+        written there: stored with each, new or known (replacing what an earlier listing said),
+        and handed back with its claims (:attr:`FrontierURL.lastmod`).
 
         Returns:
             How many URLs were new.
@@ -331,14 +339,18 @@ class Frontier(Transactions):
                 if hosts.get(host, priority - 1) < priority:
                     hosts[host] = priority
                 seq += 1
-            if not rows:
+            dated = normal_lastmods(lastmods) if lastmods else None
+            if not rows and not dated:
                 return 0
             self._begin(conn)
             queues = self._queues
             fresh = [host for host in hosts if host not in queues]
             if fresh:  # a host in line or parked has its row already
                 conn.execute(INSERT_HOSTS, (json.dumps(fresh),))
-            conn.execute(INSERT, (now, json.dumps(rows)))
+            if rows:
+                conn.execute(INSERT, (now, json.dumps(rows)))
+            if dated:
+                conn.execute(SET_LASTMODS, (json.dumps(dated),))
             # The new rows got the rowids after the largest one (SQLite's way, short of 2**63
             # rows), so the largest rowid now tells how many were new: the row count cannot,
             # it counts the known URLs whose depth went down too.
@@ -388,8 +400,8 @@ class Frontier(Transactions):
             if rows:  # with the outcomes still pending; a claim of nothing leaves them to their batch
                 self._commit(conn)
         return [
-            FrontierURL(url, depth, priority, attempts, parent)
-            for _rowid, url, depth, priority, attempts, parent, _seq, _host in rows
+            FrontierURL(url, depth, priority, attempts, parent, lastmod)
+            for _rowid, url, depth, priority, attempts, parent, _seq, _host, lastmod in rows
         ]
 
     def complete(self, url: str, status: int | None) -> None:
