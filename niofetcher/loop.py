@@ -121,9 +121,12 @@ class Loop:
             if len(events) > EVENT_BATCH:
                 # Every idle handler's event (a kept-alive connection's EOF or stray bytes) in the first
                 # batch: the scheduler runs between batches and would hand such a connection a request.
-                idle = [event for event in events if getattr(event[0].data, "idle", False)]
+                idle: list[tuple[selectors.SelectorKey, int]] = []
+                others: list[tuple[selectors.SelectorKey, int]] = []
+                for event in events:  # one pass, once a select() gave more than a batch
+                    (idle if getattr(event[0].data, "idle", False) else others).append(event)
                 if idle:
-                    events = idle + [event for event in events if not getattr(event[0].data, "idle", False)]
+                    events = idle + others
                     batch += len(idle)
                 waiting.update(id(key.data) for key, _ in events[batch:])
         if len(events) > batch:

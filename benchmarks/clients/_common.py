@@ -29,8 +29,10 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 #: Every client waits at most this long for one response (a stuck client is killed by compare.py anyway).
 TIMEOUT = 60.0
@@ -65,6 +67,22 @@ def parse_args(description: str, argv: list[str] | None = None,
     if args.total < 1 or args.per_host < 1:
         parser.error("--total and --per-host must be >= 1")
     return args
+
+
+
+def parse_loop_args(description: str) -> argparse.Namespace:
+    """parse_args plus ``--loop asyncio|uvloop``: the arguments of a client run on an asyncio loop."""
+    return parse_args(description, extra=lambda p: p.add_argument(
+        "--loop", choices=("asyncio", "uvloop"), default="asyncio"))
+
+
+def run_on_loop(loop: str, coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coroutine`` to its end on asyncio's own event loop or on uvloop's (``--loop``)."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(coroutine)
+    return asyncio.run(coroutine)
 
 
 def load_job(path: str) -> list[tuple[str, int]]:

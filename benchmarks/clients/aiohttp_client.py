@@ -7,7 +7,6 @@ tasks (as many as the total connections) pulling URLs from one queue.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import importlib.metadata
 
@@ -39,8 +38,7 @@ async def fetch_all(jobs: list[tuple[str, int]], total: int, per_host: int, tall
 
 
 def main() -> None:
-    args = _common.parse_args(__doc__, extra=lambda p: p.add_argument(
-        "--loop", choices=("asyncio", "uvloop"), default="asyncio"))
+    args = _common.parse_loop_args(__doc__)
     _common.raise_nofile()
     jobs = _common.load_job(args.urls)
     import aiohttp
@@ -48,15 +46,10 @@ def main() -> None:
     tally = _common.Tally()
     meter = _common.Meter(args.deadline)
     name = "aiohttp+uvloop" if args.loop == "uvloop" else "aiohttp"
-    coroutine = fetch_all(jobs, args.total, args.per_host, tally, meter, name)
+    _common.run_on_loop(args.loop, fetch_all(jobs, args.total, args.per_host, tally, meter, name))
+    versions = {"version": aiohttp.__version__}
     if args.loop == "uvloop":
-        import uvloop
-
-        uvloop.run(coroutine)
-        versions = {"version": aiohttp.__version__, "uvloop": importlib.metadata.version("uvloop")}
-    else:
-        asyncio.run(coroutine)
-        versions = {"version": aiohttp.__version__}
+        versions["uvloop"] = importlib.metadata.version("uvloop")
     _common.report(name, len(jobs), tally, meter, **versions)
 
 

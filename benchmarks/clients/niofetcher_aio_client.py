@@ -8,7 +8,6 @@ loop and a new fetch() to come back.  --loop uvloop runs the same code on uvloop
 
 from __future__ import annotations
 
-import asyncio
 import collections
 
 import _common
@@ -41,8 +40,7 @@ async def fetch_all(jobs: list[tuple[str, int]], total: int, per_host: int, tall
 
 
 def main() -> None:
-    args = _common.parse_args(__doc__, extra=lambda p: p.add_argument(
-        "--loop", choices=("asyncio", "uvloop"), default="asyncio"))
+    args = _common.parse_loop_args(__doc__)
     _common.raise_nofile()
     jobs = _common.load_job(args.urls)
     from niofetcher import __version__
@@ -50,13 +48,7 @@ def main() -> None:
     tally = _common.Tally()
     meter = _common.Meter(args.deadline)
     name = "niofetcher-asyncio+uvloop" if args.loop == "uvloop" else "niofetcher-asyncio"
-    coroutine = fetch_all(jobs, args.total, args.per_host, tally, meter, name)
-    if args.loop == "uvloop":
-        import uvloop
-
-        opened = uvloop.run(coroutine)
-    else:
-        opened = asyncio.run(coroutine)
+    opened = _common.run_on_loop(args.loop, fetch_all(jobs, args.total, args.per_host, tally, meter, name))
     _common.report(name, len(jobs), tally, meter, version=__version__, connections_opened=opened)
 
 
