@@ -15,19 +15,18 @@ from .base import FrontierError
 
 __all__ = [
     "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "FAILURES", "GIVE_UP", "INSERT", "INSERT_HOSTS",
-    "LOWER_DEPTHS", "MARK_CLAIMED", "MIN_DUE_DEPTH", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
-    "NEXT_SEQ", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_LASTMODS", "STORE_COUNTS", "STORE_NEXT_SEQ", "TOO_DEEP_HOSTS", "TOP_PRIORITIES", "create_or_upgrade",
+    "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
+    "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_LASTMODS", "STORE_COUNTS", "TOO_DEEP_HOSTS", "TOP_PRIORITIES", "create_or_upgrade",
 ]
 
 #: The version of the tables below, kept in ``meta``.  A file of an older
 #: version is upgraded when it is opened (version 1 had no checkpoints table
 #: and claimed in discovery order; version 2 had no per-host queues and
 #: counted the states by reading the whole table; version 3 had no lastmod
-#: column; version 4 numbered the rows in discovery order, not host by host);
-#: a newer one is refused rather than misread.  An older niofetcher refuses
-#: this version in turn, which is the point: it would not keep the hosts, the
-#: counts, the lastmods and the rows' places up to date.
-SCHEMA_VERSION = 5
+#: column); a newer one is refused rather than misread.  An older niofetcher
+#: refuses this version in turn, which is the point: it would not keep the
+#: hosts, the counts and the lastmods up to date.
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE meta (
@@ -66,20 +65,6 @@ CREATE TABLE checkpoints (
 
 """
 
-# The indexes version 3 added (and version 5 makes again).
-_QUEUE_INDEXES = """
--- claim(): each host's waiting rows in claim order (priority, then breadth first, then FIFO),
--- with the due time in the index so that rows not due yet are skipped without reading the table.
-CREATE INDEX urls_host_queue ON urls (host_id, priority DESC, depth, seq, next_attempt_at)
-    WHERE state = 'waiting';
-
--- min_due_depth(): the waiting rows by depth, due time beside it.
-CREATE INDEX urls_depth ON urls (depth, next_attempt_at) WHERE state = 'waiting';
-
--- Opening after a crash: the rows left 'processing', without reading the others.
-CREATE INDEX urls_processing ON urls (host_id) WHERE state = 'processing';
-"""
-
 # What version 3 adds to version 2: the hosts, a host column (added last, so that a new file and
 # an upgraded one have the same columns in the same order), the per-host queues that claim() walks
 # instead of version 2's one queue (urls_claim), and the counts per state.  The upgrade
@@ -93,9 +78,19 @@ CREATE TABLE hosts (
 
 ALTER TABLE urls ADD COLUMN host_id INTEGER REFERENCES hosts (id);
 
--- It replaces the one queue of versions 1 and 2 (urls_claim).
+-- claim(): each host's waiting rows in claim order (priority, then breadth first, then FIFO),
+-- with the due time in the index so that rows not due yet are skipped without reading the table.
+-- It replaces the one queue of versions 1 and 2.
 DROP INDEX IF EXISTS urls_claim;
-""" + _QUEUE_INDEXES + """
+CREATE INDEX urls_host_queue ON urls (host_id, priority DESC, depth, seq, next_attempt_at)
+    WHERE state = 'waiting';
+
+-- min_due_depth(): the waiting rows by depth, due time beside it.
+CREATE INDEX urls_depth ON urls (depth, next_attempt_at) WHERE state = 'waiting';
+
+-- Opening after a crash: the rows left 'processing', without reading the others.
+CREATE INDEX urls_processing ON urls (host_id) WHERE state = 'processing';
+
 -- URLs per state, as the frontier counts them, stored with every commit that changes them, so
 -- that opening the file does not count the rows of urls.  (Triggers would keep them exact for
 -- any writer, but cost 5 us a row: a third of an insert.)
@@ -111,51 +106,6 @@ _SCHEMA_4 = """
 ALTER TABLE urls ADD COLUMN lastmod TEXT;
 """
 
-# What version 5 changes in version 4: the rows' places.  A rowid is (host id << 32) + the row's
-# place in its host (1, 2, ... in discovery order), no longer the discovery order of the whole
-# crawl, so that a host's rows lie side by side in the table: claiming or completing a host's next
-# URLs reads and writes the pages its last ones were on, not a page of its own for each URL (a
-# broad crawl's claims take a URL or two from each of hundreds of hosts).  The table is built
-# anew in that order, with the same columns and indexes; seq, which the last row no longer
-# holds, goes on from meta.  A new file goes through this too, with nothing to copy.
-_SCHEMA_5 = """
-ALTER TABLE urls RENAME TO urls_4;
-DROP INDEX urls_due;
-DROP INDEX urls_host_queue;
-DROP INDEX urls_depth;
-DROP INDEX urls_processing;
-
-CREATE TABLE urls (
-    url             TEXT NOT NULL PRIMARY KEY,   -- normalised (normalize_url): a known URL is never added twice
-    state           TEXT NOT NULL DEFAULT 'waiting'
-                    CHECK (state IN ('waiting', 'processing', 'done', 'error')),
-    attempts        INTEGER NOT NULL DEFAULT 0,  -- claims so far; release() gives one back
-    depth           INTEGER NOT NULL DEFAULT 0,  -- link hops from a seed; seeds are 0
-    priority        INTEGER NOT NULL DEFAULT 0,  -- higher is claimed first
-    parent          TEXT,                        -- the page this URL was found on; NULL for a seed
-    status          INTEGER,                     -- HTTP status of the last attempt; NULL when no response came
-    error           TEXT,                        -- why the last attempt failed; NULL once done
-    discovered_at   REAL NOT NULL,               -- unix time it was added
-    fetched_at      REAL,                        -- unix time the last attempt ended (complete or fail)
-    next_attempt_at REAL,                        -- unix time a waiting URL becomes due; NULL once done or error
-    seq             INTEGER NOT NULL,            -- discovery order: FIFO among equal priorities
-    host_id         INTEGER REFERENCES hosts (id),
-    lastmod         TEXT                         -- a sitemap's <lastmod> of it, as written there
-);
-
-INSERT INTO urls (rowid, url, state, attempts, depth, priority, parent, status, error, discovered_at, fetched_at,
-                  next_attempt_at, seq, host_id, lastmod)
-SELECT (host_id << 32) + row_number() OVER (PARTITION BY host_id ORDER BY seq), url, state, attempts, depth, priority,
-       parent, status, error, discovered_at, fetched_at, next_attempt_at, seq, host_id, lastmod
-FROM urls_4 ORDER BY 1;
-DROP TABLE urls_4;
-
-INSERT INTO meta (key, value) SELECT 'next_seq', coalesce(MAX(seq), 0) + 1 FROM urls;
-
--- next_due(): the earliest due time among waiting rows in one probe.
-CREATE INDEX urls_due ON urls (next_attempt_at) WHERE state = 'waiting';
-""" + _QUEUE_INDEXES
-
 # Statements that take many URLs take them as one JSON array (json_each), so that a whole
 # batch is one sqlite3 call: see "The GIL" in sqlite.py.  json_extract() rather than ->>, which
 # needs SQLite 3.38.
@@ -167,28 +117,18 @@ ON CONFLICT (origin) DO NOTHING
 """
 
 # A fresh URL is due at once: next_attempt_at = discovered_at.  Each element of ?2 is
-# [url, depth, priority, parent, seq, host key] (its host is in hosts: INSERT_HOSTS first), no URL
-# twice; the known ones are left alone (LOWER_DEPTHS first), so the row count is the new rows.
-# Each new row's rowid is its host's place (_URLS_5): after the largest of the host's range, in
-# the order of the array.  The MAX() probes see the table as it was before this statement: a
-# SELECT that reads the table inserted into is run to the end first (into a temporary table).
-# ("WHERE true" tells SQLite that ON CONFLICT is the upsert clause, not a join constraint.)
+# [url, depth, priority, parent, seq, host key] (its host is in hosts: INSERT_HOSTS first).  A
+# known URL found nearer a seed gets the smaller depth and the parent that gave it; otherwise it
+# is left alone.  ("WHERE true" tells SQLite that ON CONFLICT is the upsert clause, not a join
+# constraint.)
 INSERT = """
-INSERT INTO urls (rowid, url, state, depth, priority, parent, discovered_at, next_attempt_at, seq, host_id)
-SELECT coalesce((SELECT MAX(rowid) FROM urls WHERE rowid BETWEEN h.id << 32 AND (h.id << 32) + 4294967295), h.id << 32)
-       + row_number() OVER (PARTITION BY h.id ORDER BY j.key),
-       json_extract(j.value, '$[0]'), 'waiting', json_extract(j.value, '$[1]'), json_extract(j.value, '$[2]'),
-       json_extract(j.value, '$[3]'), ?1, ?1, json_extract(j.value, '$[4]'), h.id
-FROM json_each(?2) AS j JOIN hosts AS h ON h.origin = json_extract(j.value, '$[5]') WHERE true
-ON CONFLICT (url) DO NOTHING
-"""
-
-# The same array, before INSERT: a known URL found nearer a seed gets the smaller depth and the
-# parent that gave it; otherwise it is left alone.
-LOWER_DEPTHS = """
-UPDATE urls SET depth = json_extract(j.value, '$[1]'), parent = json_extract(j.value, '$[3]')
-FROM json_each(?1) AS j
-WHERE urls.url = json_extract(j.value, '$[0]') AND json_extract(j.value, '$[1]') < urls.depth
+INSERT INTO urls (url, state, depth, priority, parent, discovered_at, next_attempt_at, seq, host_id)
+SELECT json_extract(value, '$[0]'), 'waiting', json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+       json_extract(value, '$[3]'), ?1, ?1, json_extract(value, '$[4]'),
+       (SELECT id FROM hosts WHERE origin = json_extract(value, '$[5]'))
+FROM json_each(?2) WHERE true
+ON CONFLICT (url) DO UPDATE SET depth = excluded.depth, parent = excluded.parent
+WHERE excluded.depth < urls.depth
 """
 
 # A sitemap's <lastmod> of its URLs: ?1 is a JSON object {url: lastmod}, the URLs stored already
@@ -203,10 +143,9 @@ COUNTS = "SELECT json_group_object(state, n) FROM state_counts"
 # ?1 is a JSON object {state: n}.
 STORE_COUNTS = "UPDATE state_counts SET n = json_extract(?1, '$.' || state)"
 
-# Where seq goes on, stored with every commit that adds URLs (the rows are in host order, so the
-# last seq is nowhere near one probe away).
-NEXT_SEQ = "SELECT value FROM meta WHERE key = 'next_seq'"
-STORE_NEXT_SEQ = "UPDATE meta SET value = ?1 WHERE key = 'next_seq'"
+# The rows are appended in discovery order (rowids after the largest), so the last row holds the
+# last seq and the largest rowid: one probe each, however big the table.
+LAST_ROW = "SELECT rowid, seq FROM urls ORDER BY rowid DESC LIMIT 1"
 
 # claim() asks the hosts of ?2 (a JSON array of host keys) for the waiting rows due at ?1, no
 # deeper than ?3, after the first ?5 of each host's queue: ?4 of each, in one result row
@@ -320,7 +259,7 @@ WHERE true ON CONFLICT (state) DO NOTHING;
 """
 
 # Each version's additions, by the version they make.
-_ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3, 4: _SCHEMA_4, 5: _SCHEMA_5}
+_ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3, 4: _SCHEMA_4}
 
 
 def create_or_upgrade(conn: sqlite3.Connection, path: str, clock: Callable[[], float]) -> None:

@@ -100,10 +100,9 @@ from .schema import (
     GIVE_UP,
     INSERT,
     INSERT_HOSTS,
-    LOWER_DEPTHS,
+    LAST_ROW,
     MARK_CLAIMED,
     MIN_DUE_DEPTH,
-    NEXT_SEQ,
     RELEASE,
     RELEASED_HOSTS,
     RETRY,
@@ -111,7 +110,6 @@ from .schema import (
     SCHEMA_VERSION,
     SET_LASTMODS,
     STORE_COUNTS,
-    STORE_NEXT_SEQ,
     create_or_upgrade,
 )
 from .transactions import Transactions
@@ -167,7 +165,8 @@ class Frontier(Transactions):
         self._clock = clock
         self._counts = dict.fromkeys(STATES, 0)
         self._stored_counts = dict(self._counts)  # what state_counts holds
-        self._next_seq = self._stored_seq = 1  # the next URL's seq, and what meta holds
+        self._next_seq = 1
+        self._last_rowid = 0  # the largest rowid in urls: see add_many()
         self._queues = HostQueues()  # every host with a waiting URL, in turn or parked
         self._recent = RecentURLs()  # known links skip the database (recent.py)
         self._owner: OwnerLock | None = None
@@ -234,7 +233,7 @@ class Frontier(Transactions):
             raise
 
     def _reload(self, conn: sqlite3.Connection) -> None:
-        """The counts as stored, where the FIFO sequence goes on, and every host with
+        """The counts as stored, where the FIFO sequence and the rowids go on, and every host with
         a waiting URL in line (a rolled-back claim may have let go of hosts whose URLs wait again)."""
         # The hosts in line afresh, and first, so that a failure below leaves none rather than stale
         # ones: after a rollback a host in line may have lost its row in hosts, and add_many()
@@ -245,8 +244,8 @@ class Frontier(Transactions):
         stored = json.loads(counts)
         self._counts = {state: stored.get(state, 0) for state in STATES}
         self._stored_counts = dict(self._counts)
-        (seq,) = conn.execute(NEXT_SEQ).fetchone()
-        self._next_seq = self._stored_seq = int(seq)
+        last = conn.execute(LAST_ROW).fetchone()
+        self._last_rowid, self._next_seq = (last[0], last[1] + 1) if last is not None else (0, 1)
         self._queues.line_up(conn)
 
     def _mark_claimed(self, conn: sqlite3.Connection, rows: list[Row]) -> None:
@@ -261,13 +260,10 @@ class Frontier(Transactions):
         self._move("processing", "waiting", conn.execute(RELEASE, (json.dumps(keys),)).rowcount)
 
     def _before_commit(self, conn: sqlite3.Connection) -> None:
-        """The counts and the next seq go into the commit that makes them true."""
+        """The counts go into the commit that makes them true."""
         if self._counts != self._stored_counts:
             conn.execute(STORE_COUNTS, (json.dumps(self._counts),))
             self._stored_counts = dict(self._counts)
-        if self._next_seq != self._stored_seq:
-            conn.execute(STORE_NEXT_SEQ, (self._next_seq,))
-            self._stored_seq = self._next_seq
 
     def _move(self, old: str, new: str, n: int = 1) -> None:
         self._counts[old] -= n
@@ -313,7 +309,7 @@ class Frontier(Transactions):
             How many URLs were new.
         """
         parents: dict[str | None, str | None] = {None: None}
-        rows: dict[str, tuple[str, int, int, str | None, int, str]] = {}  # each URL once
+        rows = []
         hosts: dict[str, int] = {}  # the hosts of these URLs, and the highest priority of each
         checked: tuple[object, object] = (None, None)
         recent = self._recent
@@ -339,14 +335,10 @@ class Frontier(Transactions):
                     except (TypeError, ValueError):
                         parents[parent] = parent
                 host = host_key(key)
-                twice = rows.get(key)
-                if twice is None:
-                    rows[key] = (key, depth, priority, parents[parent], seq, host)
-                    seq += 1
-                elif depth < twice[1]:  # found nearer further down the batch: as if added after
-                    rows[key] = (key, depth, twice[2], parents[parent], twice[4], host)
+                rows.append((key, depth, priority, parents[parent], seq, host))
                 if hosts.get(host, priority - 1) < priority:
                     hosts[host] = priority
+                seq += 1
             dated = normal_lastmods(lastmods) if lastmods else None
             if not rows and not dated:
                 return 0
@@ -355,18 +347,22 @@ class Frontier(Transactions):
             fresh = [host for host in hosts if host not in queues]
             if fresh:  # a host in line or parked has its row already
                 conn.execute(INSERT_HOSTS, (json.dumps(fresh),))
-            added = 0
             if rows:
-                listed = json.dumps(list(rows.values()))
-                conn.execute(LOWER_DEPTHS, (listed,))
-                added = conn.execute(INSERT, (now, listed)).rowcount
+                conn.execute(INSERT, (now, json.dumps(rows)))
             if dated:
                 conn.execute(SET_LASTMODS, (json.dumps(dated),))
+            # The new rows got the rowids after the largest one (SQLite's way, short of 2**63
+            # rows), so the largest rowid now tells how many were new: the row count cannot,
+            # it counts the known URLs whose depth went down too.
+            (last,) = conn.execute("SELECT MAX(rowid) FROM urls").fetchone()
+            added = (last or 0) - self._last_rowid
+            self._last_rowid = last or 0
             self._counts["waiting"] += added
-            self._next_seq = seq  # known URLs leave gaps in seq; only the order matters
             self._commit(conn)
-            for key, depth, *_ in rows.values():
-                recent.added(key, depth)
+            for row in rows:
+                recent.added(row[0], row[1])
+            # Known URLs leave gaps in seq; only the order matters.
+            self._next_seq = seq
             # Every host of the batch, whether its URLs were new or not: a host in line with
             # nothing waiting costs one look when its turn comes, a host left out would be lost.
             for host, top in hosts.items():
