@@ -486,6 +486,28 @@ def test_retry_after_is_honoured(frontier: Frontier, clock: FakeClock) -> None:
 
 
 @pytest.mark.timeout(30)
+def test_next_due_is_the_earliest_of_every_depth(frontier: Frontier, clock: FakeClock) -> None:
+    """No index by due time (schema 5): the earliest due time is looked up depth by depth."""
+    frontier.add(["http://a.test/"])
+    frontier.add(["http://a.test/1", "http://b.test/1"], depth=1)
+    frontier.add(["http://a.test/3"], depth=3)
+    seed, one, other = frontier.claim(3)
+    assert (seed.depth, one.depth, other.depth) == (0, 1, 1)
+    frontier.fail(seed.url, "reset", retry_after=50.0)
+    frontier.fail(one.url, "reset", retry_after=30.0)
+    assert frontier.next_due() == clock.now  # depth 3's, found at once
+    frontier.claim(5)
+    frontier.complete("http://a.test/3", 200)
+    frontier.fail(other.url, "reset", retry_after=40.0)
+    assert frontier.next_due() == clock.now + 30.0  # depth 1's, earlier than depth 0's
+    clock.advance(30.0)
+    frontier.complete(frontier.claim(5)[0].url, 200)
+    assert frontier.next_due() == clock.now + 10.0
+    plan = " ".join(str(row[3]) for row in frontier._conn.execute("EXPLAIN QUERY PLAN " + schema.NEXT_DUE))
+    assert "urls_depth" in plan and "SCAN urls" not in plan
+
+
+@pytest.mark.timeout(30)
 def test_retries_end_in_error_after_max_attempts(frontier: Frontier, db: Path, clock: FakeClock) -> None:
     frontier.add(["http://a.test/down"])
     outcomes = []
@@ -667,6 +689,29 @@ def test_a_version_3_file_gets_a_null_lastmod_for_every_row(tmp_path: Path, monk
     fresh = tmp_path / "fresh.db"
     Frontier(fresh).close()
     assert table_shape(db) == table_shape(fresh)
+
+
+@pytest.mark.timeout(30)
+def test_a_version_4_file_loses_its_index_by_due_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "old.db"
+    make_old_file(db, 2)
+    with monkeypatch.context() as patch:  # a file as version 4 wrote it
+        patch.setattr(schema, "SCHEMA_VERSION", 4)
+        Frontier(db).close()
+    assert read_rows(db, "SELECT name FROM sqlite_master WHERE name = 'urls_due'") == [("urls_due",)]
+    rows = "SELECT * FROM urls ORDER BY url"
+    kept = read_rows(db, rows)
+    with Frontier(db) as frontier:  # the upgrade
+        assert frontier.next_due() == 1.0
+        assert frontier.counts() == {"waiting": 4, "processing": 0, "done": 1, "error": 1}
+    assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert len(kept) == 6 and read_rows(db, rows) == kept
+    assert not read_rows(db, "SELECT name FROM sqlite_master WHERE name = 'urls_due'")
+    fresh = tmp_path / "fresh.db"
+    Frontier(fresh).close()
+    assert table_shape(db) == table_shape(fresh)
+    # A new file has pages of 1 KiB; an older one keeps its own.
+    assert read_rows(fresh, "PRAGMA page_size") == [(1024,)] and read_rows(db, "PRAGMA page_size") == [(4096,)]
 
 
 @pytest.mark.timeout(30)

@@ -15,7 +15,7 @@ from .base import FrontierError
 
 __all__ = [
     "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "FAILURES", "GIVE_UP", "INSERT", "INSERT_HOSTS",
-    "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
+    "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
     "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_LASTMODS", "STORE_COUNTS", "TOO_DEEP_HOSTS", "TOP_PRIORITIES", "create_or_upgrade",
 ]
 
@@ -23,10 +23,11 @@ __all__ = [
 #: version is upgraded when it is opened (version 1 had no checkpoints table
 #: and claimed in discovery order; version 2 had no per-host queues and
 #: counted the states by reading the whole table; version 3 had no lastmod
-#: column); a newer one is refused rather than misread.  An older niofetcher
-#: refuses this version in turn, which is the point: it would not keep the
-#: hosts, the counts and the lastmods up to date.
-SCHEMA_VERSION = 4
+#: column; version 4 kept an index of the waiting rows by due time); a newer
+#: one is refused rather than misread.  An older niofetcher refuses this
+#: version in turn, which is the point: it would not keep the hosts, the
+#: counts and the lastmods up to date, nor find the next due time.
+SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE meta (
@@ -50,7 +51,7 @@ CREATE TABLE urls (
     seq             INTEGER NOT NULL             -- discovery order: FIFO among equal priorities
 );
 
--- next_due(): the earliest due time among waiting rows in one probe.
+-- next_due(): the earliest due time among waiting rows in one probe (version 5 drops it).
 CREATE INDEX urls_due ON urls (next_attempt_at) WHERE state = 'waiting';
 """
 
@@ -104,6 +105,14 @@ CREATE TABLE state_counts (
 # for a URL no sitemap dated), so that a resumed run still has it.  Added last, as host_id was.
 _SCHEMA_4 = """
 ALTER TABLE urls ADD COLUMN lastmod TEXT;
+"""
+
+# What version 5 changes in version 4: no index of the waiting rows by due time.  Every claim
+# took its rows out of it, far apart (a URL's due time is when it was found), so that it wrote
+# about a page of it for every URL claimed, and every URL added or retried went in; next_due()
+# finds the earliest due time through urls_depth instead (NEXT_DUE), a probe or two per depth.
+_SCHEMA_5 = """
+DROP INDEX IF EXISTS urls_due;
 """
 
 # Statements that take many URLs take them as one JSON array (json_each), so that a whole
@@ -200,6 +209,19 @@ FROM json_each(?1) AS j JOIN urls ON urls.url = j.value JOIN hosts ON hosts.id =
 WHERE urls.state = 'processing'
 """
 
+# next_due(): the earliest due time of the waiting rows of each depth (urls_depth puts them first),
+# the depths walked one probe each, from the smallest.
+NEXT_DUE = """
+WITH RECURSIVE layers (depth) AS (
+    SELECT MIN(depth) FROM urls WHERE state = 'waiting'
+    UNION ALL
+    SELECT (SELECT MIN(depth) FROM urls WHERE state = 'waiting' AND depth > layers.depth) FROM layers
+    WHERE layers.depth IS NOT NULL
+)
+SELECT MIN((SELECT MIN(next_attempt_at) FROM urls WHERE state = 'waiting' AND depth = layers.depth))
+FROM layers WHERE layers.depth IS NOT NULL
+"""
+
 MIN_DUE_DEPTH = "SELECT depth FROM urls WHERE state = 'waiting' AND next_attempt_at <= ?1 ORDER BY depth LIMIT 1"
 
 # The first ?2 URLs that ended in 'error' at or after ?1, with why (docs/crawler.md shows the same query).
@@ -259,7 +281,7 @@ WHERE true ON CONFLICT (state) DO NOTHING;
 """
 
 # Each version's additions, by the version they make.
-_ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3, 4: _SCHEMA_4}
+_ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3, 4: _SCHEMA_4, 5: _SCHEMA_5}
 
 
 def create_or_upgrade(conn: sqlite3.Connection, path: str, clock: Callable[[], float]) -> None:

@@ -103,6 +103,7 @@ from .schema import (
     LAST_ROW,
     MARK_CLAIMED,
     MIN_DUE_DEPTH,
+    NEXT_DUE,
     RELEASE,
     RELEASED_HOSTS,
     RETRY,
@@ -195,6 +196,12 @@ class Frontier(Transactions):
 
     def _open(self, conn: sqlite3.Connection) -> None:
         """Set the file up, check, create or upgrade the schema, recover, and line the hosts up."""
+        # A new file gets pages of 1 KiB, not 4: the frontier's writes are rows and index entries
+        # far apart (a claim spread over hosts, a new URL's place in the url index), a page each,
+        # and every page changed is written twice (log, then file).  Smaller pages write less than
+        # half the bytes for the same rows (measured at 300k URLs, CPU time alike); the upper
+        # levels of the trees are in the cache either way.  A file made before keeps its pages.
+        conn.execute("PRAGMA page_size = 1024")
         # The first statement that reads the file: "file is not a database" comes from here.
         conn.execute("PRAGMA journal_mode = WAL")  # answers 'memory' for :memory:, which is fine
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -205,10 +212,13 @@ class Frontier(Transactions):
         # and completions at 1M URLs, a third faster adds of known ones (measured, runs alternated).
         # Writes still go through the log, so a full disk is still an error, not a signal.
         conn.execute("PRAGMA mmap_size = 4294967296")
-        # Checkpoint the log every 32 MiB rather than SQLite's 4: the pages that every commit
-        # touches (the hosts' queue heads, the in-progress index) go to the file once per
-        # checkpoint, and a checkpoint's fsync is paid a tenth as often (a quarter faster claims).
-        conn.execute("PRAGMA wal_autocheckpoint = 8192")
+        # Checkpoint the log every 64 MiB rather than SQLite's 4 MiB or so (1,000 pages): the
+        # pages that every commit touches (the hosts' queue heads, the in-progress index) go to
+        # the file once per checkpoint, and a checkpoint's fsync is paid a sixteenth as often
+        # (32 MiB made claims a quarter faster than 4; with 1 KiB pages, 64 MiB and no urls_due,
+        # claims write a sixth of the bytes they did, measured at 300k URLs).
+        (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+        conn.execute(f"PRAGMA wal_autocheckpoint = {(64 << 20) // page_size}")
         conn.execute("BEGIN IMMEDIATE")  # two processes opening one new file: one creates, one checks
         try:
             create_or_upgrade(conn, self.path, self._clock)
@@ -590,7 +600,7 @@ class Frontier(Transactions):
         """
         with self._db() as conn:
             self._commit(conn)
-            (due,) = conn.execute("SELECT MIN(next_attempt_at) FROM urls WHERE state = 'waiting'").fetchone()
+            (due,) = conn.execute(NEXT_DUE).fetchone()
             return float(due) if due is not None else None
 
     def failures(self, since: float, limit: int) -> list[tuple[str, str]]:
