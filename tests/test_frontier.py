@@ -486,7 +486,7 @@ def test_retry_after_is_honoured(frontier: Frontier, clock: FakeClock) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_next_due_is_the_earliest_of_every_depth(frontier: Frontier, clock: FakeClock) -> None:
+def test_next_due_is_the_earliest_of_every_depth(frontier: Frontier, db: Path, clock: FakeClock) -> None:
     """No index by due time (schema 5): the earliest due time is looked up depth by depth."""
     frontier.add(["http://a.test/"])
     frontier.add(["http://a.test/1", "http://b.test/1"], depth=1)
@@ -503,7 +503,7 @@ def test_next_due_is_the_earliest_of_every_depth(frontier: Frontier, clock: Fake
     clock.advance(30.0)
     frontier.complete(frontier.claim(5)[0].url, 200)
     assert frontier.next_due() == clock.now + 10.0
-    plan = " ".join(str(row[3]) for row in frontier._conn.execute("EXPLAIN QUERY PLAN " + schema.NEXT_DUE))
+    plan = " ".join(str(row[3]) for row in read_rows(db, "EXPLAIN QUERY PLAN " + schema.NEXT_DUE))
     assert "urls_depth" in plan and "SCAN urls" not in plan
 
 
