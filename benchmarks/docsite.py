@@ -417,7 +417,11 @@ def run_tree(cmd: list[str], cwd: str, timeout: float, wrapper: list[str] | None
 
 
 def judge(served: list[tuple[str | None, int, str]], site: SiteInfo) -> dict[str, Any]:
-    """What the server saw of one run: requests, the site's pages served, others, repeats, connections."""
+    """What the server saw of one run: requests, the site's pages served, others, repeats, connections opened.
+
+    ``connections`` counts the connections the server accepted in the run (nginx's ``$connection``
+    serial numbers; None from http.server, whose log does not say), not how many were open at once.
+    """
     paths = collections.Counter(path for _conn, _status, path in served)
     pages = {path for path in paths if path in site.html_paths}
     connections = {conn for conn, _status, _path in served if conn is not None}
@@ -442,7 +446,7 @@ def run_rounds(server: Server, site: SiteInfo, tmp: str, rounds: int, timeout: f
             print(f"  round {round_no} {client:<16} " + (
                 run["failed"] if "failed" in run and "cpu" not in run else
                 f"{run['wall']:7.2f} s wall {run['cpu']:7.2f} s CPU {run['pages']:5d} pages "
-                f"{run['requests']:5d} requests {run['connections'] or '-'} connections"
+                f"{run['requests']:5d} requests {run['connections'] or '-'} connections opened"
                 + (f"  ({run['failed']})" if "failed" in run else "")), flush=True)
     return runs
 
@@ -545,13 +549,13 @@ def main() -> int:
                 for extractor in ("bs4", "lxml"):
                     profiles.append(profile(server, tmp, extractor, f"{args.profile}-{extractor}.txt", args.timeout))
     summary = summarise(runs, site)
-    print(f"\n{'client':<16} {'wall s':>7} {'CPU s':>7} {'pages':>6} {'requests':>8} {'conns':>5}  walls")
+    print(f"\n{'client':<16} {'wall s':>7} {'CPU s':>7} {'pages':>6} {'requests':>8} {'opened':>6}  walls")
     for client, row in summary.items():
         if not row["runs"]:
             print(f"{client:<16} no run finished")
             continue
         print(f"{client:<16} {row['wall']:7.2f} {row['cpu']:7.2f} {row['pages']:6.0f} {row['requests']:8.0f} "
-              f"{row['connections'] or '-':>5}  {row['walls']}{'' if row['complete'] else '  INCOMPLETE'}")
+              f"{row['connections'] or '-':>6}  {row['walls']}{'' if row['complete'] else '  INCOMPLETE'}")
     wget = summary["wget"].get("wall")
     for client in CLIENTS[1:]:
         if wget and summary[client].get("wall"):
