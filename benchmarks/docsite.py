@@ -232,9 +232,10 @@ def write_site(folder: str, pages: int, seed: int = 15) -> SiteInfo:
     members = [(doc, member) for doc in docs for member in doc.members] or [(docs[0], docs[0].sections[0])]
     specials = [Doc("index.html", "Welcome", []), Doc("genindex.html", "Index", []),
                 Doc("py-modindex.html", "Python Module Index", []), Doc("search.html", "Search", [])]
+    everything = [*specials, *docs]
     sidebars: dict[str, str] = {}
     written: dict[str, str] = {}
-    for i, doc in enumerate([*specials, *docs]):
+    for i, doc in enumerate(everything):
         folder_of = posixpath.dirname(doc.path)
 
         def rel(path: str, folder_of: str = folder_of) -> str:
@@ -260,7 +261,6 @@ def write_site(folder: str, pages: int, seed: int = 15) -> SiteInfo:
                     '<script src="searchindex.js" defer></script>')
         else:
             body = _body(doc, rel, folder_of, docs, members, rng)
-        everything = [*specials, *docs]
         prev = everything[i - 1] if i > 0 else None
         nxt = everything[i + 1] if i + 1 < len(everything) else None
         written[doc.path] = (_head(doc, rel, prev, nxt) + sidebars[folder_of] + body
