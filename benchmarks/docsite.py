@@ -120,8 +120,8 @@ def plan(pages: int, rng: random.Random) -> list[Doc]:
     return docs
 
 
-def _sidebar(folder: str, docs: list[Doc]) -> str:
-    """The global toctree as a page of ``folder`` links it: every page, and each of its sections."""
+def _sidebar(folder: str, docs: list[Doc], depth: int) -> str:
+    """The global toctree as a page of ``folder`` links it: every page, and (``depth`` 2) each of its sections."""
 
     def rel(path: str) -> str:
         return posixpath.relpath(path, folder or ".")
@@ -133,7 +133,7 @@ def _sidebar(folder: str, docs: list[Doc]) -> str:
         href = rel(doc.path)
         parts.append(f'<li class="toctree-l1"><a class="reference internal" href="{href}">{doc.title}</a><ul>')
         parts += [f'<li class="toctree-l2"><a class="reference internal" href="{href}#{s}">{s.replace("-", " ")}'
-                  '</a></li>' for s in doc.sections]
+                  '</a></li>' for s in doc.sections[: len(doc.sections) * (depth - 1)]]
         parts.append("</ul></li>")
     parts.append(f'</ul><form class="search" action="{rel("search.html")}" method="get">'
                  '<input type="text" name="q"><input type="submit" value="Go"></form></div></div>')
@@ -214,14 +214,15 @@ def _body(doc: Doc, rel: Callable[[str], str], folder: str, docs: list[Doc], mem
     return "".join(parts)
 
 
-def write_site(folder: str, pages: int, seed: int = 15) -> SiteInfo:
+def write_site(folder: str, pages: int, toc_depth: int = 2, seed: int = 15) -> SiteInfo:
     """Write a Sphinx-like documentation site of ``pages`` HTML pages into ``folder``.
 
     Guides, tutorials and API modules (``api/pkgP/modM.html``, documented objects with
     ``id``s and permalinks); ``index.html`` (the toctree in its body), ``genindex.html``
     (a link to every object), ``py-modindex.html``, ``search.html``. Every page has the
     head of a Sphinx page (stylesheets, scripts, ``rel`` links), a relation bar, the
-    global toctree as a sidebar (every page and its sections: ``../../guide/guide3.html#usage-7``),
+    global toctree as a sidebar (every page and, ``toc_depth=2``, its sections:
+    ``../../guide/guide3.html#usage-7``; 1: the pages alone, as themes with titles-only toctrees),
     prose with cross references (``../pkg2/mod5.html#pkg2.mod5.Class1.meth3``, a few
     as ``./mod4.html#...``), highlighted code, a rel="nofollow" "Show Source" link to
     ``_sources/``; some guides link images. Plus ``robots.txt`` (allows all), the
@@ -242,7 +243,7 @@ def write_site(folder: str, pages: int, seed: int = 15) -> SiteInfo:
             return posixpath.relpath(path, folder_of or ".")
 
         if folder_of not in sidebars:
-            sidebars[folder_of] = _sidebar(folder_of, docs)
+            sidebars[folder_of] = _sidebar(folder_of, docs, toc_depth)
         if doc.path == "index.html":
             body = '<div class="body"><div class="toctree-wrapper compound"><ul>' + "".join(
                 f'<li class="toctree-l1"><a class="reference internal" href="{d.path}">{d.title}</a></li>'
@@ -526,6 +527,8 @@ def print_profile(prof: dict[str, Any]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pages", type=int, default=530, help="HTML pages of the site (default 530)")
+    ap.add_argument("--toc-depth", type=int, choices=(1, 2), default=2,
+                    help="the sidebar lists every page and its sections (2, default), or the pages alone (1)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every client, alternated (default 3)")
     ap.add_argument("--server", choices=("auto", "nginx", "http.server"), default="auto",
                     help="what serves the site (default: nginx when there is one)")
@@ -538,7 +541,7 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="docsite-") as tmp:
         site_dir = os.path.join(tmp, "site")
-        site = write_site(site_dir, args.pages)
+        site = write_site(site_dir, args.pages, args.toc_depth)
         with serve(args.server, site_dir, tmp) as server:
             print(f"site: {len(site.html_paths)} HTML pages, {site.html_bytes / len(site.html_paths) / 1e3:.0f} KB "
                   f"and {site.links_per_page:,.0f} links a page ({site.fragment_share:.0%} with a fragment), "
