@@ -3,6 +3,8 @@
     python benchmarks/docsite.py                         # ~530 pages, 3 rounds, both extractors
     python benchmarks/docsite.py --pages 200 --rounds 1 --json figures.json
     python benchmarks/docsite.py --profile prof          # also: one crawl per extractor under py-spy
+    python benchmarks/docsite.py --toc-depth 1           # a sidebar of the pages alone: ~670 links a page
+    python benchmarks/docsite.py --rounds 0 --profile p  # the profiles alone
 
 Issue 15's last target: a crawl of a documentation site of a few hundred pages
 with 4 connections faster than a sequential wget of the same site on this
