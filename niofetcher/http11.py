@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover - an h11 without it: validate per reques
     _h11_validate = None
 
 _NEED_DATA = h11.NEED_DATA
+_DONE = h11.DONE
 _Response = h11.Response
 _Data = h11.Data
 _EndOfMessage = h11.EndOfMessage
@@ -161,7 +162,8 @@ class ClientHTTP11:
                         raise FetchFailure(ErrorKind.CONNECTION_CLOSED, "peer closed before the response ended")
                     return False
                 elif kind is _Response:
-                    self._check_head_size(event)  # type: ignore[arg-type]
+                    if self._received > self._max_head:  # else every byte so far fits: no call to make
+                        self._check_head_size(event)  # type: ignore[arg-type]
                     self._on_head(event)  # type: ignore[arg-type]
                 elif kind is _EndOfMessage:
                     buffer = self._body
@@ -240,7 +242,7 @@ class ClientHTTP11:
     def next_cycle(self) -> bool:
         """After a complete response: True (and ready for the next request) if the connection may be reused."""
         conn = self._h11
-        if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+        if conn.our_state is not _DONE or conn.their_state is not _DONE:
             return False
         if conn.trailing_data[0]:
             # Bytes past the end of the response: whatever they are, they must
