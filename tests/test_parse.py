@@ -493,6 +493,8 @@ def test_deep_nesting(extractor: str) -> None:
     assert parse(body, extractor).links == ["https://example.org/deep", "https://example.org/after"]
     body = b"<font>" * 5000 + b"<a href='/in-font'>f</a>"
     assert parse(body, extractor).links == ["https://example.org/in-font"]
+    # The lxml extractor's parser is reused, page after page: a page too deep leaves nothing behind.
+    assert parse(b"<p><a href='/next'>n</a>", extractor).links == ["https://example.org/next"]
 
 
 @pytest.mark.timeout(60)

@@ -137,6 +137,7 @@ instead of urljoin.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -300,11 +301,14 @@ def _finish(harvest: Harvest, base_url: str) -> PageLinks:
         against = absolute_url(harvest.base, against) or against
     absolute = LinkResolver(against).resolve
     # Each raw value resolved once, in order; None where it leads to no http(s) URL.
-    links = [(absolute(raw), nofollow) for raw, nofollow in harvest.links]
-    areas = [(absolute(raw), nofollow) for raw, nofollow in harvest.areas]
-    nofollow = {url for url, no in itertools.chain(links, areas) if no and url is not None}
-    if nofollow:  # rarely: most pages say nofollow nowhere
-        nofollow -= {url for url, no in itertools.chain(links, areas) if not no}
+    links = list(map(absolute, harvest.links))
+    areas = list(map(absolute, harvest.areas))
+    nofollow = _NO_DIRECTIVES
+    if harvest.nofollow:  # rarely: most pages say nofollow nowhere
+        # A URL carried nofollow everywhere when all its occurrences among links and areas did.
+        marked = Counter(map(absolute, harvest.nofollow))
+        seen = Counter(url for url in itertools.chain(links, areas) if url in marked)
+        nofollow = frozenset(url for url, count in marked.items() if url is not None and seen[url] == count)
 
     forms: list[Form] = []
     for action_raw, method_raw, fields in harvest.forms:
@@ -315,14 +319,14 @@ def _finish(harvest: Harvest, base_url: str) -> PageLinks:
         forms.append(Form(action, method if method == "POST" else "GET", tuple(fields)))
 
     return PageLinks(
-        links=_unique(url for url, _ in links),
+        links=_unique(links),
         images=_unique(map(absolute, harvest.images)),
-        areas=_unique(url for url, _ in areas),
+        areas=_unique(areas),
         frames=_unique(map(absolute, harvest.frames)),
         forms=forms,
         tables=harvest.tables,
         title=harvest.title or None,
-        nofollow=frozenset(nofollow),
+        nofollow=nofollow,
         robots=robots_directives(harvest.robots) if harvest.robots else _NO_DIRECTIVES,
         canonical=absolute(harvest.canonical) if harvest.canonical is not None else None,
     )
@@ -333,4 +337,4 @@ def _unique(urls: Iterable[str | None]) -> list[str]:
     return list(filter(None, dict.fromkeys(urls)))  # a URL is never ""
 
 
-_NO_DIRECTIVES: frozenset[str] = frozenset()
+_NO_DIRECTIVES: frozenset[str] = frozenset()  # and no nofollow URLs
