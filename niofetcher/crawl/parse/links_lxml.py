@@ -1,4 +1,4 @@
-"""The ``lxml`` extractor: one C-level ``iter()`` over the tags we want in an ``lxml.etree`` tree.
+"""The ``lxml`` extractor: C-level ``iter()`` walks over the tags we want in an ``lxml.etree`` tree.
 
 About eight times faster than ``links_bs4`` on the same libxml2 parser: it
 never builds a Python object for an element it does not read.  libxml2
