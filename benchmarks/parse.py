@@ -52,6 +52,7 @@ from lxml import etree
 
 from niofetcher.crawl.parse import _HARVESTERS, EXTRACTORS, _finish, extract
 from niofetcher.crawl.parse.harvest import Harvest
+from niofetcher.crawl.parse.links_lxml import _parser
 from niofetcher.crawl.parsing import ParseInput, parse_pages
 from niofetcher.crawl.policy import LinkScope
 from niofetcher.crawl.workers import ParseProcessPool
@@ -168,7 +169,7 @@ def main() -> int:
     if args.floor:
         walls, cpus = measure(
             pages,
-            lambda name, body: etree.fromstring(body, etree.HTMLParser(encoding="utf-8", huge_tree=True)),
+            lambda name, body: etree.fromstring(body, _parser()),
             args.repeat,
         )
         report("libxml2 parse alone", walls, cpus, total_bytes)

@@ -581,11 +581,11 @@ class LinkResolver:
         cut = href.find("#")
         if cut >= 0:
             href = href[: cut + 1]
-        try:
-            return self._cache[href]
-        except KeyError:
-            url = self._cache[href] = absolute_url(href, self.base)
-            return url
+        cache = self._cache
+        if href in cache:  # not try/except KeyError: on real pages most hrefs are distinct, and a raise costs
+            return cache[href]
+        url = cache[href] = absolute_url(href, self.base)
+        return url
 
 
 def _absolute_general(href: str, base: str) -> str | None:

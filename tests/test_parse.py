@@ -284,6 +284,19 @@ def test_nofollow_reported(extractor: str) -> None:
     assert "https://example.org/both" in page.links
 
 
+@pytest.mark.timeout(10)
+def test_nofollow_is_by_url_not_by_href(extractor: str) -> None:
+    """Occurrences count by the URL they lead to: another href of the same URL, or an area, counts too."""
+    page = parse(
+        b'<a href="/x#a" rel="nofollow">1</a><a href="/x#b" rel="nofollow">2</a><a href="https://example.org/x">3</a>'
+        b'<a href="/y" rel="nofollow">1</a><a href="/y#top" rel="nofollow">2</a>'
+        b'<a href="/z" rel="nofollow">z</a><map><area href="/z"><area href="/w" rel="nofollow"></map>'
+        b'<a href="/w#w" rel="nofollow">w</a><a href="javascript:x" rel="nofollow">j</a>',
+        extractor,
+    )
+    assert page.nofollow == frozenset({"https://example.org/y", "https://example.org/w"})
+
+
 # -- forms ---------------------------------------------------------------------
 
 
@@ -493,6 +506,8 @@ def test_deep_nesting(extractor: str) -> None:
     assert parse(body, extractor).links == ["https://example.org/deep", "https://example.org/after"]
     body = b"<font>" * 5000 + b"<a href='/in-font'>f</a>"
     assert parse(body, extractor).links == ["https://example.org/in-font"]
+    # The lxml extractor's parser is reused, page after page: a page too deep leaves nothing behind.
+    assert parse(b"<p><a href='/next'>n</a>", extractor).links == ["https://example.org/next"]
 
 
 @pytest.mark.timeout(60)

@@ -131,7 +131,7 @@ def test_extract_agrees_with_the_old_path(extractor: str, base_href: str | None)
     # What libxml2 hands over as the value (it normalises nothing but the entities back).
     harvest = Harvest()
     _HARVESTERS[extractor](body.encode(), harvest, True)
-    expected = [url for url in (general(raw, against) for raw, _ in harvest.links) if url is not None]
+    expected = [url for url in (general(raw, against) for raw in harvest.links) if url is not None]
     assert extract(body, page, extractor=extractor).links == list(dict.fromkeys(expected))
 
 
@@ -146,7 +146,7 @@ def test_every_href_of_the_corpus(extractor: str) -> None:
         harvest = Harvest()
         if data is not None:
             _HARVESTERS[extractor](data, harvest, False)
-        raws = [raw for raw, _ in harvest.links + harvest.areas] + harvest.images + harvest.frames
+        raws = [raw for raw in harvest.links + harvest.areas] + harvest.images + harvest.frames
         raws += [action for action, _, _ in harvest.forms if action] + [harvest.canonical or "", harvest.base or ""]
         against = absolute_url(corpus_base(path), "") or ""
         if harvest.base is not None:

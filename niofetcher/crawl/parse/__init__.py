@@ -10,7 +10,7 @@ Theory of operation
 There are two extractors and one contract. ``extractor="bs4"`` (the default)
 is Beautiful Soup over the lxml parser, told by a ``SoupStrainer`` to build
 only the subtrees we read; ``extractor="lxml"`` walks an ``lxml.etree`` tree
-with one C-level ``iter()`` over the tags we want and is about eight times
+with C-level ``iter()`` walks over the tags we want and is about eight times
 faster. Both sit on the same libxml2 HTML parser, so they see the same tree;
 what keeps them from drifting apart is that neither produces a URL. Each one
 only *harvests* raw attribute values, field tuples and cell texts into a
@@ -127,7 +127,12 @@ building Python objects, so the strainer keeps only ``a img area frame
 iframe form table title base meta link`` subtrees (a kept subtree is kept whole, which
 is how a table keeps its rows and a form its fields) and the tree is walked
 once. The lxml extractor never builds a Python object for an element it does
-not read. URLs are resolved by one ``niofetcher.urls.LinkResolver`` a page:
+not read, reuses one parser a thread, and asks libxml2 for no table of ids. Of
+its instructions on the corpus (callgrind, links_only) about three quarters are
+libxml2's parse, a sixth ``_finish`` and the rest the walks: libxml2 only
+tokenizing, with no tree built (a parser target without callbacks), is already
+~40% of lxml extraction, so no change on our side can make it much faster.
+URLs are resolved by one ``niofetcher.urls.LinkResolver`` a page:
 once per distinct href up to its fragment (a documentation page's thousands of
 ``api.html#member`` links are a few hundred URLs), against a base taken apart
 once, by regex fast paths for absolute, root-relative and relative-path hrefs
@@ -137,6 +142,7 @@ instead of urljoin.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -300,11 +306,14 @@ def _finish(harvest: Harvest, base_url: str) -> PageLinks:
         against = absolute_url(harvest.base, against) or against
     absolute = LinkResolver(against).resolve
     # Each raw value resolved once, in order; None where it leads to no http(s) URL.
-    links = [(absolute(raw), nofollow) for raw, nofollow in harvest.links]
-    areas = [(absolute(raw), nofollow) for raw, nofollow in harvest.areas]
-    nofollow = {url for url, no in itertools.chain(links, areas) if no and url is not None}
-    if nofollow:  # rarely: most pages say nofollow nowhere
-        nofollow -= {url for url, no in itertools.chain(links, areas) if not no}
+    links = list(map(absolute, harvest.links))
+    areas = list(map(absolute, harvest.areas))
+    nofollow = _NO_DIRECTIVES
+    if harvest.nofollow:  # rarely: most pages say nofollow nowhere
+        # A URL carried nofollow everywhere when all its occurrences among links and areas did.
+        marked = Counter(map(absolute, harvest.nofollow))
+        seen = Counter(url for url in itertools.chain(links, areas) if url in marked)
+        nofollow = frozenset(url for url, count in marked.items() if url is not None and seen[url] == count)
 
     forms: list[Form] = []
     for action_raw, method_raw, fields in harvest.forms:
@@ -315,14 +324,14 @@ def _finish(harvest: Harvest, base_url: str) -> PageLinks:
         forms.append(Form(action, method if method == "POST" else "GET", tuple(fields)))
 
     return PageLinks(
-        links=_unique(url for url, _ in links),
+        links=_unique(links),
         images=_unique(map(absolute, harvest.images)),
-        areas=_unique(url for url, _ in areas),
+        areas=_unique(areas),
         frames=_unique(map(absolute, harvest.frames)),
         forms=forms,
         tables=harvest.tables,
         title=harvest.title or None,
-        nofollow=frozenset(nofollow),
+        nofollow=nofollow,
         robots=robots_directives(harvest.robots) if harvest.robots else _NO_DIRECTIVES,
         canonical=absolute(harvest.canonical) if harvest.canonical is not None else None,
     )
@@ -333,4 +342,4 @@ def _unique(urls: Iterable[str | None]) -> list[str]:
     return list(filter(None, dict.fromkeys(urls)))  # a URL is never ""
 
 
-_NO_DIRECTIVES: frozenset[str] = frozenset()
+_NO_DIRECTIVES: frozenset[str] = frozenset()  # and no nofollow URLs

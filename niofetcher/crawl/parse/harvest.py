@@ -36,13 +36,18 @@ Get = Callable[[str], str | None]  # an element's attribute getter: the value, o
 class Harvest:
     """Raw attribute values and texts in document order; ``parse._finish`` makes URLs of them."""
 
-    __slots__ = ("areas", "base", "canonical", "forms", "frames", "images", "links", "robots", "tables", "title")
+    __slots__ = (
+        "areas", "base", "canonical", "forms", "frames", "images", "links", "nofollow", "robots", "tables", "title"
+    )
 
     def __init__(self) -> None:
         self.base: str | None = None  # the first <base href>
         self.title: str | None = None
-        self.links: list[tuple[str, bool]] = []  # (href, nofollow)
-        self.areas: list[tuple[str, bool]] = []
+        self.links: list[str] = []  # <a href>
+        self.areas: list[str] = []  # <area href>
+        # The hrefs of those of links and areas with rel="nofollow", in no particular order: which
+        # URLs carried it everywhere is a count (parse._finish), so no flag has to go with each link.
+        self.nofollow: list[str] = []
         self.images: list[str] = []
         self.frames: list[str] = []
         self.forms: list[tuple[str | None, str | None, list[tuple[str, str, str]]]] = []
@@ -55,9 +60,8 @@ class Harvest:
         if tag == "a" or tag == "area":
             href = get("href")
             if href is not None:
-                rel = get("rel")
-                nofollow = rel is not None and "nofollow" in rel.lower().split()
-                (self.links if tag == "a" else self.areas).append((href, nofollow))
+                (self.links if tag == "a" else self.areas).append(href)
+                self.rel(href, get("rel"))
         elif tag == "img":
             src = get("src")
             if src is not None:
@@ -80,6 +84,11 @@ class Harvest:
             src = get("src")
             if src is not None:
                 self.frames.append(src)
+
+    def rel(self, href: str, rel: str | None) -> None:
+        """The rel of a link or area with this href."""
+        if rel is not None and "nofollow" in rel.lower().split():
+            self.nofollow.append(href)
 
     def form(self, get: Get) -> list[tuple[str, str, str]]:
         """A form starts; returns the list its fields go into."""
