@@ -61,6 +61,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from niofetcher.testing import death_signal
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RUN_TREE = os.path.join(HERE, "clients", "run_tree.py")
@@ -360,8 +362,10 @@ def serve(kind: str, site: str, tmp: str) -> Iterator[Server]:
         log = os.path.join(tmp, "access.log")
         line = re.compile(r'"GET (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')  # one connection a request
     with open(log, "ab") as logfile:
+        # SIGTERM for the server should this process be killed before its finally: below runs.
         process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=logfile if kind == "http.server" else stderr)
+                                   stderr=logfile if kind == "http.server" else stderr,
+                                   preexec_fn=death_signal(signal.SIGTERM))  # noqa: PLW1509
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -405,9 +409,11 @@ def run_tree(cmd: list[str], cwd: str, timeout: float, wrapper: list[str] | None
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        _kill_group(proc)
         return {"failed": f"killed after {timeout:g} s"}
+    except BaseException:  # Ctrl-C or SIGTERM (see main): its own session, so no signal reached it
+        _kill_group(proc)
+        raise
     result: dict[str, Any] = {"returncode": proc.returncode, "wall": time.perf_counter() - started}
     if proc.returncode != 0:
         result["failed"] = f"exit {proc.returncode}: " + " | ".join((err or out).strip().splitlines()[-3:])
@@ -474,6 +480,14 @@ def summarise(runs: list[dict[str, Any]], site: SiteInfo) -> dict[str, dict[str,
     return summary
 
 
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """Kill the command's process group and reap it; its output is left unread, since a parse
+    process of a crawl (a session of its own) may hold the pipes open for a while."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
 # --------------------------------------------------------------------------- the profile
 
 
@@ -484,6 +498,9 @@ def profile(server: Server, tmp: str, extractor: str, out: str, timeout: float) 
     run = run_tree(command(f"niofetcher-{extractor}", server.seed, os.path.join(work, "crawl.sqlite")), work,
                    timeout, wrapper=spy)
     shutil.rmtree(work, ignore_errors=True)
+    if not os.path.exists(out):  # said, not read as a profile of no samples
+        return {"extractor": extractor, "wall": run.get("wall"), "samples": 0, "processes": [], "self": [],
+                "total": [], "failed": run.get("failed") or f"py-spy wrote no {out}"}
     return {"extractor": extractor, "wall": run.get("wall"), "failed": run.get("failed"), **read_profile(out)}
 
 
@@ -493,7 +510,7 @@ def read_profile(path: str) -> dict[str, Any]:
     own: collections.Counter[str] = collections.Counter()
     total: collections.Counter[str] = collections.Counter()
     processes: collections.Counter[str] = collections.Counter()
-    with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f:
         # 'process PID:"CMD";[process PID:"CMD";...]outermost (file:line);...;innermost (file:line) COUNT':
         # a child process's stack comes after its parents' process names.
         for line in f:
@@ -538,6 +555,9 @@ def main() -> int:
     ap.add_argument("--json", metavar="FILE", help="write the site, the runs and the summary to FILE")
     ap.add_argument("--profile", metavar="PREFIX", help="then crawl once per extractor under py-spy: PREFIX-bs4.txt ...")
     args = ap.parse_args()
+    # SIGTERM (a CI run cancelled, timeout(1)) as SystemExit, so that the server is stopped, the
+    # running command's group killed and the temporary directory removed on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if shutil.which("wget") is None:
         print("wget is not installed", file=sys.stderr)
         return 2
@@ -552,7 +572,8 @@ def main() -> int:
             profiles = []
             if args.profile:
                 for extractor in ("bs4", "lxml"):
-                    profiles.append(profile(server, tmp, extractor, f"{args.profile}-{extractor}.txt", args.timeout))
+                    path = os.path.abspath(f"{args.profile}-{extractor}.txt")  # py-spy runs in a work dir
+                    profiles.append(profile(server, tmp, extractor, path, args.timeout))
     summary = summarise(runs, site)
     print(f"\n{'client':<16} {'wall s':>7} {'CPU s':>7} {'pages':>6} {'requests':>8} {'opened':>6}  walls")
     for client, row in summary.items():

@@ -507,6 +507,28 @@ def test_next_due_is_the_earliest_of_every_depth(frontier: Frontier, db: Path, c
     assert "urls_depth" in plan and "SCAN urls" not in plan
 
 
+def _plan_of_urls(db: Path, sql: str) -> list[str]:
+    """The lines of the query plan that read urls, with the file's statistics."""
+    return [str(row[3]) for row in read_rows(db, "EXPLAIN QUERY PLAN " + sql) if " urls " in f"{row[3]} "]
+
+
+@pytest.mark.timeout(60)
+def test_next_due_keeps_to_the_depth_index_with_any_statistics(db: Path, clock: FakeClock) -> None:
+    """A small table waiting at one depth, analysed: the planner would rather build an automatic
+    index (a scan of the whole table) for every next_due() than probe urls_depth."""
+    with Frontier(db, clock=clock) as frontier:
+        frontier.add(urls(3000))
+    with sqlite3.connect(db) as conn:
+        conn.execute("ANALYZE")
+    lines = _plan_of_urls(db, schema.NEXT_DUE)
+    assert lines and all("USING" in line and "urls_depth" in line and "AUTOMATIC" not in line for line in lines), lines
+    # The negative control: the same statement left to the planner.
+    unhinted = _plan_of_urls(db, schema.NEXT_DUE.replace("INDEXED BY urls_depth", ""))
+    assert any("AUTOMATIC" in line for line in unhinted), unhinted
+    with Frontier(db, clock=clock) as frontier:
+        assert frontier.next_due() == clock.now
+
+
 @pytest.mark.timeout(30)
 def test_retries_end_in_error_after_max_attempts(frontier: Frontier, db: Path, clock: FakeClock) -> None:
     frontier.add(["http://a.test/down"])
@@ -710,8 +732,8 @@ def test_a_version_4_file_loses_its_index_by_due_time(tmp_path: Path, monkeypatc
     fresh = tmp_path / "fresh.db"
     Frontier(fresh).close()
     assert table_shape(db) == table_shape(fresh)
-    # A new file has pages of 1 KiB; an older one keeps its own.
-    assert read_rows(fresh, "PRAGMA page_size") == [(1024,)] and read_rows(db, "PRAGMA page_size") == [(4096,)]
+    # A new file has pages of 2 KiB; an older one keeps its own.
+    assert read_rows(fresh, "PRAGMA page_size") == [(2048,)] and read_rows(db, "PRAGMA page_size") == [(4096,)]
 
 
 @pytest.mark.timeout(30)

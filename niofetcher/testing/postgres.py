@@ -81,9 +81,10 @@ def _free_port() -> int:
         return port
 
 
-def _death_signal() -> Callable[[], None] | None:
-    """What the server's process calls before exec: SIGQUIT for it when the thread that started it
-    dies (looked up here, in the parent: the child between fork and exec should do little)."""
+def death_signal(sig: int = signal.SIGQUIT) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for a server process: ``sig`` for it when the thread that started it dies
+    (``PR_SET_PDEATHSIG``; None where there is no such call).  Looked up here, in the parent: the
+    child between fork and exec should do little."""
     import ctypes  # here: a program that imports the test site need not load it
 
     try:
@@ -92,7 +93,7 @@ def _death_signal() -> Callable[[], None] | None:
         return None
 
     def die_with_parent() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGQUIT)
+        prctl(_PR_SET_PDEATHSIG, sig)
 
     return die_with_parent
 
@@ -183,7 +184,7 @@ class PostgresCluster:
             with log:
                 self._server = subprocess.Popen(
                     command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, user=self._user, cwd=self.directory,
-                    preexec_fn=_death_signal())  # noqa: PLW1509
+                    preexec_fn=death_signal())  # noqa: PLW1509
             if self._wait_ready():
                 return
             self._end_server()

@@ -210,15 +210,18 @@ WHERE urls.state = 'processing'
 """
 
 # next_due(): the earliest due time of the waiting rows of each depth (urls_depth puts them first),
-# the depths walked one probe each, from the smallest.
+# the depths walked one probe each, from the smallest.  INDEXED BY, because with the statistics of
+# a small table waiting at one depth the planner builds an automatic index (a scan of the whole
+# table) for every call instead.
 NEXT_DUE = """
 WITH RECURSIVE layers (depth) AS (
-    SELECT MIN(depth) FROM urls WHERE state = 'waiting'
+    SELECT MIN(depth) FROM urls INDEXED BY urls_depth WHERE state = 'waiting'
     UNION ALL
-    SELECT (SELECT MIN(depth) FROM urls WHERE state = 'waiting' AND depth > layers.depth) FROM layers
-    WHERE layers.depth IS NOT NULL
+    SELECT (SELECT MIN(depth) FROM urls INDEXED BY urls_depth WHERE state = 'waiting' AND depth > layers.depth)
+    FROM layers WHERE layers.depth IS NOT NULL
 )
-SELECT MIN((SELECT MIN(next_attempt_at) FROM urls WHERE state = 'waiting' AND depth = layers.depth))
+SELECT MIN((SELECT MIN(next_attempt_at) FROM urls INDEXED BY urls_depth
+            WHERE state = 'waiting' AND depth = layers.depth))
 FROM layers WHERE layers.depth IS NOT NULL
 """
 
