@@ -162,7 +162,7 @@ class ClientHTTP11:
                         raise FetchFailure(ErrorKind.CONNECTION_CLOSED, "peer closed before the response ended")
                     return False
                 elif kind is _Response:
-                    if self._received > self._max_head:  # else every byte so far fits: no call to make
+                    if self._received > self._max_head:  # _check_head_size's own first test, spared a call here
                         self._check_head_size(event)  # type: ignore[arg-type]
                     self._on_head(event)  # type: ignore[arg-type]
                 elif kind is _EndOfMessage:

@@ -500,13 +500,20 @@ def test_bad_page_url_gives_no_urls_but_no_error(extractor: str) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_deep_nesting(extractor: str) -> None:
+def test_deep_nesting(extractor: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past libxml2's tree depth limit (2048 with huge_tree) the lxml extractor falls back to bs4's SAX path."""
     body = b"<div>" * 3000 + b"<a href='/deep'>d</a>" + b"</div>" * 3000 + b"<a href='/after'>a</a>"
     assert parse(body, extractor).links == ["https://example.org/deep", "https://example.org/after"]
     body = b"<font>" * 5000 + b"<a href='/in-font'>f</a>"
     assert parse(body, extractor).links == ["https://example.org/in-font"]
-    # The lxml extractor's parser is reused, page after page: a page too deep leaves nothing behind.
+    # The lxml extractor's parser is reused, page after page: a page too deep leaves nothing behind,
+    # not even its fatal error (which would send the next page the slow way, to the same links).
+    from niofetcher.crawl.parse import links_lxml
+
+    def no_fallback(*args: object) -> None:
+        raise AssertionError("a page after a deep one went to the bs4 fallback")
+
+    monkeypatch.setattr(links_lxml, "harvest_bs4", no_fallback)
     assert parse(b"<p><a href='/next'>n</a>", extractor).links == ["https://example.org/next"]
 
 

@@ -45,7 +45,7 @@ class Harvest:
         self.title: str | None = None
         self.links: list[str] = []  # <a href>
         self.areas: list[str] = []  # <area href>
-        # The hrefs of those of links and areas with rel="nofollow", in no particular order: which
+        # The hrefs of those of links and areas with rel="nofollow" (their order means nothing): which
         # URLs carried it everywhere is a count (parse._finish), so no flag has to go with each link.
         self.nofollow: list[str] = []
         self.images: list[str] = []
