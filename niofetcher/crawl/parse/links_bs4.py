@@ -22,8 +22,7 @@ from typing import Any, cast
 
 import bs4
 from bs4 import BeautifulSoup  # type: ignore[attr-defined,unused-ignore]
-# (bs4.builder imports it only when lxml is installed, so its stubs do not show it)
-from bs4.builder import LXMLTreeBuilder  # type: ignore[attr-defined,unused-ignore]
+from bs4.builder import LXMLTreeBuilder  # type: ignore[attr-defined,unused-ignore]  # there when lxml is installed
 from bs4.element import NavigableString, PreformattedString, Tag
 
 from .harvest import (
