@@ -15,7 +15,7 @@ from bs4 import BeautifulSoup  # type: ignore[attr-defined,unused-ignore]
 from bs4.element import Tag
 from test_parse import NO_CORPUS, PAGES
 
-from niofetcher.crawl.parse import _utf8, links_bs4
+from niofetcher.crawl.parse import Form, _utf8, extract, links_bs4
 from niofetcher.crawl.parse.harvest import Harvest
 from niofetcher.crawl.parse.links_bs4 import _FULL, _LINKS_ONLY, _StrainedBuilder, harvest_bs4
 
@@ -58,6 +58,8 @@ HARD_CASES = [
     b"<frameset><frame src=f1><frame src=f2></frameset><noframes><a href=nf>x</a></noframes>",
     b"</a></td></tr></table></form><a href=1></div></p><table><tr><td>x</span></b>",
     b"<div><div><a href=deep><table><tr><td>cut",
+    # attribute names bs4 reads as "{namespace}name"
+    b"<a {x}href=/ns href=/plain>x</a><form {y}action=/ns><input {z}name=n></form>",
 ]
 
 NAMES = ["a", "area", "img", "frame", "iframe", "base", "meta", "link", "title", "form", "input", "select",
@@ -164,3 +166,13 @@ def test_links_only_keeps_no_image_form_or_table() -> None:
         from_encoding="utf-8",
     )
     assert [tag.name for tag in soup.find_all(True)] == ["a"]
+
+
+def test_a_braced_attribute_name_is_an_attribute_of_that_name() -> None:
+    # bs4's own start() read "{y}action" as a namespaced "action" (an XML parser's notation); the lxml
+    # extractor, and libxml2's HTML parser, see an attribute named "{y}action".
+    page = b"<a {x}href=/ns href=/plain>x</a><form {y}action=/ns><input {z}name=n></form>"
+    by_bs4, by_lxml = (extract(page, "http://h.test/", extractor=name) for name in ("bs4", "lxml"))
+    assert by_bs4 == by_lxml
+    assert by_bs4.links == ["http://h.test/plain"]
+    assert by_bs4.forms == [Form("http://h.test/", "GET", (("", "text", ""),))]

@@ -54,7 +54,8 @@ class _StrainedBuilder(LXMLTreeBuilder):  # type: ignore[misc,unused-ignore]
     A subclass because no public bs4 API strains before the builder: ``parse_only`` is checked in
     ``BeautifulSoup.handle_starttag``, after ``LXMLTreeBuilder.start`` has copied the attributes
     twice through Python, and only for top-level tags. The overrides are the lxml parser-target
-    methods (start, end, data, comment, pi, doctype); each one either returns or calls bs4's own.
+    methods (start, end, data, comment, pi, doctype); each one either returns or calls bs4's own
+    (start: what bs4's own calls).
     libxml2's HTML parser sends balanced events (an implied end tag is sent too), so a stack of
     "passed or not" per open element says which end tags to pass; ``_check`` at import proves that
     this bs4 still drives the builder through them.
@@ -86,7 +87,10 @@ class _StrainedBuilder(LXMLTreeBuilder):  # type: ignore[misc,unused-ignore]
         else:
             self._open.append(False)
             return
-        super().start(tag, attrib)
+        # What bs4's start() comes to in HTML, less its two copies of attrib through Python, made to
+        # read lxml's "{namespace}name" (an XML parser's); libxml2's HTML parser makes no namespaces,
+        # so such a name is an attribute named so, as the lxml extractor reads it.
+        self.soup.handle_starttag(tag, None, None, dict(attrib), namespaces=self.active_namespace_prefixes[-1])
 
     def end(self, tag: str) -> None:
         """An element ends: passed on when its start was."""
