@@ -1,7 +1,7 @@
 """The ``bs4`` extractor: Beautiful Soup over the lxml parser, shown only the elements we read.
 
-Beautiful Soup's cost is building Python objects, and a ``SoupStrainer``
-decides only after the builder has made an attribute dict of every start tag
+Beautiful Soup's cost is building Python objects, and its ``SoupStrainer``
+would decide only after the builder has made an attribute dict of every start tag
 (and only at the top level: inside a kept subtree it keeps everything). So
 the strain happens one step earlier, in the lxml builder's parser-target
 callbacks (``_StrainedBuilder``): libxml2's events for an element we never
@@ -56,9 +56,11 @@ class _StrainedBuilder(LXMLTreeBuilder):  # type: ignore[misc,unused-ignore]
     twice through Python, and only for top-level tags. The overrides are the lxml parser-target
     methods (start, end, data, comment, pi, doctype); each one either returns or calls bs4's own
     (start: what bs4's own calls).
-    libxml2's HTML parser sends balanced events (an implied end tag is sent too), so a stack of
-    "passed or not" per open element says which end tags to pass; ``_check`` at import proves that
-    this bs4 still drives the builder through them.
+    A stack of "passed or not" per open element says which end tags to pass. libxml2 2.14 sends
+    balanced events (an implied end tag is sent too); older ones may leave elements open at the end
+    or close another than the innermost, which only stops the straining for the rest of the page
+    (inside a whole subtree everything passes), never changes what is read. ``_check`` at import
+    proves that this bs4 still drives the builder through these methods.
     """
 
     def __init__(self, mode: tuple[frozenset[str], frozenset[str]]) -> None:
@@ -96,7 +98,7 @@ class _StrainedBuilder(LXMLTreeBuilder):  # type: ignore[misc,unused-ignore]
         """An element ends: passed on when its start was."""
         if self._depth:
             self._depth -= 1
-        elif not self._open.pop():
+        elif not (self._open and self._open.pop()):  # an end without a start (never seen): dropped
             return
         super().end(tag)
 
@@ -140,6 +142,8 @@ def harvest_bs4(data: bytes, harvest: Harvest, links_only: bool = False) -> None
             harvest.simple(tag, _bs4_get(node))
         elif tag == "title":
             harvest.set_title(_bs4_text(node))
+        elif links_only:
+            continue  # a form or table inside a title, which libxml2 before 2.14 parses as markup
         elif tag in CELL_TAGS:
             owner = _bs4_ancestor(node, _ROW_OR_TABLE)
             if owner is None:
