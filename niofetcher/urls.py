@@ -530,7 +530,17 @@ def absolute_url(href: str, base: str) -> str | None:
         The URL, or None when it is no http(s) URL with a valid host and port.
     """
     href = href.strip(C0_CONTROL_OR_SPACE)
-    # Fast paths: absolute, protocol-relative, root-relative and relative-path hrefs of the common shapes.
+    url = _fast_url(href, base)
+    return url if url is not None else _absolute_general(href, base)
+
+
+def _fast_url(href: str, base: str) -> str | None:
+    """``absolute_url`` of a stripped ``href`` by the fast paths: absolute, protocol-relative,
+    root-relative and relative-path hrefs of the common shapes; None where the general path must say.
+
+    An answer depends on nothing of ``base`` but ``_base_of(base)`` (its origin and directory)
+    when that is not None: :class:`LinkResolver` shares answers between pages on this ground.
+    """
     if href.startswith(("https://", "http://")):
         joined: str | None = href
     elif href.startswith("//"):
@@ -540,17 +550,14 @@ def absolute_url(href: str, base: str) -> str | None:
         joined = parsed.origin + href if parsed is not None else None
     else:
         parsed = _base_of(base) if base else None
-        url = _relative(href, parsed) if parsed is not None else None
-        if url is not None:
-            return url
-        joined = None
+        return _relative(href, parsed) if parsed is not None else None
     if joined is not None:
         match = _FAST.match(joined)
         if match:
             origin, port, path, query = match.groups()
             if port is None or int(port) <= 65535:  # a port out of range makes it no URL: the general path says so
                 return f"{origin}{path or '/'}{query or ''}"
-    return _absolute_general(href, base)
+    return None
 
 
 class LinkResolver:
@@ -563,15 +570,23 @@ class LinkResolver:
     no answer).  The "#" itself stays in the key: before it, "a " is "a%20" where
     a lone "a " is "a", and urljoin answers a fragment-only href with the base
     re-serialised (``http://h/p;`` becomes ``http://h/p``) but an empty one
-    with the base as written.  One resolver per page: the cache grows with the
-    page's hrefs.
+    with the base as written.
+
+    The pages of one directory of a site link to the same places by the same
+    hrefs (a sidebar, a menu): what the fast paths answer depends on the base's
+    origin and directory alone (``_fast_url``), so those answers are kept for
+    every page of that directory (``_directory_cache``); the general path's go
+    in the page's own cache, which grows with the page's hrefs (one resolver
+    a page).
     """
 
-    __slots__ = ("_cache", "base")
+    __slots__ = ("_cache", "_shared", "base")
 
     def __init__(self, base: str) -> None:
         self.base = base
         self._cache: dict[str, str | None] = {}
+        parsed = _base_of(base) if base else None
+        self._shared = _directory_cache(parsed) if parsed is not None else self._cache
 
     def resolve(self, href: str) -> str | None:
         """The absolute URL ``href`` leads to from this page (see :func:`absolute_url`), or None.
@@ -581,11 +596,33 @@ class LinkResolver:
         cut = href.find("#")
         if cut >= 0:
             href = href[: cut + 1]
+        url = self._shared.get(href)
+        if url is not None:
+            return url
         cache = self._cache
         if href in cache:  # not try/except KeyError: on real pages most hrefs are distinct, and a raise costs
             return cache[href]
-        url = cache[href] = absolute_url(href, self.base)
+        stripped = href.strip(C0_CONTROL_OR_SPACE)
+        url = _fast_url(stripped, self.base)
+        if url is None:
+            url = cache[href] = _absolute_general(stripped, self.base)
+        elif len(self._shared) < _DIRECTORY_HREFS:
+            self._shared[href] = url
+        else:
+            cache[href] = url
         return url
+
+
+# A directory's hrefs kept, at most, and the directories: a parse process keeps at most ~64 x 2048
+# answers (about 30 MB) however many sites it parses.
+_DIRECTORY_HREFS = 2048
+
+
+@functools.lru_cache(maxsize=64)
+def _directory_cache(base: _Base) -> dict[str, str | None]:
+    """The fast paths' answers (never None) by href (cut after its "#") against one origin and
+    directory, for all its pages."""
+    return {}
 
 
 def _absolute_general(href: str, base: str) -> str | None:
