@@ -343,8 +343,28 @@ def normalize_url(url: str) -> str:
             host IDNA cannot encode, a NUL character or a lone surrogate).
         TypeError: when ``url`` is not a str.
     """
-    if not isinstance(url, str):
-        raise TypeError(f"URL must be a str, not {type(url).__name__}")
+    if type(url) is not str:  # a subclass of str compares equal to a str it is not: not remembered
+        if not isinstance(url, str):
+            raise TypeError(f"URL must be a str, not {type(url).__name__}")
+        return _normal_form(url)
+    normal = _normal_forms.get(url)
+    if normal is None:
+        normal = _normal_form(url)
+        if len(_normal_forms) >= _MAX_NORMAL_FORMS:
+            _normal_forms.clear()
+        _normal_forms[url] = normal
+    return normal
+
+
+# A crawler meets each URL of a site again and again (every page's menu links to the same places),
+# and the frontier normalises each link it is given: the normal forms of the URLs seen lately
+# (up to _MAX_NORMAL_FORMS, then it starts again) are answered by a look-up.
+_MAX_NORMAL_FORMS = 16384
+_normal_forms: dict[str, str] = {}
+
+
+def _normal_form(url: str) -> str:
+    """normalize_url() of a str, not remembered."""
     # Most URLs a crawler meets (and every URL the frontier hands out) are in
     # normal form already; telling so by one regular expression is several
     # times faster than taking them apart.  _normalize_split() is the definition.
