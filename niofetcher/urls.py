@@ -488,6 +488,9 @@ class _Base(NamedTuple):
 
     origin: str  # "scheme://host[:port]", as the result writes it
     directory: tuple[str, ...]  # the segments urljoin merges a relative path onto, dot segments resolved
+    # What _relative made of the directory parts of paths ("../api/" -> "https://h/en/api/"), for
+    # the page's next href in them; not for hashing (a _Base is looked up by its base URL).
+    prefixes: dict[str, str]
 
 
 @functools.lru_cache(maxsize=64)
@@ -501,7 +504,7 @@ def _base_of(base: str) -> _Base | None:
     # path ending in "/" would be, less that last, empty segment.
     segments = (path or "/").split("/")[1:]
     segments[-1] = ""
-    return _Base(origin, tuple(_merge((), segments)[:-1]))
+    return _Base(origin, tuple(_merge((), segments)[:-1]), {})
 
 
 def _merge(directory: tuple[str, ...], segments: list[str]) -> list[str]:
@@ -531,8 +534,23 @@ def _relative(href: str, base: _Base) -> str | None:
     if match is None:
         return None
     path, query = match.groups()
-    url = f"{base.origin}/{'/'.join(_merge(base.directory, path.split('/')))}"
+    cut = path.rfind("/") + 1
+    name = path[cut:]
+    if name == "." or name == "..":  # a last segment that leaves a "/": merged with the rest
+        url = f"{base.origin}/{'/'.join(_merge(base.directory, path.split('/')))}"
+    else:
+        # Any other last segment is appended to what the segments before it leave (_merge is a
+        # fold, and only the last segment is special), and a page's hrefs share a few of those.
+        prefix = base.prefixes.get(path[:cut])
+        if prefix is None:
+            prefix = f"{base.origin}/{'/'.join(_merge(base.directory, path[:cut].split('/')))}"
+            if len(base.prefixes) < _BASE_PREFIXES:
+                base.prefixes[path[:cut]] = prefix
+        url = prefix + name
     return f"{url}?{query}" if query else url
+
+
+_BASE_PREFIXES = 256  # directory parts a base keeps, at most
 
 
 def absolute_url(href: str, base: str) -> str | None:
@@ -606,7 +624,7 @@ class LinkResolver:
         self.base = base
         self._cache: dict[str, str | None] = {}
         parsed = _base_of(base) if base else None
-        self._shared = _directory_cache(parsed) if parsed is not None else self._cache
+        self._shared = _directory_cache(parsed.origin, parsed.directory) if parsed is not None else self._cache
 
     def resolve(self, href: str) -> str | None:
         """The absolute URL ``href`` leads to from this page (see :func:`absolute_url`), or None.
@@ -639,7 +657,7 @@ _DIRECTORY_HREFS = 2048
 
 
 @functools.lru_cache(maxsize=64)
-def _directory_cache(base: _Base) -> dict[str, str | None]:
+def _directory_cache(origin: str, directory: tuple[str, ...]) -> dict[str, str | None]:
     """The fast paths' answers (never None) by href (cut after its "#") against one origin and
     directory, for all its pages."""
     return {}
