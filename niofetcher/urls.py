@@ -489,7 +489,8 @@ class _Base(NamedTuple):
     origin: str  # "scheme://host[:port]", as the result writes it
     directory: tuple[str, ...]  # the segments urljoin merges a relative path onto, dot segments resolved
     # What _relative made of the directory parts of paths ("../api/" -> "https://h/en/api/"), for
-    # the page's next href in them; not for hashing (a _Base is looked up by its base URL).
+    # the page's next href in them (as many as the page has, kept while _base_of keeps the base);
+    # not for hashing (a _Base is looked up by its base URL).
     prefixes: dict[str, str]
 
 
@@ -541,16 +542,12 @@ def _relative(href: str, base: _Base) -> str | None:
     else:
         # Any other last segment is appended to what the segments before it leave (_merge is a
         # fold, and only the last segment is special), and a page's hrefs share a few of those.
-        prefix = base.prefixes.get(path[:cut])
+        head = path[:cut]
+        prefix = base.prefixes.get(head)
         if prefix is None:
-            prefix = f"{base.origin}/{'/'.join(_merge(base.directory, path[:cut].split('/')))}"
-            if len(base.prefixes) < _BASE_PREFIXES:
-                base.prefixes[path[:cut]] = prefix
+            prefix = base.prefixes[head] = f"{base.origin}/{'/'.join(_merge(base.directory, head.split('/')))}"
         url = prefix + name
     return f"{url}?{query}" if query else url
-
-
-_BASE_PREFIXES = 256  # directory parts a base keeps, at most
 
 
 def absolute_url(href: str, base: str) -> str | None:
@@ -568,26 +565,25 @@ def absolute_url(href: str, base: str) -> str | None:
         The URL, or None when it is no http(s) URL with a valid host and port.
     """
     href = href.strip(C0_CONTROL_OR_SPACE)
-    url = _fast_url(href, base)
+    url = _fast_url(href, base, _base_of(base) if base else None)
     return url if url is not None else _absolute_general(href, base)
 
 
-def _fast_url(href: str, base: str) -> str | None:
+def _fast_url(href: str, base: str, parsed: _Base | None) -> str | None:
     """``absolute_url`` of a stripped ``href`` by the fast paths: absolute, protocol-relative,
     root-relative and relative-path hrefs of the common shapes; None where the general path must say.
 
-    An answer depends on nothing of ``base`` but ``_base_of(base)`` (its origin and directory)
-    when that is not None: :class:`LinkResolver` shares answers between pages on this ground.
+    ``parsed`` is ``_base_of(base)`` (None for ``base=""``), taken apart once by the caller.  An
+    answer depends on nothing of ``base`` but ``parsed``'s origin and directory when ``parsed`` is
+    not None: :class:`LinkResolver` shares answers between pages on this ground.
     """
     if href.startswith(("https://", "http://")):
         joined: str | None = href
     elif href.startswith("//"):
         joined = base[: base.find(":") + 1] + href if base.startswith(("https:", "http:")) else None
     elif href.startswith("/"):
-        parsed = _base_of(base) if base and not _dot_segment(href) else None
-        joined = parsed.origin + href if parsed is not None else None
+        joined = parsed.origin + href if parsed is not None and not _dot_segment(href) else None
     else:
-        parsed = _base_of(base) if base else None
         return _relative(href, parsed) if parsed is not None else None
     if joined is not None:
         match = _FAST.match(joined)
@@ -618,41 +614,41 @@ class LinkResolver:
     a page).
     """
 
-    __slots__ = ("_cache", "_shared", "base")
+    __slots__ = ("_cache", "_parsed", "_shared", "base")
 
     def __init__(self, base: str) -> None:
         self.base = base
         self._cache: dict[str, str | None] = {}
-        parsed = _base_of(base) if base else None
-        self._shared = _directory_cache(parsed.origin, parsed.directory) if parsed is not None else self._cache
+        parsed = self._parsed = _base_of(base) if base else None
+        shared = _directory_cache(parsed.origin, parsed.directory) if parsed is not None else self._cache
+        if len(shared) >= _DIRECTORY_HREFS:  # checked a page, not an href: a page adds its own at most
+            shared.clear()
+        self._shared = shared
 
     def resolve(self, href: str) -> str | None:
         """The absolute URL ``href`` leads to from this page (see :func:`absolute_url`), or None.
 
         A method, not ``__call__``: the bound method is called about twice as fast.
         """
-        cut = href.find("#")
-        if cut >= 0:
-            href = href[: cut + 1]
-        url = self._shared.get(href)
-        if url is not None:
-            return url
+        if "#" in href:
+            href = href[: href.index("#") + 1]
+        shared = self._shared
+        if href in shared:  # not try/except KeyError: on real pages most hrefs are distinct, and a raise costs
+            return shared[href]
         cache = self._cache
-        if href in cache:  # not try/except KeyError: on real pages most hrefs are distinct, and a raise costs
+        if href in cache:
             return cache[href]
         stripped = href.strip(C0_CONTROL_OR_SPACE)
-        url = _fast_url(stripped, self.base)
+        url = _fast_url(stripped, self.base, self._parsed)
         if url is None:
             url = cache[href] = _absolute_general(stripped, self.base)
-        elif len(self._shared) < _DIRECTORY_HREFS:
-            self._shared[href] = url
         else:
-            cache[href] = url
+            shared[href] = url
         return url
 
 
-# A directory's hrefs kept, at most, and the directories: a parse process keeps at most ~64 x 2048
-# answers (about 30 MB) however many sites it parses.
+# A directory's hrefs kept, when a page starts, at most, and the directories: a parse process keeps
+# ~64 x 2048 answers (about 30 MB) and the hrefs of the pages it is reading, however many sites it parses.
 _DIRECTORY_HREFS = 2048
 
 
