@@ -86,7 +86,9 @@ differs) and a general one built on urlsplit (and urljoin); the tests check
 with hypothesis and on every href of the real corpus that the two always
 agree.  absolute_url's fast paths take a base apart once (``_base_of``) and
 resolve a plain relative path against it as urljoin would (``_merge``);
-:class:`LinkResolver` adds a page's cache, by href without its fragment.
+:class:`LinkResolver` adds a page's cache, by href without its fragment, and shares the
+fast paths' answers among the pages of one directory.  ``normalize_url`` remembers the
+normal forms of the URLs it met lately: a crawl meets a site's links on every page.
 """
 
 from __future__ import annotations
