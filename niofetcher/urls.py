@@ -86,7 +86,9 @@ differs) and a general one built on urlsplit (and urljoin); the tests check
 with hypothesis and on every href of the real corpus that the two always
 agree.  absolute_url's fast paths take a base apart once (``_base_of``) and
 resolve a plain relative path against it as urljoin would (``_merge``);
-:class:`LinkResolver` adds a page's cache, by href without its fragment.
+:class:`LinkResolver` adds a page's cache, by href without its fragment, and shares the
+fast paths' answers among the pages of one directory.  ``normalize_url`` remembers the
+normal forms of the URLs it met lately: a crawl meets a site's links on every page.
 """
 
 from __future__ import annotations
@@ -343,8 +345,28 @@ def normalize_url(url: str) -> str:
             host IDNA cannot encode, a NUL character or a lone surrogate).
         TypeError: when ``url`` is not a str.
     """
-    if not isinstance(url, str):
-        raise TypeError(f"URL must be a str, not {type(url).__name__}")
+    if type(url) is not str:  # a subclass of str compares equal to a str it is not: not remembered
+        if not isinstance(url, str):
+            raise TypeError(f"URL must be a str, not {type(url).__name__}")
+        return _normal_form(url)
+    normal = _normal_forms.get(url)
+    if normal is None:
+        normal = _normal_form(url)
+        if len(_normal_forms) >= _MAX_NORMAL_FORMS:
+            _normal_forms.clear()
+        _normal_forms[url] = normal
+    return normal
+
+
+# A crawler meets each URL of a site again and again (every page's menu links to the same places),
+# and the frontier normalises each link it is given: the normal forms of the URLs seen lately
+# (up to _MAX_NORMAL_FORMS, then it starts again) are answered by a look-up.
+_MAX_NORMAL_FORMS = 16384
+_normal_forms: dict[str, str] = {}
+
+
+def _normal_form(url: str) -> str:
+    """normalize_url() of a str, not remembered."""
     # Most URLs a crawler meets (and every URL the frontier hands out) are in
     # normal form already; telling so by one regular expression is several
     # times faster than taking them apart.  _normalize_split() is the definition.
@@ -468,6 +490,10 @@ class _Base(NamedTuple):
 
     origin: str  # "scheme://host[:port]", as the result writes it
     directory: tuple[str, ...]  # the segments urljoin merges a relative path onto, dot segments resolved
+    # What _relative made of the directory parts of paths ("../api/" -> "https://h/en/api/"), for
+    # the page's next href in them (as many as the page has, kept while _base_of keeps the base);
+    # not for hashing (a _Base is looked up by its base URL).
+    prefixes: dict[str, str]
 
 
 @functools.lru_cache(maxsize=64)
@@ -481,7 +507,7 @@ def _base_of(base: str) -> _Base | None:
     # path ending in "/" would be, less that last, empty segment.
     segments = (path or "/").split("/")[1:]
     segments[-1] = ""
-    return _Base(origin, tuple(_merge((), segments)[:-1]))
+    return _Base(origin, tuple(_merge((), segments)[:-1]), {})
 
 
 def _merge(directory: tuple[str, ...], segments: list[str]) -> list[str]:
@@ -511,7 +537,18 @@ def _relative(href: str, base: _Base) -> str | None:
     if match is None:
         return None
     path, query = match.groups()
-    url = f"{base.origin}/{'/'.join(_merge(base.directory, path.split('/')))}"
+    cut = path.rfind("/") + 1
+    name = path[cut:]
+    if name == "." or name == "..":  # a last segment that leaves a "/": merged with the rest
+        url = f"{base.origin}/{'/'.join(_merge(base.directory, path.split('/')))}"
+    else:
+        # Any other last segment is appended to what the segments before it leave (_merge is a
+        # fold, and only the last segment is special), and a page's hrefs share a few of those.
+        head = path[:cut]
+        prefix = base.prefixes.get(head)
+        if prefix is None:
+            prefix = base.prefixes[head] = f"{base.origin}/{'/'.join(_merge(base.directory, head.split('/')))}"
+        url = prefix + name
     return f"{url}?{query}" if query else url
 
 
@@ -530,27 +567,33 @@ def absolute_url(href: str, base: str) -> str | None:
         The URL, or None when it is no http(s) URL with a valid host and port.
     """
     href = href.strip(C0_CONTROL_OR_SPACE)
-    # Fast paths: absolute, protocol-relative, root-relative and relative-path hrefs of the common shapes.
+    url = _fast_url(href, base, _base_of(base) if base else None)
+    return url if url is not None else _absolute_general(href, base)
+
+
+def _fast_url(href: str, base: str, parsed: _Base | None) -> str | None:
+    """``absolute_url`` of a stripped ``href`` by the fast paths: absolute, protocol-relative,
+    root-relative and relative-path hrefs of the common shapes; None where the general path must say.
+
+    ``parsed`` is ``_base_of(base)`` (None for ``base=""``), taken apart once by the caller.  An
+    answer depends on nothing of ``base`` but ``parsed``'s origin and directory when ``parsed`` is
+    not None: :class:`LinkResolver` shares answers between pages on this ground.
+    """
     if href.startswith(("https://", "http://")):
         joined: str | None = href
     elif href.startswith("//"):
         joined = base[: base.find(":") + 1] + href if base.startswith(("https:", "http:")) else None
     elif href.startswith("/"):
-        parsed = _base_of(base) if base and not _dot_segment(href) else None
-        joined = parsed.origin + href if parsed is not None else None
+        joined = parsed.origin + href if parsed is not None and not _dot_segment(href) else None
     else:
-        parsed = _base_of(base) if base else None
-        url = _relative(href, parsed) if parsed is not None else None
-        if url is not None:
-            return url
-        joined = None
+        return _relative(href, parsed) if parsed is not None else None
     if joined is not None:
         match = _FAST.match(joined)
         if match:
             origin, port, path, query = match.groups()
             if port is None or int(port) <= 65535:  # a port out of range makes it no URL: the general path says so
                 return f"{origin}{path or '/'}{query or ''}"
-    return _absolute_general(href, base)
+    return None
 
 
 class LinkResolver:
@@ -563,29 +606,59 @@ class LinkResolver:
     no answer).  The "#" itself stays in the key: before it, "a " is "a%20" where
     a lone "a " is "a", and urljoin answers a fragment-only href with the base
     re-serialised (``http://h/p;`` becomes ``http://h/p``) but an empty one
-    with the base as written.  One resolver per page: the cache grows with the
-    page's hrefs.
+    with the base as written.
+
+    The pages of one directory of a site link to the same places by the same
+    hrefs (a sidebar, a menu): what the fast paths answer depends on the base's
+    origin and directory alone (``_fast_url``), so those answers are kept for
+    every page of that directory (``_directory_cache``); the general path's go
+    in the page's own cache, which grows with the page's hrefs (one resolver
+    a page).
     """
 
-    __slots__ = ("_cache", "base")
+    __slots__ = ("_cache", "_parsed", "_shared", "base")
 
     def __init__(self, base: str) -> None:
         self.base = base
         self._cache: dict[str, str | None] = {}
+        parsed = self._parsed = _base_of(base) if base else None
+        shared = _directory_cache(parsed.origin, parsed.directory) if parsed is not None else self._cache
+        if len(shared) >= _DIRECTORY_HREFS:  # checked a page, not an href: a page adds its own at most
+            shared.clear()
+        self._shared = shared
 
     def resolve(self, href: str) -> str | None:
         """The absolute URL ``href`` leads to from this page (see :func:`absolute_url`), or None.
 
         A method, not ``__call__``: the bound method is called about twice as fast.
         """
-        cut = href.find("#")
-        if cut >= 0:
-            href = href[: cut + 1]
+        if "#" in href:
+            href = href[: href.index("#") + 1]
+        shared = self._shared
+        if href in shared:  # not try/except KeyError: on real pages most hrefs are distinct, and a raise costs
+            return shared[href]
         cache = self._cache
-        if href in cache:  # not try/except KeyError: on real pages most hrefs are distinct, and a raise costs
+        if href in cache:
             return cache[href]
-        url = cache[href] = absolute_url(href, self.base)
+        stripped = href.strip(C0_CONTROL_OR_SPACE)
+        url = _fast_url(stripped, self.base, self._parsed)
+        if url is None:
+            url = cache[href] = _absolute_general(stripped, self.base)
+        else:
+            shared[href] = url
         return url
+
+
+# A directory's hrefs kept, when a page starts, at most, and the directories: a parse process keeps
+# ~64 x 2048 answers (about 30 MB) and the hrefs of the pages it is reading, however many sites it parses.
+_DIRECTORY_HREFS = 2048
+
+
+@functools.lru_cache(maxsize=64)
+def _directory_cache(origin: str, directory: tuple[str, ...]) -> dict[str, str | None]:
+    """The fast paths' answers (never None) by href (cut after its "#") against one origin and
+    directory, for all its pages."""
+    return {}
 
 
 def _absolute_general(href: str, base: str) -> str | None:

@@ -90,6 +90,20 @@ def test_every_href_of_three_path_pieces() -> None:
     assert sum(assert_agree(hrefs, base) for base in bases) > 19_000
 
 
+# Pages of one directory: their resolvers share the fast paths' answers (LinkResolver), which must
+# therefore not depend on what tells the pages apart: the last segment, the query, a fragment.
+DIRECTORY = ["https://docs.example.org/en/latest/api/mod.html", "https://docs.example.org/en/latest/api/",
+             "https://docs.example.org/en/latest/api/other.html?x=1", "https://docs.example.org/en/latest/api/?q"]
+
+
+def test_the_pages_of_a_directory_share_answers_that_are_theirs() -> None:
+    hrefs = ["".join(parts) for n in range(3) for parts in itertools.product(PIECES, repeat=n)]
+    for base in DIRECTORY[1:]:
+        assert LinkResolver(base)._shared is LinkResolver(DIRECTORY[0])._shared, base
+    for _ in range(2):  # the second time round every page meets a cache its neighbours filled
+        assert sum(assert_agree(hrefs, base) for base in DIRECTORY) > 5_000
+
+
 SPHINX = ["../api/mod.Class.html#mod.Class.meth", "#section", "genindex.html", "./", "../", "_static/x.css",
           "../../index.html", "search.html?q=x", "mod.html#mod", "a/b/../c.html#x", "..", "../../../../../x"]
 

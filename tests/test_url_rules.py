@@ -31,6 +31,7 @@ from rawserver import Handler, RawServer, http_response, ok, serve_keepalive
 from test_parse import NO_CORPUS, PAGES
 
 from niofetcher import FetcherConfig, FetchResult, NIOFetcher
+from niofetcher import urls as urls_module
 from niofetcher.urls import (
     Origin,
     Target,
@@ -241,6 +242,41 @@ def test__normal_form_shortcut_agrees_with_the_long_way(parts: tuple[str, str, s
     assert normalize_url(expected) == expected
     # The stored form asks the server for exactly what the URL as it came asks for.
     assert parse_target(expected) == parse_target(url)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_url_parts, min_size=1, max_size=6))
+def test_normal_forms_remembered_are_the_normal_forms(urls: list[tuple[str, str, str, str]]) -> None:
+    """normalize_url remembers what it answered (a memory that starts again when full): asked again,
+    in any order and after the memory was emptied, it answers as the long way and refuses what it refused."""
+    texts = ["{}://{}{}{}".format(*parts) for parts in urls]
+    for _ in range(2):
+        for url in [*texts, *reversed(texts)]:
+            try:
+                expected = _normalize_split(url)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    normalize_url(url)
+                continue
+            assert normalize_url(url) == expected
+        urls_module._normal_forms.clear()
+
+
+def test_normal_forms_are_remembered_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(urls_module, "_MAX_NORMAL_FORMS", 4)
+    urls = [f"HTTP://H{i}.test:80/a/../b" for i in range(10)]
+    assert [normalize_url(url) for url in urls * 2] == [f"http://h{i}.test/b" for i in range(10)] * 2
+    assert len(urls_module._normal_forms) <= 4
+
+
+def test_a_str_subclass_is_normalised_not_remembered() -> None:
+    class Odd(str):
+        pass
+
+    urls_module._normal_forms.clear()
+    assert normalize_url(Odd("http://H.test/x")) == "http://h.test/x"
+    assert not urls_module._normal_forms
+
 
 
 # -- the absolute link ---------------------------------------------------------

@@ -103,7 +103,19 @@ class LinkScope:
         if links.canonical is not None:
             # Not fetched twice: the frontier knows a canonical that is known, and adds one that is not.
             candidates[links.canonical] = None
-        return [url for url in candidates if url not in skip and self.in_scope(url)]
+        verdicts = _verdicts(self)
+        kept = []
+        for url in candidates:
+            if url in skip:
+                continue
+            verdict = verdicts.get(url)
+            if verdict is None:
+                if len(verdicts) >= _MAX_VERDICTS:
+                    verdicts.clear()
+                verdict = verdicts[url] = self.in_scope(url)
+            if verdict:
+                kept.append(url)
+        return kept
 
     def after_headers(self, result: FetchResult, followed: list[str]) -> list[str]:
         """``followed`` (what the body led to) as the response's headers leave it: nothing when
@@ -123,10 +135,23 @@ class LinkScope:
         netloc = _NETLOC.match(url)
         if netloc is None or not _host_allowed(self.domains, netloc.group(1)):
             return False
+        if not self.include and not self.exclude:  # the usual scope: the host decides
+            return True
         include = _compiled(self.include)
         if include and not any(p.search(url) for p in include):
             return False
         return not any(p.search(url) for p in _compiled(self.exclude))
+
+
+# The pages of a site link to the same URLs (a menu, a sidebar): in_scope() answers each once for
+# all the pages a process reads (up to _MAX_VERDICTS URLs a scope, then it starts again).
+_MAX_VERDICTS = 16384
+
+
+@functools.lru_cache(maxsize=8)
+def _verdicts(scope: LinkScope) -> dict[str, bool]:
+    """``scope.in_scope(url)`` by url, as far as it was asked."""
+    return {}
 
 
 # A real page links to a few hosts a hundred times: the host check is made once per netloc.
