@@ -8,8 +8,8 @@ Theory of operation
 -------------------
 
 There are two extractors and one contract. ``extractor="bs4"`` (the default)
-is Beautiful Soup over the lxml parser, told by a ``SoupStrainer`` to build
-only the subtrees we read; ``extractor="lxml"`` walks an ``lxml.etree`` tree
+is Beautiful Soup over the lxml parser, shown by its builder only the
+elements we read; ``extractor="lxml"`` walks an ``lxml.etree`` tree
 with C-level ``iter()`` walks over the tags we want and is about eight times
 faster. Both sit on the same libxml2 HTML parser, so they see the same tree;
 what keeps them from drifting apart is that neither produces a URL. Each one
@@ -121,12 +121,13 @@ page; Beautiful Soup drives it through SAX events, which have no such limit.
 When the lxml extractor's parse ends on that fatal error, the page is
 harvested by the bs4 extractor instead, so the two still agree.
 
-Speed (benchmarks/parse.py, corpus median 88 KB): bs4 ~8.6 ms a page,
+Speed (benchmarks/parse.py, corpus median 88 KB): bs4 ~3 ms a page,
 lxml ~1.1 ms, of which libxml2's parse is ~0.7 ms. Beautiful Soup's cost is
-building Python objects, so the strainer keeps only ``a img area frame
-iframe form table title base meta link`` subtrees (a kept subtree is kept whole, which
-is how a table keeps its rows and a form its fields) and the tree is walked
-once. The lxml extractor never builds a Python object for an element it does
+building Python objects, so its lxml builder drops libxml2's events for every
+element we do not read before Beautiful Soup sees them (``links_bs4``): it
+builds the ``a img area frame iframe base meta link`` elements alone, and
+``form table title`` whole (their fields, rows and texts), and the tree is
+walked once. The lxml extractor never builds a Python object for an element it does
 not read, reuses one parser a thread, and asks libxml2 for no table of ids. Of
 its instructions on the corpus (callgrind, links_only) about three quarters are
 libxml2's parse, a sixth ``_finish`` and the rest the walks: libxml2 only
@@ -209,8 +210,8 @@ def extract(
         links_only: only what a crawler follows and a record names: ``links``, ``areas``,
             ``frames``, ``nofollow``, ``robots``, ``canonical`` and ``title``, exactly as without it;
             ``images``, ``forms`` and ``tables`` stay empty.  Beautiful
-            Soup then builds only the subtrees of a, area, frame, iframe,
-            base, meta, link and title, about a quarter less work on real pages.
+            Soup then builds only the a, area, frame, iframe, base, meta and
+            link elements and the title, about a third less work on real pages.
 
     Returns:
         A PageLinks; an empty one when nothing can be found.
@@ -232,7 +233,7 @@ def extract(
             # ("Document is empty", an encoding it cannot use) has no links.
             harvest = Harvest()
     if links_only:
-        harvest.images.clear()  # Beautiful Soup meets the <img> inside a link; it was not asked for
+        harvest.images.clear()  # an <img> in a title, which libxml2 before 2.14 parses as markup
     return _finish(harvest, base_url)
 
 

@@ -15,9 +15,8 @@ from collections.abc import Callable
 SIMPLE_TAGS = frozenset(("a", "area", "img", "frame", "iframe", "base", "meta", "link"))
 FIELD_TAGS = frozenset(("input", "select", "textarea", "button"))
 CELL_TAGS = frozenset(("td", "th"))
-# Everything either extractor looks at. Beautiful Soup is strained to the tags
-# that can start a subtree of interest: fields live in forms, rows and cells
-# in tables, and a kept subtree is kept whole.
+# Everything either extractor looks at. Beautiful Soup is shown the simple tags
+# alone and forms and tables whole: fields live in forms, rows and cells in tables.
 TAGS = tuple(sorted(SIMPLE_TAGS | FIELD_TAGS | CELL_TAGS | {"form", "table", "tr", "title"}))
 # links_only: the tags that hold what a crawler follows (and <base>, which says where it leads), and
 # <title>: one small element, which names the page in a crawl or fetch record.
