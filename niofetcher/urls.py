@@ -491,9 +491,12 @@ class _Base(NamedTuple):
     origin: str  # "scheme://host[:port]", as the result writes it
     directory: tuple[str, ...]  # the segments urljoin merges a relative path onto, dot segments resolved
     # What _relative made of the directory parts of paths ("../api/" -> "https://h/en/api/"), for
-    # the page's next href in them (as many as the page has, kept while _base_of keeps the base);
-    # not for hashing (a _Base is looked up by its base URL).
+    # the next href in them (up to _MAX_PREFIXES, then it starts again: every page of a site with
+    # <base href="/"> has this one base); not for hashing (a _Base is looked up by its base URL).
     prefixes: dict[str, str]
+
+
+_MAX_PREFIXES = 256
 
 
 @functools.lru_cache(maxsize=64)
@@ -547,6 +550,8 @@ def _relative(href: str, base: _Base) -> str | None:
         head = path[:cut]
         prefix = base.prefixes.get(head)
         if prefix is None:
+            if len(base.prefixes) >= _MAX_PREFIXES:  # one base for many pages (<base href="/">, a sitemap)
+                base.prefixes.clear()
             prefix = base.prefixes[head] = f"{base.origin}/{'/'.join(_merge(base.directory, head.split('/')))}"
         url = prefix + name
     return f"{url}?{query}" if query else url
@@ -634,9 +639,11 @@ class LinkResolver:
         """
         if "#" in href:
             href = href[: href.index("#") + 1]
-        shared = self._shared
-        if href in shared:  # not try/except KeyError: on real pages most hrefs are distinct, and a raise costs
-            return shared[href]
+        # get(), not "in" and then [], nor try/except KeyError: a parse thread starting a page of this
+        # directory may clear the shared answers in between, and on real pages most hrefs are new.
+        url = self._shared.get(href)  # a shared answer is never None
+        if url is not None:
+            return url
         cache = self._cache
         if href in cache:
             return cache[href]
@@ -645,7 +652,7 @@ class LinkResolver:
         if url is None:
             url = cache[href] = _absolute_general(stripped, self.base)
         else:
-            shared[href] = url
+            self._shared[href] = url
         return url
 
 

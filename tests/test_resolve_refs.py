@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import html
 import itertools
+from urllib.parse import urljoin
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_parse import NO_CORPUS, PAGES, corpus_base
 
+from niofetcher import urls
 from niofetcher.crawl.parse import _HARVESTERS, EXTRACTORS, _utf8, extract
 from niofetcher.crawl.parse.harvest import Harvest
 from niofetcher.urls import C0_CONTROL_OR_SPACE, LinkResolver, _absolute_general, absolute_url
@@ -168,3 +170,14 @@ def test_every_href_of_the_corpus(extractor: str) -> None:
         for base in (against, "https://docs.example.org/en/latest/api/mod.html", "http://h:8080/a/b;p?q", ""):
             compared += assert_agree(raws, base)
     assert compared > 70_000  # ~20,000 raw values an extractor, four bases each
+
+
+def test_one_base_for_many_pages_keeps_a_bounded_memory_of_directories() -> None:
+    """Every page of a site with <base href="/"> resolves against one base: what is remembered of
+    its hrefs' directories stays bounded, and the answers stay urljoin's."""
+    base = "https://site.example/"
+    for n in range(2000):
+        href = f"shop/{n}/item"
+        assert absolute_url(href, base) == urljoin(base, href)
+    parsed = urls._base_of(base)
+    assert parsed is not None and 0 < len(parsed.prefixes) <= urls._MAX_PREFIXES
