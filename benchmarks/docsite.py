@@ -61,7 +61,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from niofetcher.testing import death_signal
+from niofetcher.testing import death_signal, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -318,13 +318,6 @@ class Server:
         return size
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _nginx(site: str, tmp: str, port: int) -> tuple[str, list[str], str, re.Pattern[str]]:
     conf = os.path.join(tmp, "nginx.conf")
     log = os.path.join(tmp, "access.log")
@@ -352,7 +345,7 @@ def serve(kind: str, site: str, tmp: str) -> Iterator[Server]:
     """nginx or http.server serving ``site`` on a loopback port, stopped (by pid) on the way out."""
     if kind == "auto":
         kind = "nginx" if shutil.which("nginx") else "http.server"
-    port = _free_port()
+    port = free_port()
     if kind == "nginx":
         name, cmd, log, line = _nginx(site, tmp, port)
         stderr = subprocess.DEVNULL

@@ -32,7 +32,7 @@ patches that module (``niofetcher.testing.server.RECV_SIZE``).
 
 from __future__ import annotations
 
-from .postgres import PostgresCluster, PostgresUnavailable, death_signal, find_bindir
+from .postgres import PostgresCluster, PostgresUnavailable, death_signal, find_bindir, free_port
 from .proxy import ForwardProxy, ProxyCounters
 from .server import _SO_TIMESTAMPNS as _SO_TIMESTAMPNS
 from .server import LISTEN_BACKLOG as LISTEN_BACKLOG
@@ -43,5 +43,5 @@ from .web import SyntheticWeb
 
 __all__ = [
     "ForwardProxy", "PortCounters", "PostgresCluster", "PostgresUnavailable", "ProxyCounters", "SyntheticWeb",
-    "TestSite", "death_signal", "find_bindir", "peer_closed", "tls_context_from_files",
+    "TestSite", "death_signal", "find_bindir", "free_port", "peer_closed", "tls_context_from_files",
 ]

@@ -74,7 +74,8 @@ def _version_key(path: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split(".") if part.isdigit())
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port free a moment ago: bound, read and closed again (for a server started after)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -174,7 +175,7 @@ class PostgresCluster:
             "logging_collector": "off", **self.settings,
         }
         for _ in range(5):  # a free port taken by someone else in between: another one
-            self.port = _free_port()
+            self.port = free_port()
             command = [str(self.bindir / "postgres"), "-D", str(self.directory / "data"), "-p", str(self.port)]
             for name, value in settings.items():
                 command += ["-c", f"{name}={value}"]

@@ -47,14 +47,14 @@ def harvest_lxml(data: bytes, harvest: Harvest, links_only: bool = False) -> Non
         return
     # Each kind of element in a walk of its own (lxml skips a walk when the page has no such tag): the
     # many <a> without a call and a dispatch each, tables and forms in the one walk that needs ancestors.
-    links, nofollow = harvest.links, harvest.nofollow
+    links, rel_of = harvest.links, harvest.rel
     for el in root.iter("a"):
         href = el.get("href")
         if href is not None:
             links.append(href)
             rel = el.get("rel")
-            if rel is not None and "nofollow" in rel.lower().split():
-                nofollow.append(href)
+            if rel is not None:  # the rule is Harvest.rel's; most links have no rel, and no call
+                rel_of(href, rel)
     for el in root.iter(*_FEW_TAGS if links_only else (*_FEW_TAGS, "img")):
         harvest.simple(el.tag, el.get)
     if links_only:
