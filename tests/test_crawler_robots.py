@@ -18,6 +18,7 @@ what was requested and when.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import sqlite3
@@ -246,30 +247,70 @@ def test_the_robots_table_ages_out_the_least_recently_used_origins_that_are_not_
     assert table.get(a) is ALLOW_ALL  # a is now the most recently used
     table.put(d, ALLOW_ALL)
     assert (a in table, c in table, d in table) == (True, False, True)
-    assert table.get(c) is None  # aged out: the crawler fetches its robots.txt again
+    assert table.get(c) is None  # aged out: the gate reads its answer back from the frontier (below)
+
+
+def test_rules_aged_out_are_read_back_from_the_frontier_not_fetched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import niofetcher.crawl.robots_gate as robots_gate_module
+    from niofetcher import NIOFetcher
+    from niofetcher.crawl.frontier import Frontier
+    from niofetcher.crawl.robots_gate import RobotsGate, RobotsReply
+    from niofetcher.models import FetchResult, URLBean
+    from niofetcher.urls import Origin
+
+    monkeypatch.setattr(robots_gate_module, "_ROBOTS_ORIGINS", 1)
+    a, b = Origin("http", "a.test", 80), Origin("http", "b.test", 80)
+    with Frontier(tmp_path / "crawl.sqlite") as frontier, NIOFetcher(FetcherConfig()) as fetcher:
+        frontier.add(["http://a.test/", "http://b.test/"])
+        gate = RobotsGate("niofetcher", 3, 30.0, busy=lambda origin: False, stopping=threading.Event())
+        gate.use(frontier, fetcher)
+        for origin in (a, b):
+            assert gate.rules(origin) is None  # nothing stored: the crawler would fetch it
+            url = f"{origin}/robots.txt"
+            body = b"User-agent: *\nDisallow: /private\n"
+            gate.arrived(RobotsReply(origin, FetchResult(URLBean(url), url, url, status=200, body=body), 0),
+                         frontier, fetcher)
+        assert len(gate) == 1  # a was aged out when b's rules came
+        rules = gate.rules(a)
+        assert rules is not None and rules.refuses("http://a.test/private/x", "niofetcher") != ""
+        assert rules.refuses("http://a.test/public", "niofetcher") == ""
 
 
 @pytest.mark.timeout(30)
 def test_a_crawl_with_a_tiny_robots_table_still_obeys_every_host(
     tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With room for one origin's rules, a crawl of four hosts (pages linking round the ring) still
-    fetches every page once and obeys every host's rules: a busy host is never aged out, and one
-    that was is asked for its robots.txt again."""
+    """With room for one origin's rules, a crawl of four hosts (pages linking round the ring, one
+    connection, so that hosts go idle and are aged out) still fetches every page once and obeys every host's rules: a busy host is never aged out, and one
+    that was has its answer read back from the frontier, so that each robots.txt is fetched once
+    (without the answers in the file, 1 to 7 times each: the crawl comes back to a host again and
+    again).  A resumed crawl reads them there too."""
     import niofetcher.crawl.robots_gate as robots_gate_module
 
     monkeypatch.setattr(robots_gate_module, "_ROBOTS_ORIGINS", 1)
     with TestSite(hosts=4, pages=40, robots_disallow=["/page/1"], max_seconds=30) as site:
         config = CrawlConfig(seeds=[site.base_urls[0]], db_path=str(tmp_path / "crawl.sqlite"),
-                             parse_mode="thread", fetcher=FetcherConfig(max_connections_per_host=1))
+                             parse_mode="thread", fetcher=FetcherConfig(max_connections=1))
         crawler = Crawler(config)
         summary = crawler.run()
         seen = requested(site)
-    assert all(seen[base + "robots.txt"] >= 1 for base in site.base_urls)
-    pages = {url: n for url, n in seen.items() if "/robots" not in url}
-    assert set(pages.values()) == {1} and not any("/page/1" in url for url in pages)
-    assert len(crawler._robots) <= 4
-    assert summary.counts["waiting"] == summary.counts["processing"] == 0
+        assert [seen[base + "robots.txt"] for base in site.base_urls] == [1, 1, 1, 1]
+        pages = {url: n for url, n in seen.items() if "/robots" not in url}
+        assert set(pages.values()) == {1} and not any("/page/1" in url for url in pages)
+        assert len(crawler._robots) <= 4
+        assert summary.counts["waiting"] == summary.counts["processing"] == 0
+        # Resumed with two new seeds per host, one allowed and one not: no robots.txt is fetched
+        # again, and the stored rules are obeyed.
+        resumed = dataclasses.replace(config, seeds=[base + page for base in site.base_urls
+                                                     for page in ("page/2?resumed", "page/1?resumed")])
+        again = Crawler(resumed).run()
+        seen_again = requested(site) - seen
+    assert again.pages == 4
+    assert set(seen_again) == {base + "page/2" for base in site.base_urls}  # the site counts paths
+    assert {rows(tmp_path)[base + "page/1?resumed"] for base in site.base_urls} == {
+        ("error", "disallowed by robots.txt")}
 
 
 # -- one host's waits hold no other host back ----------------------------------------------

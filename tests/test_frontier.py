@@ -30,6 +30,7 @@ import pytest
 from conftest import run_threads
 
 from niofetcher.crawl.frontier import STATES, Frontier, FrontierError, FrontierURL, schema
+from niofetcher.crawl.frontier.base import ROBOTS_SECONDS
 from niofetcher.crawl.frontier.schema import CLAIM_ROWS, SCHEMA_VERSION
 from niofetcher.urls import normalize_url
 
@@ -734,6 +735,47 @@ def test_a_version_4_file_loses_its_index_by_due_time(tmp_path: Path, monkeypatc
     assert table_shape(db) == table_shape(fresh)
     # A new file has pages of 2 KiB; an older one keeps its own.
     assert read_rows(fresh, "PRAGMA page_size") == [(2048,)] and read_rows(db, "PRAGMA page_size") == [(4096,)]
+
+
+@pytest.mark.timeout(30)
+def test_a_robots_txt_answer_is_kept_in_the_file_for_a_day(db: Path, clock: FakeClock) -> None:
+    with Frontier(db, clock=clock) as frontier:
+        frontier.add(["http://a.test/", "http://b.test/"])
+        assert frontier.robots("http://a.test") is None
+        frontier.store_robots("http://a.test", 200, b"User-agent: *\nDisallow: /private\n")
+        frontier.store_robots("http://b.test", 404, b"")
+        assert frontier.robots("http://a.test") == (200, b"User-agent: *\nDisallow: /private\n")
+    clock.now += ROBOTS_SECONDS - 1.0
+    with Frontier(db, clock=clock) as frontier:  # committed by close(), read back by a new opener
+        assert frontier.robots("http://a.test") == (200, b"User-agent: *\nDisallow: /private\n")
+        assert frontier.robots("http://b.test") == (404, b"")
+        assert frontier.robots("http://c.test") is None  # a host the frontier never saw
+        frontier.store_robots("http://b.test", 200, b"User-agent: *\nDisallow:\n")  # fetched anew
+        clock.now += 2.0
+        assert frontier.robots("http://a.test") is None  # more than a day old: fetch it again
+        assert frontier.robots("http://b.test") == (200, b"User-agent: *\nDisallow:\n")
+
+
+@pytest.mark.timeout(30)
+def test_a_version_5_file_gets_a_place_for_robots_txt_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "old.db"
+    make_old_file(db, 2)
+    with monkeypatch.context() as patch:  # a file as version 5 wrote it
+        patch.setattr(schema, "SCHEMA_VERSION", 5)
+        Frontier(db).close()
+    hosts_columns = "SELECT name FROM pragma_table_info('hosts')"
+    assert read_rows(db, hosts_columns) == [("id",), ("origin",)]
+    kept = read_rows(db, "SELECT * FROM urls ORDER BY url")
+    with Frontier(db) as frontier:  # the upgrade
+        assert frontier.robots("http://a.test") is None
+        frontier.store_robots("http://a.test", 200, b"User-agent: *\n")
+        assert frontier.robots("http://a.test") == (200, b"User-agent: *\n")
+    assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert read_rows(db, "SELECT * FROM urls ORDER BY url") == kept
+    fresh = tmp_path / "fresh.db"
+    Frontier(fresh).close()
+    assert read_rows(db, hosts_columns) == read_rows(fresh, hosts_columns) == [
+        ("id",), ("origin",), ("robots_status",), ("robots",), ("robots_at",)]
 
 
 @pytest.mark.timeout(30)

@@ -42,9 +42,13 @@ from typing import Protocol
 from ...urls import host_key, normalize_url
 
 __all__ = [
-    "STATES", "FrontierBackend", "FrontierError", "FrontierURL", "check_checkpoint", "check_int", "check_time",
-    "normal_lastmods", "processing_key", "retry_delay",
+    "ROBOTS_SECONDS", "STATES", "FrontierBackend", "FrontierError", "FrontierURL", "check_checkpoint", "check_int",
+    "check_time", "normal_lastmods", "processing_key", "retry_delay",
 ]
+
+#: How long a stored robots.txt answer is used instead of fetching it again (RFC 9309: a crawler
+#: should not use a cached robots.txt for more than a day).
+ROBOTS_SECONDS = 24 * 3600.0
 
 #: Every state a URL can be in, in the order of its life.
 STATES = ("waiting", "processing", "done", "error")
@@ -206,11 +210,11 @@ class FrontierBackend(Protocol):
         (always, for a frontier that one process holds)."""
 
     def robots(self, host: str) -> tuple[int, bytes] | None:
-        """(status, body) of ``host``'s robots.txt as another worker of the crawl fetched it
-        lately, None when there is none to reuse."""
+        """(status, body) of ``host``'s robots.txt as the crawl fetched it in the last day
+        (:data:`ROBOTS_SECONDS`), this worker or another, None when there is none to reuse."""
 
     def store_robots(self, host: str, status: int, body: bytes) -> None:
-        """Keep what ``host``'s robots.txt said (2xx or 4xx) for the crawl's other workers."""
+        """Keep what ``host``'s robots.txt said (2xx or 4xx), for :meth:`robots`."""
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """A block whose calls become durable together: nothing commits until it ends."""

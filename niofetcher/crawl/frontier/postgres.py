@@ -87,6 +87,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...urls import host_key, normalize_url
 from .base import (
+    ROBOTS_SECONDS,
     STATES,
     FrontierError,
     FrontierURL,
@@ -158,8 +159,6 @@ _TAKE_STEP = 256
 _SAFE_SHARE = 2 / 3
 # What next_due() says when nothing of this worker's waits but the crawl goes on elsewhere: look again in a second.
 _POLL_SECONDS = 1.0
-# A robots.txt stored by a host's earlier owner is used for this long (RFC 9309: no more than a day).
-_ROBOTS_SECONDS = 24 * 3600.0
 # The shortest statement_timeout derived from the lease (see PostgresFrontier).
 _LEAST_STATEMENT_TIMEOUT = 5.0
 # The most URLs one INSERT statement adds: a million seeds take seconds, longer than a statement may.
@@ -944,7 +943,7 @@ class PostgresFrontier:
         """(status, body) of ``host``'s robots.txt as a worker of this crawl fetched it in the
         last day, None when none did: a new owner of a host need not fetch it again."""
         with self._db() as conn:
-            row = conn.execute(ROBOTS_OF, {"host": host, "since": time.time() - _ROBOTS_SECONDS}).fetchone()
+            row = conn.execute(ROBOTS_OF, {"host": host, "since": time.time() - ROBOTS_SECONDS}).fetchone()
             self._commit(conn)
             return (int(row[0]), bytes(row[1] or b"")) if row is not None else None
 

@@ -78,6 +78,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from ...urls import host_key, normalize_url
 from .base import (
+    ROBOTS_SECONDS,
     STATES,
     FrontierError,
     FrontierURL,
@@ -107,10 +108,12 @@ from .schema import (
     RELEASE,
     RELEASED_HOSTS,
     RETRY,
+    ROBOTS_OF,
     SAVE_CHECKPOINT,
     SCHEMA_VERSION,
     SET_LASTMODS,
     STORE_COUNTS,
+    STORE_ROBOTS,
     create_or_upgrade,
 )
 from .transactions import Transactions
@@ -493,11 +496,19 @@ class Frontier(Transactions):
         return {}
 
     def robots(self, host: str) -> tuple[int, bytes] | None:
-        """Always None: the crawl that fetched a robots.txt keeps it in memory."""
-        return None
+        """(status, body) of ``host``'s robots.txt as this crawl fetched it in the last day (by the
+        frontier's clock), None when it did not: the crawler keeps a few thousand hosts' rules in
+        memory, and one it let go of, or a resumed crawl, reads them here instead of fetching again."""
+        with self._db() as conn:
+            row = conn.execute(ROBOTS_OF, (host, self._clock() - ROBOTS_SECONDS)).fetchone()
+            return (int(row[0]), bytes(row[1] or b"")) if row is not None else None
 
     def store_robots(self, host: str, status: int, body: bytes) -> None:
-        """Nothing: no other process shares the file."""
+        """Keep what ``host``'s robots.txt said (a final answer: 2xx or 4xx), for :meth:`robots`: in
+        the open transaction, durable with the next commit (a crash before it costs one fetch again)."""
+        with self._db() as conn:
+            self._begin(conn)
+            conn.execute(STORE_ROBOTS, (host, status, body, self._clock()))
 
     def checkpoint(self) -> dict[str, int]:
         """The checkpoint entries stored by :meth:`complete_many`, committed (empty for a new frontier)."""
