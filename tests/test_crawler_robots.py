@@ -250,6 +250,34 @@ def test_the_robots_table_ages_out_the_least_recently_used_origins_that_are_not_
     assert table.get(c) is None  # aged out: the gate reads its answer back from the frontier (below)
 
 
+def test_the_robots_table_is_bounded_by_what_its_rules_weigh() -> None:
+    """A parser holds about 270 bytes a line: the table counts lines (LINES_PER_UNIT a unit), not
+    origins, so that a few huge robots.txt cannot fill memory where the same number of short ones fit."""
+    from niofetcher.crawl.robots import LINES_PER_UNIT, RobotsRules, RobotsTable, interpret
+    from niofetcher.models import FetchResult, URLBean
+    from niofetcher.urls import Origin
+
+    def rules(lines: int) -> RobotsRules:
+        body = b"User-agent: *\n" + b"".join(b"Disallow: /p%d/\n" % i for i in range(lines - 1))
+        url = "http://x.test/robots.txt"
+        answer = interpret(FetchResult(URLBean(url), url, url, status=200, body=body), 0, "niofetcher")
+        assert isinstance(answer, RobotsRules)
+        return answer
+
+    short, long = rules(2), rules(10 * LINES_PER_UNIT)
+    assert (short.weight, long.weight) == (1, 11)
+    table = RobotsTable(12, busy=lambda origin: False)
+    origins = [Origin("http", f"h{i}.test", 80) for i in range(13)]
+    for origin in origins[:12]:
+        table.put(origin, short)
+    assert (len(table), table.weight) == (12, 12)
+    table.put(origins[12], long)  # the eleven oldest go to make room
+    assert [origin in table for origin in origins] == [False] * 11 + [True, True]
+    assert table.weight == 12
+    table.put(origins[12], short)  # replaced: its weight goes with it
+    assert table.weight == 2
+
+
 def test_rules_aged_out_are_read_back_from_the_frontier_not_fetched_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,7 +288,7 @@ def test_rules_aged_out_are_read_back_from_the_frontier_not_fetched_again(
     from niofetcher.models import FetchResult, URLBean
     from niofetcher.urls import Origin
 
-    monkeypatch.setattr(robots_gate_module, "_ROBOTS_ORIGINS", 1)
+    monkeypatch.setattr(robots_gate_module, "_ROBOTS_CAPACITY", 1)
     a, b = Origin("http", "a.test", 80), Origin("http", "b.test", 80)
     with Frontier(tmp_path / "crawl.sqlite") as frontier, NIOFetcher(FetcherConfig()) as fetcher:
         frontier.add(["http://a.test/", "http://b.test/"])
@@ -289,7 +317,7 @@ def test_a_crawl_with_a_tiny_robots_table_still_obeys_every_host(
     again).  A resumed crawl reads them there too."""
     import niofetcher.crawl.robots_gate as robots_gate_module
 
-    monkeypatch.setattr(robots_gate_module, "_ROBOTS_ORIGINS", 1)
+    monkeypatch.setattr(robots_gate_module, "_ROBOTS_CAPACITY", 1)
     with TestSite(hosts=4, pages=40, robots_disallow=["/page/1"], max_seconds=30) as site:
         config = CrawlConfig(seeds=[site.base_urls[0]], db_path=str(tmp_path / "crawl.sqlite"),
                              parse_mode="thread", fetcher=FetcherConfig(max_connections=1))

@@ -20,16 +20,16 @@ and asks :func:`interpret` what the answer means:
   gets through.  429 counts as a server error, as Google counts it: it is
   the server asking us to come back later, not saying there are no rules.
 
-:class:`RobotsTable` keeps the outcome per origin, bounded: an origin whose
-robots.txt was not asked for in a while and that has nothing in progress
-ages out, and its robots.txt is fetched again if the crawl comes back to it
-(RFC 9309 2.4 allows caching for up to 24 hours, and a crawl of many hosts
-must not grow without bound).
+:class:`RobotsTable` keeps the outcome per origin, bounded by what the
+parsed rules hold (a parser keeps about 270 bytes a line, so a count of
+origins bounds nothing: 4,096 robots.txt of 10,000 lines would be 11 GB): an
+origin whose robots.txt was not asked for in a while and that has nothing in
+progress ages out, and the crawler reads its answer back from the frontier
+(kept for a day, RFC 9309 2.4's limit) or fetches it again.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,10 +40,15 @@ from protego import Protego
 from ..models import FetchResult
 from ..urls import Origin, absolute_url, parse_target
 
-__all__ = ["ALLOW_ALL", "DISALLOWED", "MAX_REDIRECTS", "Redirect", "RobotsRules", "RobotsTable", "interpret"]
+__all__ = [
+    "ALLOW_ALL", "DISALLOWED", "LINES_PER_UNIT", "MAX_REDIRECTS", "Redirect", "RobotsRules", "RobotsTable", "interpret",
+]
 
 #: Redirects followed from ``/robots.txt`` to the file (RFC 9309 2.3.1.2: at least five).
 MAX_REDIRECTS = 5
+#: The lines of robots.txt that weigh one unit of a :class:`RobotsTable`'s capacity (a parser holds
+#: about 800 bytes and then 270 bytes a line: 2 KB a unit at most).
+LINES_PER_UNIT = 8
 #: Why a URL that the rules disallow is not fetched.
 DISALLOWED = "disallowed by robots.txt"
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
@@ -57,6 +62,7 @@ class RobotsRules:
     refusal: str = ""  # not "": nothing is allowed, for this reason (robots.txt stayed unreachable)
     crawl_delay: float | None = None  # seconds, as the file says (the crawler caps it)
     sitemaps: tuple[str, ...] = ()  # its Sitemap: lines, as written (any user agent's: they are global)
+    weight: int = 1  # what keeping them costs, in units of a RobotsTable's capacity (LINES_PER_UNIT)
 
     def refuses(self, url: str, user_agent: str) -> str:
         """Why ``url`` must not be fetched; "" when it may be."""
@@ -91,7 +97,8 @@ def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | 
     if 200 <= status < 300:
         parser = Protego.parse(result.text)
         delay = parser.crawl_delay(user_agent)
-        return RobotsRules(parser, crawl_delay=float(delay) if delay else None, sitemaps=tuple(parser.sitemaps))
+        return RobotsRules(parser, crawl_delay=float(delay) if delay else None, sitemaps=tuple(parser.sitemaps),
+                           weight=1 + result.body.count(b"\n") // LINES_PER_UNIT)
     if status in _REDIRECTS and hops < MAX_REDIRECTS:
         target = absolute_url(result.header("location") or "", result.url)
         if target is not None:
@@ -104,11 +111,12 @@ def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | 
 
 
 class RobotsTable:
-    """The rules of each origin, least recently used first, at most ``capacity`` of them that are not busy.
+    """The rules of each origin, least recently used first, weighing at most ``capacity`` units
+    (:attr:`RobotsRules.weight`) when none is busy.
 
     ``busy(origin)`` says whether an origin has URLs in progress: such an origin is never aged out
     (its rules are about to be asked for again), so the table can hold more than ``capacity``
-    while that many origins are busy at once.
+    while busy origins weigh that much.
     """
 
     def __init__(self, capacity: int, busy: Callable[[Origin], bool]) -> None:
@@ -117,6 +125,7 @@ class RobotsTable:
         self.capacity = capacity
         self._busy = busy
         self._rules: OrderedDict[Origin, RobotsRules] = OrderedDict()
+        self.weight = 0  # of the rules kept
 
     def __len__(self) -> int:
         return len(self._rules)
@@ -133,15 +142,19 @@ class RobotsTable:
 
     def put(self, origin: Origin, rules: RobotsRules) -> None:
         """Keep ``rules`` for ``origin``; age out the least recently used origins that are not busy."""
+        replaced = self._rules.pop(origin, None)
+        if replaced is not None:
+            self.weight -= replaced.weight
         self._rules[origin] = rules
-        self._rules.move_to_end(origin)
-        excess = len(self._rules) - self.capacity
-        if excess <= 0:
-            return
-        # Look at the oldest few only: busy ones stay where they are, and the next put looks again.
-        for old in list(itertools.islice(self._rules, excess + 8)):
-            if excess == 0:
+        self.weight += rules.weight
+        # Pass over a few busy ones only (each as good as used just now), and the next put goes on.
+        passed = 0
+        while self.weight > self.capacity and passed < 8:
+            oldest = next(iter(self._rules))
+            if oldest == origin:  # every other one is busy
                 break
-            if old != origin and not self._busy(old):
-                del self._rules[old]
-                excess -= 1
+            if self._busy(oldest):
+                self._rules.move_to_end(oldest)
+                passed += 1
+            else:
+                self.weight -= self._rules.pop(oldest).weight

@@ -43,11 +43,11 @@ __all__ = ["Released", "RobotsGate", "RobotsReply"]
 log = logging.getLogger("niofetcher")
 
 _ROBOTS_PRIORITY = 1 << 30  # robots.txt jumps every queue: pages of its host wait for it
-# Origins whose robots.txt rules are kept (and that have nothing in progress): a few thousand
-# Protego parsers are a few MB (800 bytes for a two-line robots.txt, 16 KB for sixty lines); a
+# The weight of the robots.txt rules kept in memory (of origins with nothing in progress), in units
+# of LINES_PER_UNIT lines: 16,384 robots.txt of up to 8 lines, 2,000 of sixty, 35 MB at most.  A
 # crawl of more hosts than that reads an aged-out one's answer back from the frontier (a lookup
 # and a parse: 10 us for two lines), or fetches it again when the frontier kept none.
-_ROBOTS_ORIGINS = 4096
+_ROBOTS_CAPACITY = 16384
 
 
 @dataclass(slots=True)
@@ -96,7 +96,7 @@ class RobotsGate:
         self._max_attempts = max_attempts
         self._max_crawl_delay = max_crawl_delay
         self._stop = stopping
-        self._rules = RobotsTable(_ROBOTS_ORIGINS, busy=busy)
+        self._rules = RobotsTable(_ROBOTS_CAPACITY, busy=busy)
         self._held: dict[Origin, list[FrontierURL]] = {}  # URLs waiting for their origin's robots.txt
         self._fetches: dict[Origin, int] = {}  # fetches of an unreachable robots.txt so far
         self._retries: list[tuple[float, Origin]] = []  # heap: when to fetch robots.txt again
@@ -119,7 +119,7 @@ class RobotsGate:
             frontier, fetcher = self._shared
             stored = frontier.robots(_host(origin))
             if stored is None:
-                if len(self._asked) >= 4 * _ROBOTS_ORIGINS:
+                if len(self._asked) >= _ROBOTS_CAPACITY:
                     self._asked.clear()  # bounded: an origin asked about again costs one look
                 self._asked.add(origin)
                 return None
