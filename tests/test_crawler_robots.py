@@ -23,7 +23,9 @@ import itertools
 import logging
 import sqlite3
 import threading
+import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from rawserver import ConnInfo, http_response, read_request
 
 from niofetcher import FetcherConfig
 from niofetcher.crawl import CrawlConfig, Crawler, CrawlSummary
+from niofetcher.crawl.frontier.base import ROBOTS_SECONDS
 from niofetcher.testing import TestSite
 
 ROBOTS = "/robots.txt"
@@ -251,14 +254,15 @@ def test_the_robots_table_ages_out_the_least_recently_used_origins_that_are_not_
 
 
 def test_the_robots_table_is_bounded_by_what_its_rules_weigh() -> None:
-    """A parser holds about 270 bytes a line: the table counts lines (LINES_PER_UNIT a unit), not
-    origins, so that a few huge robots.txt cannot fill memory where the same number of short ones fit."""
-    from niofetcher.crawl.robots import LINES_PER_UNIT, RobotsRules, RobotsTable, interpret
+    """A parser holds about 270 bytes a rule line: the table counts rule lines (LINES_PER_UNIT a
+    unit), not origins, so that a few huge robots.txt cannot fill memory where the same number of
+    short ones fit; lines end as the parser ends them, and blank lines and comments weigh nothing."""
+    from niofetcher.crawl.robots import LINES_PER_UNIT, MAX_ROBOTS_BYTES, RobotsRules, RobotsTable, interpret
     from niofetcher.models import FetchResult, URLBean
     from niofetcher.urls import Origin
 
-    def rules(lines: int) -> RobotsRules:
-        body = b"User-agent: *\n" + b"".join(b"Disallow: /p%d/\n" % i for i in range(lines - 1))
+    def rules(lines: int, end: bytes = b"\n", padding: bytes = b"") -> RobotsRules:
+        body = b"User-agent: *" + end + b"".join(b"Disallow: /p%d/" % i + end + padding for i in range(lines - 1))
         url = "http://x.test/robots.txt"
         answer = interpret(FetchResult(URLBean(url), url, url, status=200, body=body), 0, "niofetcher")
         assert isinstance(answer, RobotsRules)
@@ -266,6 +270,13 @@ def test_the_robots_table_is_bounded_by_what_its_rules_weigh() -> None:
 
     short, long = rules(2), rules(10 * LINES_PER_UNIT)
     assert (short.weight, long.weight) == (1, 11)
+    assert rules(10 * LINES_PER_UNIT, end=b"\r").weight == 11  # old Mac line ends are lines too
+    assert rules(10 * LINES_PER_UNIT, padding=b"\n\n# a comment\n").weight == 11
+    # Past MAX_ROBOTS_BYTES nothing is parsed (RFC 9309 2.5), so nothing more is weighed either.
+    huge = rules(MAX_ROBOTS_BYTES // 10)
+    assert huge.weight < MAX_ROBOTS_BYTES // 13 // LINES_PER_UNIT + 2
+    assert huge.parser is not None and not huge.parser.can_fetch("http://x.test/p100/", "niofetcher")
+    assert huge.parser.can_fetch(f"http://x.test/p{MAX_ROBOTS_BYTES // 10 - 2}/", "niofetcher")
     table = RobotsTable(12, busy=lambda origin: False)
     origins = [Origin("http", f"h{i}.test", 80) for i in range(13)]
     for origin in origins[:12]:
@@ -276,6 +287,29 @@ def test_the_robots_table_is_bounded_by_what_its_rules_weigh() -> None:
     assert table.weight == 12
     table.put(origins[12], short)  # replaced: its weight goes with it
     assert table.weight == 2
+
+
+def test_the_robots_table_passes_over_every_busy_origin_and_forgets_stale_rules() -> None:
+    import time as clock
+
+    from niofetcher.crawl.robots import ALLOW_ALL, RobotsTable
+    from niofetcher.urls import Origin
+
+    origins = [Origin("http", f"h{i}.test", 80) for i in range(40)]
+    busy = set(origins[:20])
+    table = RobotsTable(25, busy=busy.__contains__)
+    for origin in origins:
+        table.put(origin, ALLOW_ALL)
+    # Twenty busy ones at the front never stop the idle ones from going: the five newest stay.
+    assert [origin for origin in origins if origin in table] == origins[:20] + origins[35:]
+    busy.update(origins)
+    new = Origin("http", "new.test", 80)
+    table.put(new, ALLOW_ALL)  # every other one busy: all stay, over the capacity, and the put ends
+    assert (len(table), table.weight) == (26, 26)
+    stale = Origin("http", "stale.test", 80)
+    table.put(stale, replace(ALLOW_ALL, expires=clock.monotonic() - 1.0))  # the one idle origin goes
+    assert new not in table and stale in table
+    assert table.get(stale) is None and stale not in table and table.weight == 25
 
 
 def test_rules_aged_out_are_read_back_from_the_frontier_not_fetched_again(
@@ -304,6 +338,32 @@ def test_rules_aged_out_are_read_back_from_the_frontier_not_fetched_again(
         rules = gate.rules(a)
         assert rules is not None and rules.refuses("http://a.test/private/x", "niofetcher") != ""
         assert rules.refuses("http://a.test/public", "niofetcher") == ""
+        # Read back, the rules are good for what is left of their day, in memory too.
+        assert time.monotonic() + ROBOTS_SECONDS - 60.0 < rules.expires <= time.monotonic() + ROBOTS_SECONDS
+
+
+def test_rules_read_back_near_the_end_of_their_day_are_fetched_again_at_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from niofetcher import NIOFetcher
+    from niofetcher.crawl.frontier import Frontier
+    from niofetcher.crawl.robots_gate import RobotsGate
+    from niofetcher.urls import Origin
+
+    now = [1_700_000_000.0]
+    origin = Origin("http", "a.test", 80)
+    with Frontier(tmp_path / "crawl.sqlite", clock=lambda: now[0]) as frontier, \
+            NIOFetcher(FetcherConfig()) as fetcher:
+        frontier.add(["http://a.test/"])
+        frontier.store_robots("http://a.test", 200, b"User-agent: *\nDisallow: /private\n")
+        now[0] += ROBOTS_SECONDS - 0.2  # fetched a day less 0.2 s ago
+        gate = RobotsGate("niofetcher", 3, 30.0, busy=lambda origin: True, stopping=threading.Event())
+        gate.use(frontier, fetcher)
+        rules = gate.rules(origin)
+        assert rules is not None and rules.refuses("http://a.test/private/x", "niofetcher") != ""
+        time.sleep(0.3)
+        now[0] += 0.3
+        assert gate.rules(origin) is None  # a day old, busy or not: robots.txt is fetched again
 
 
 @pytest.mark.timeout(30)
@@ -311,10 +371,10 @@ def test_a_crawl_with_a_tiny_robots_table_still_obeys_every_host(
     tmp_path: Path, no_leaks: LeakBaseline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With room for one origin's rules, a crawl of four hosts (pages linking round the ring, one
-    connection, so that hosts go idle and are aged out) still fetches every page once and obeys every host's rules: a busy host is never aged out, and one
-    that was has its answer read back from the frontier, so that each robots.txt is fetched once
-    (without the answers in the file, 1 to 7 times each: the crawl comes back to a host again and
-    again).  A resumed crawl reads them there too."""
+    connection) still fetches every page once and obeys every host's rules: a busy host is never
+    aged out, and one that was has its answer read back from the frontier, so that each robots.txt
+    is fetched once.  A resumed crawl reads them there too (the test above shows the read-back of
+    an aged-out origin alone; this crawl ages few out)."""
     import niofetcher.crawl.robots_gate as robots_gate_module
 
     monkeypatch.setattr(robots_gate_module, "_ROBOTS_CAPACITY", 1)

@@ -744,16 +744,18 @@ def test_a_robots_txt_answer_is_kept_in_the_file_for_a_day(db: Path, clock: Fake
         assert frontier.robots("http://a.test") is None
         frontier.store_robots("http://a.test", 200, b"User-agent: *\nDisallow: /private\n")
         frontier.store_robots("http://b.test", 404, b"")
-        assert frontier.robots("http://a.test") == (200, b"User-agent: *\nDisallow: /private\n")
+        assert frontier.robots("http://a.test") == (200, b"User-agent: *\nDisallow: /private\n", 0.0)
+        with pytest.raises(ValueError):
+            frontier.complete("http://a.test/", 200)  # not claimed: a call that fails keeps the answers
     clock.now += ROBOTS_SECONDS - 1.0
-    with Frontier(db, clock=clock) as frontier:  # committed by close(), read back by a new opener
-        assert frontier.robots("http://a.test") == (200, b"User-agent: *\nDisallow: /private\n")
-        assert frontier.robots("http://b.test") == (404, b"")
+    with Frontier(db, clock=clock) as frontier:  # read back by a new opener
+        assert frontier.robots("http://a.test") == (200, b"User-agent: *\nDisallow: /private\n", ROBOTS_SECONDS - 1.0)
+        assert frontier.robots("http://b.test") == (404, b"", ROBOTS_SECONDS - 1.0)
         assert frontier.robots("http://c.test") is None  # a host the frontier never saw
         frontier.store_robots("http://b.test", 200, b"User-agent: *\nDisallow:\n")  # fetched anew
         clock.now += 2.0
         assert frontier.robots("http://a.test") is None  # more than a day old: fetch it again
-        assert frontier.robots("http://b.test") == (200, b"User-agent: *\nDisallow:\n")
+        assert frontier.robots("http://b.test") == (200, b"User-agent: *\nDisallow:\n", 2.0)
 
 
 @pytest.mark.timeout(30)
@@ -769,7 +771,7 @@ def test_a_version_5_file_gets_a_place_for_robots_txt_answers(tmp_path: Path, mo
     with Frontier(db) as frontier:  # the upgrade
         assert frontier.robots("http://a.test") is None
         frontier.store_robots("http://a.test", 200, b"User-agent: *\n")
-        assert frontier.robots("http://a.test") == (200, b"User-agent: *\n")
+        assert frontier.robots("http://a.test")[:2] == (200, b"User-agent: *\n")  # type: ignore[index]
     assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     assert read_rows(db, "SELECT * FROM urls ORDER BY url") == kept
     fresh = tmp_path / "fresh.db"

@@ -20,16 +20,22 @@ and asks :func:`interpret` what the answer means:
   gets through.  429 counts as a server error, as Google counts it: it is
   the server asking us to come back later, not saying there are no rules.
 
-:class:`RobotsTable` keeps the outcome per origin, bounded by what the
-parsed rules hold (a parser keeps about 270 bytes a line, so a count of
+Of a 2xx, the first :data:`MAX_ROBOTS_BYTES` are parsed (RFC 9309 2.5: a
+parsing limit of at least 500 KiB), cut at a line's end.
+
+:class:`RobotsTable` keeps the outcome per origin for a day at most (RFC 9309
+2.4: a cached robots.txt SHOULD NOT be used for longer), bounded by what the
+parsed rules hold (a parser keeps about 270 bytes a rule line, so a count of
 origins bounds nothing: 4,096 robots.txt of 10,000 lines would be 11 GB): an
 origin whose robots.txt was not asked for in a while and that has nothing in
-progress ages out, and the crawler reads its answer back from the frontier
-(kept for a day, RFC 9309 2.4's limit) or fetches it again.
+progress ages out, and the crawler reads its answer back from the frontier,
+which keeps it for the rest of its day, or fetches it again.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,18 +43,23 @@ from typing import NamedTuple
 
 from protego import Protego
 
+from ..content import decode_text
 from ..models import FetchResult
 from ..urls import Origin, absolute_url, parse_target
 
 __all__ = [
-    "ALLOW_ALL", "DISALLOWED", "LINES_PER_UNIT", "MAX_REDIRECTS", "Redirect", "RobotsRules", "RobotsTable", "interpret",
+    "ALLOW_ALL", "DISALLOWED", "LINES_PER_UNIT", "MAX_REDIRECTS", "MAX_ROBOTS_BYTES", "Redirect", "RobotsRules",
+    "RobotsTable", "interpret", "parsed_part",
 ]
 
 #: Redirects followed from ``/robots.txt`` to the file (RFC 9309 2.3.1.2: at least five).
 MAX_REDIRECTS = 5
-#: The lines of robots.txt that weigh one unit of a :class:`RobotsTable`'s capacity (a parser holds
-#: about 800 bytes and then 270 bytes a line: 2 KB a unit at most).
+#: The rule lines of robots.txt (not blank, not a comment) that weigh one unit of a
+#: :class:`RobotsTable`'s capacity: a parser holds about 800 bytes and then 270 a rule line, so a
+#: unit holds 2.7 KB at most (a file of 7 rule lines).
 LINES_PER_UNIT = 8
+#: The bytes of robots.txt that are parsed (RFC 9309 2.5: "at least 500 kibibytes").
+MAX_ROBOTS_BYTES = 500 * 1024
 #: Why a URL that the rules disallow is not fetched.
 DISALLOWED = "disallowed by robots.txt"
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
@@ -63,6 +74,7 @@ class RobotsRules:
     crawl_delay: float | None = None  # seconds, as the file says (the crawler caps it)
     sitemaps: tuple[str, ...] = ()  # its Sitemap: lines, as written (any user agent's: they are global)
     weight: int = 1  # what keeping them costs, in units of a RobotsTable's capacity (LINES_PER_UNIT)
+    expires: float = math.inf  # time.monotonic() from which they are stale (the caller sets it)
 
     def refuses(self, url: str, user_agent: str) -> str:
         """Why ``url`` must not be fetched; "" when it may be."""
@@ -75,6 +87,16 @@ class RobotsRules:
 
 #: The rules of a host without a robots.txt (4xx): everything is allowed.
 ALLOW_ALL = RobotsRules()
+
+
+def parsed_part(body: bytes) -> bytes:
+    """What is parsed of a robots.txt body, and kept: the first :data:`MAX_ROBOTS_BYTES`, cut
+    after the last whole line (the rule a cut would split is dropped, not misread)."""
+    if len(body) <= MAX_ROBOTS_BYTES:
+        return body
+    head = body[:MAX_ROBOTS_BYTES]
+    end = max(head.rfind(b"\n"), head.rfind(b"\r"))
+    return head[: end + 1] if end >= 0 else head
 
 
 class Redirect(NamedTuple):
@@ -95,10 +117,12 @@ def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | 
     if result.error is not None or status is None or status >= 500 or status == 429:
         return None
     if 200 <= status < 300:
-        parser = Protego.parse(result.text)
+        text = decode_text(parsed_part(result.body), result.header("content-type"))
+        parser = Protego.parse(text)
         delay = parser.crawl_delay(user_agent)
+        rules = sum(1 for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
         return RobotsRules(parser, crawl_delay=float(delay) if delay else None, sitemaps=tuple(parser.sitemaps),
-                           weight=1 + result.body.count(b"\n") // LINES_PER_UNIT)
+                           weight=1 + rules // LINES_PER_UNIT)
     if status in _REDIRECTS and hops < MAX_REDIRECTS:
         target = absolute_url(result.header("location") or "", result.url)
         if target is not None:
@@ -111,12 +135,12 @@ def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | 
 
 
 class RobotsTable:
-    """The rules of each origin, least recently used first, weighing at most ``capacity`` units
-    (:attr:`RobotsRules.weight`) when none is busy.
+    """The rules of each origin until they expire, least recently used first, weighing at most
+    ``capacity`` units (:attr:`RobotsRules.weight`).
 
     ``busy(origin)`` says whether an origin has URLs in progress: such an origin is never aged out
-    (its rules are about to be asked for again), so the table can hold more than ``capacity``
-    while busy origins weigh that much.
+    (its rules are about to be asked for again), so the table weighs more than ``capacity`` when
+    the busy origins and the last one put weigh more by themselves.
     """
 
     def __init__(self, capacity: int, busy: Callable[[Origin], bool]) -> None:
@@ -134,9 +158,13 @@ class RobotsTable:
         return origin in self._rules
 
     def get(self, origin: Origin) -> RobotsRules | None:
-        """The rules of ``origin`` (now the most recently used), None when not known."""
+        """The rules of ``origin`` (now the most recently used), None when not known or expired."""
         rules = self._rules.get(origin)
         if rules is not None:
+            if rules.expires <= time.monotonic():
+                del self._rules[origin]
+                self.weight -= rules.weight
+                return None
             self._rules.move_to_end(origin)
         return rules
 
@@ -147,14 +175,13 @@ class RobotsTable:
             self.weight -= replaced.weight
         self._rules[origin] = rules
         self.weight += rules.weight
-        # Pass over a few busy ones only (each as good as used just now), and the next put goes on.
-        passed = 0
-        while self.weight > self.capacity and passed < 8:
-            oldest = next(iter(self._rules))
-            if oldest == origin:  # every other one is busy
+        # A busy one passed over goes to the end, as good as used just now; each is passed over
+        # once a put (there are as many as the crawler's window has hosts, a few hundred).
+        for _ in range(len(self._rules) - 1):
+            if self.weight <= self.capacity:
                 break
+            oldest = next(iter(self._rules))
             if self._busy(oldest):
                 self._rules.move_to_end(oldest)
-                passed += 1
             else:
                 self.weight -= self._rules.pop(oldest).weight

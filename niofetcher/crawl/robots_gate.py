@@ -11,9 +11,11 @@ origin ends ``error`` ("robots.txt unavailable: HTTP 503").  Its Crawl-delay bec
 host delay, capped at ``max_crawl_delay`` (as Heritrix's ``respectCrawlDelayUpToSeconds``): a
 ``Crawl-delay: 3600`` must not stall a crawl for an hour a page.
 
-A crawl whose workers share a frontier (PostgreSQL) shares robots.txt too: the owner of a host
-stores the final answer it fetched (a 2xx or a 4xx) in the frontier, and a worker that takes the
-host over reads it from there instead of fetching it again (``use()`` gives the gate the frontier).
+Every final answer fetched (a 2xx or a 4xx) is stored in the frontier with its host, and kept
+there for a day: the rules of an origin aged out of memory are read back from there rather than
+fetched again, and so are they by a resumed crawl, and, on PostgreSQL, by a worker that takes the
+host over (``use()`` gives the gate the frontier).  Rules are used for a day from their fetch at
+most (RFC 9309 2.4), in memory too.
 
 The gate keeps the books and says what to do, the coordinator does it: each method returns the
 held URLs that the coordinator must start now (their robots.txt is settled) or give back to the
@@ -27,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from ..errors import ErrorKind
@@ -35,8 +37,9 @@ from ..fetcher import NIOFetcher
 from ..models import FetchResult, URLBean
 from ..urls import Origin, host_key, normalize_url
 from .frontier import FrontierBackend, FrontierURL
+from .frontier.base import ROBOTS_SECONDS
 from .policy import error_text, retry_after
-from .robots import Redirect, RobotsRules, RobotsTable, interpret
+from .robots import Redirect, RobotsRules, RobotsTable, interpret, parsed_part
 
 __all__ = ["Released", "RobotsGate", "RobotsReply"]
 
@@ -44,8 +47,8 @@ log = logging.getLogger("niofetcher")
 
 _ROBOTS_PRIORITY = 1 << 30  # robots.txt jumps every queue: pages of its host wait for it
 # The weight of the robots.txt rules kept in memory (of origins with nothing in progress), in units
-# of LINES_PER_UNIT lines: 16,384 robots.txt of up to 8 lines, 2,000 of sixty, 35 MB at most.  A
-# crawl of more hosts than that reads an aged-out one's answer back from the frontier (a lookup
+# of LINES_PER_UNIT rule lines: 16,384 robots.txt of up to 7 rules, 2,000 of sixty, 45 MB at most.
+# A crawl of more hosts than that reads an aged-out one's answer back from the frontier (a lookup
 # and a parse: 10 us for two lines), or fetches it again when the frontier kept none.
 _ROBOTS_CAPACITY = 16384
 
@@ -108,8 +111,8 @@ class RobotsGate:
         return len(self._rules)
 
     def use(self, frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
-        """Read the answers other workers stored in ``frontier`` before fetching robots.txt (the
-        Crawl-delay of one goes to ``fetcher``)."""
+        """Read the answers stored in ``frontier`` (by this crawl before, or by another worker)
+        before fetching robots.txt (the Crawl-delay of one goes to ``fetcher``)."""
         self._shared = (frontier, fetcher)
 
     def rules(self, origin: Origin) -> RobotsRules | None:
@@ -124,12 +127,11 @@ class RobotsGate:
                 self._asked.add(origin)
                 return None
             url = f"{origin}/robots.txt"
-            answer = interpret(FetchResult(URLBean(url), url, url, status=stored[0], body=stored[1]), 0,
+            answer = interpret(FetchResult(URLBean(url), url, url, status=stored.status, body=stored.body), 0,
                                self._user_agent)
             if isinstance(answer, RobotsRules):  # a 2xx or a 4xx: what was stored
                 self._apply_crawl_delay(origin, answer, fetcher)
-                self._rules.put(origin, answer)
-                rules = answer
+                rules = self._keep(origin, answer, stored.age)
         return rules
 
     def held_urls(self) -> set[str]:
@@ -173,11 +175,17 @@ class RobotsGate:
         self._fetches.pop(origin, None)
         status = result.status
         if answer.refusal == "" and status is not None and (200 <= status < 300 or 400 <= status < 500):
-            frontier.store_robots(_host(origin), status, result.body)  # for when its rules are aged out
+            frontier.store_robots(_host(origin), status, parsed_part(result.body))  # for when its rules age out
             self._asked.discard(origin)  # ... so that the frontier is asked again then
         self._apply_crawl_delay(origin, answer, fetcher)
-        self._rules.put(origin, answer)
+        self._keep(origin, answer, 0.0)
         return Released(self._held.pop(origin, []), [])
+
+    def _keep(self, origin: Origin, rules: RobotsRules, age: float) -> RobotsRules:
+        """Keep ``rules``, fetched ``age`` seconds ago, in memory until they are a day old."""
+        kept = replace(rules, expires=time.monotonic() + ROBOTS_SECONDS - age)
+        self._rules.put(origin, kept)
+        return kept
 
     def retry_due(self, fetcher: NIOFetcher) -> list[FrontierURL]:
         """Fetch again each unreachable robots.txt whose retry is due (or give its URLs back when

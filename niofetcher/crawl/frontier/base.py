@@ -37,13 +37,13 @@ import contextlib
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ...urls import host_key, normalize_url
 
 __all__ = [
-    "ROBOTS_SECONDS", "STATES", "FrontierBackend", "FrontierError", "FrontierURL", "check_checkpoint", "check_int",
-    "check_time", "normal_lastmods", "processing_key", "retry_delay",
+    "ROBOTS_SECONDS", "STATES", "FrontierBackend", "FrontierError", "FrontierURL", "StoredRobots", "check_checkpoint",
+    "check_int", "check_time", "normal_lastmods", "processing_key", "retry_delay",
 ]
 
 #: How long a stored robots.txt answer is used instead of fetching it again (RFC 9309: a crawler
@@ -55,6 +55,14 @@ STATES = ("waiting", "processing", "done", "error")
 
 # Exponents past this would overflow a float; the delay is long capped by then.
 _MAX_BACKOFF_EXPONENT = 64
+
+
+class StoredRobots(NamedTuple):
+    """A host's robots.txt answer as a frontier keeps it (a 2xx or a 4xx)."""
+
+    status: int
+    body: bytes
+    age: float  # seconds since it was fetched, by the frontier's clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,9 +217,9 @@ class FrontierBackend(Protocol):
         requests may start, None where no bound is needed any more; empty when nothing changed
         (always, for a frontier that one process holds)."""
 
-    def robots(self, host: str) -> tuple[int, bytes] | None:
-        """(status, body) of ``host``'s robots.txt as the crawl fetched it in the last day
-        (:data:`ROBOTS_SECONDS`), this worker or another, None when there is none to reuse."""
+    def robots(self, host: str) -> StoredRobots | None:
+        """``host``'s robots.txt as the crawl fetched it in the last day (:data:`ROBOTS_SECONDS`),
+        this worker or another, None when there is none to reuse."""
 
     def store_robots(self, host: str, status: int, body: bytes) -> None:
         """Keep what ``host``'s robots.txt said (2xx or 4xx), for :meth:`robots`."""

@@ -91,6 +91,7 @@ from .base import (
     STATES,
     FrontierError,
     FrontierURL,
+    StoredRobots,
     check_checkpoint,
     check_int,
     check_time,
@@ -939,13 +940,13 @@ class PostgresFrontier:
 
     # -- robots.txt --------------------------------------------------------
 
-    def robots(self, host: str) -> tuple[int, bytes] | None:
-        """(status, body) of ``host``'s robots.txt as a worker of this crawl fetched it in the
-        last day, None when none did: a new owner of a host need not fetch it again."""
+    def robots(self, host: str) -> StoredRobots | None:
+        """``host``'s robots.txt as a worker of this crawl fetched it in the last day, None when
+        none did: a new owner of a host need not fetch it again."""
         with self._db() as conn:
-            row = conn.execute(ROBOTS_OF, {"host": host, "since": time.time() - ROBOTS_SECONDS}).fetchone()
+            row = conn.execute(ROBOTS_OF, {"host": host, "seconds": ROBOTS_SECONDS}).fetchone()
             self._commit(conn)
-            return (int(row[0]), bytes(row[1] or b"")) if row is not None else None
+            return StoredRobots(int(row[0]), bytes(row[1] or b""), float(row[2])) if row is not None else None
 
     def store_robots(self, host: str, status: int, body: bytes) -> None:
         """Keep what ``host``'s robots.txt said (a final answer: 2xx or 4xx) for the host's next owners."""

@@ -255,7 +255,11 @@ WHERE hosts.owner = %(me)s
 """
 
 # robots.txt as the host's owner last fetched it, when that was after %(since)s.
-ROBOTS_OF = "SELECT robots_status, robots FROM hosts WHERE origin = %(host)s AND robots_at > %(since)s"
+# (status, body, age in seconds), by the server's clock, which stamped robots_at.
+ROBOTS_OF = f"""
+SELECT robots_status, robots, {_NOW} - robots_at FROM hosts
+WHERE origin = %(host)s AND robots_at > {_NOW} - %(seconds)s
+"""
 
 # Without host leases (the test-only switch) a free host's too, never another's: a row of another
 # worker's, locked here and given back there in the other order, deadlocked the two transactions.

@@ -273,8 +273,8 @@ UPDATE urls SET state = 'error', status = ?, error = ?, fetched_at = ?, next_att
 WHERE url = ? AND state = 'processing'
 """
 
-# A host's robots.txt answer fetched at ?2 or later: (status, body).
-ROBOTS_OF = "SELECT robots_status, robots FROM hosts WHERE origin = ?1 AND robots_at >= ?2"
+# A host's robots.txt answer fetched at ?2 or later: (status, body, when).
+ROBOTS_OF = "SELECT robots_status, robots, robots_at FROM hosts WHERE origin = ?1 AND robots_at >= ?2"
 
 # ?1 the host, ?2 the status, ?3 the body, ?4 the time it came.
 STORE_ROBOTS = "UPDATE hosts SET robots_status = ?2, robots = ?3, robots_at = ?4 WHERE origin = ?1"

@@ -82,6 +82,7 @@ from .base import (
     STATES,
     FrontierError,
     FrontierURL,
+    StoredRobots,
     check_checkpoint,
     check_int,
     check_time,
@@ -495,20 +496,23 @@ class Frontier(Transactions):
         """Always empty: one process holds the whole file, and its requests need no gate."""
         return {}
 
-    def robots(self, host: str) -> tuple[int, bytes] | None:
-        """(status, body) of ``host``'s robots.txt as this crawl fetched it in the last day (by the
-        frontier's clock), None when it did not: the crawler keeps a few thousand hosts' rules in
-        memory, and one it let go of, or a resumed crawl, reads them here instead of fetching again."""
+    def robots(self, host: str) -> StoredRobots | None:
+        """``host``'s robots.txt as this crawl fetched it in the last day (by the frontier's clock),
+        None when it did not: the crawler keeps the rules of the hosts it met lately in memory,
+        and one it let go of, or a resumed crawl, reads them here instead of fetching again."""
         with self._db() as conn:
-            row = conn.execute(ROBOTS_OF, (host, self._clock() - ROBOTS_SECONDS)).fetchone()
-            return (int(row[0]), bytes(row[1] or b"")) if row is not None else None
+            now = self._clock()
+            row = conn.execute(ROBOTS_OF, (host, now - ROBOTS_SECONDS)).fetchone()
+            return StoredRobots(int(row[0]), bytes(row[1] or b""), now - float(row[2])) if row is not None else None
 
     def store_robots(self, host: str, status: int, body: bytes) -> None:
-        """Keep what ``host``'s robots.txt said (a final answer: 2xx or 4xx), for :meth:`robots`: in
-        the open transaction, durable with the next commit (a crash before it costs one fetch again)."""
+        """Keep what ``host``'s robots.txt said (a final answer: 2xx or 4xx), for :meth:`robots`.
+        Committed, like every call but the outcomes: left in the open transaction, an unrelated
+        call that fails would roll it back with nothing pending to say so."""
         with self._db() as conn:
             self._begin(conn)
             conn.execute(STORE_ROBOTS, (host, status, body, self._clock()))
+            self._commit(conn)
 
     def checkpoint(self) -> dict[str, int]:
         """The checkpoint entries stored by :meth:`complete_many`, committed (empty for a new frontier)."""

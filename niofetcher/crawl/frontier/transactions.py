@@ -6,8 +6,7 @@ pending or ``commit_interval`` seconds have passed since the first; every
 other method (``add``, ``add_many``, ``release``, ``counts``, ``next_due``,
 ``state``, ``checkpoint``, ``flush``, ``close``) commits before it returns,
 and ``claim`` when it hands out URLs (a crawler asks for a claim after every
-batch of results, most of them claims of nothing); ``store_robots`` leaves its
-answer to whichever commit comes next.  What a crash can lose is
+batch of results, most of them claims of nothing).  What a crash can lose is
 therefore only the outcome of the last few fetches: such a URL was committed
 as 'processing', so the next open puts it back to 'waiting' and it is fetched
 again.  A URL is never lost, and a URL whose 'done' was committed is never
