@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lxml import etree
 
-from niofetcher.crawl.parse import _HARVESTERS, EXTRACTORS, _finish, extract
+from niofetcher.crawl.parse import EXTRACTORS, _finish, _harvester, extract
 from niofetcher.crawl.parse.harvest import Harvest
 from niofetcher.crawl.parse.links_lxml import _parser
 from niofetcher.crawl.parsing import ParseInput, parse_pages
@@ -178,7 +178,7 @@ def main() -> int:
 
 def split(pages: list[Page], extractor: str, repeat: int, total_bytes: int) -> None:
     """links_only extraction, then its two halves: the harvest (parse and walk) and _finish (absolutize)."""
-    harvester = _HARVESTERS[extractor]
+    harvester = _harvester(extractor)
     harvests: dict[str, Harvest] = {}
 
     def harvest(url: str, body: bytes) -> None:

@@ -508,12 +508,12 @@ def test_deep_nesting(extractor: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse(body, extractor).links == ["https://example.org/in-font"]
     # The lxml extractor's parser is reused, page after page: a page too deep leaves nothing behind,
     # not even its fatal error (which would send the next page the slow way, to the same links).
-    from niofetcher.crawl.parse import links_lxml
+    from niofetcher.crawl.parse import links_bs4
 
     def no_fallback(*args: object) -> None:
         raise AssertionError("a page after a deep one went to the bs4 fallback")
 
-    monkeypatch.setattr(links_lxml, "harvest_bs4", no_fallback)
+    monkeypatch.setattr(links_bs4, "harvest_bs4", no_fallback)  # links_lxml imports it when it falls back
     assert parse(b"<p><a href='/next'>n</a>", extractor).links == ["https://example.org/next"]
 
 

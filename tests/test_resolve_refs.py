@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from test_parse import NO_CORPUS, PAGES, corpus_base
 
 from niofetcher import urls
-from niofetcher.crawl.parse import _HARVESTERS, EXTRACTORS, _utf8, extract
+from niofetcher.crawl.parse import EXTRACTORS, _harvester, _utf8, extract
 from niofetcher.crawl.parse.harvest import Harvest
 from niofetcher.urls import C0_CONTROL_OR_SPACE, LinkResolver, _absolute_general, absolute_url
 
@@ -146,7 +146,7 @@ def test_extract_agrees_with_the_old_path(extractor: str, base_href: str | None)
         against = general(base_href, against) or against
     # What libxml2 hands over as the value (it normalises nothing but the entities back).
     harvest = Harvest()
-    _HARVESTERS[extractor](body.encode(), harvest, True)
+    _harvester(extractor)(body.encode(), harvest, True)
     expected = [url for url in (general(raw, against) for raw in harvest.links) if url is not None]
     assert extract(body, page, extractor=extractor).links == list(dict.fromkeys(expected))
 
@@ -161,7 +161,7 @@ def test_every_href_of_the_corpus(extractor: str) -> None:
         data = _utf8(path.read_bytes(), "text/html")
         harvest = Harvest()
         if data is not None:
-            _HARVESTERS[extractor](data, harvest, False)
+            _harvester(extractor)(data, harvest, False)
         raws = [raw for raw in harvest.links + harvest.areas] + harvest.images + harvest.frames
         raws += [action for action, _, _ in harvest.forms if action] + [harvest.canonical or "", harvest.base or ""]
         against = absolute_url(corpus_base(path), "") or ""

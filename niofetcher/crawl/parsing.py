@@ -19,7 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pickle import PickleBuffer
 from typing import NamedTuple, TypeVar
 
-from .parse import PageLinks, extract
+from .parse import PageLinks, extract, extractor_module
 from .policy import LinkScope
 from .workers import ParseProcessPool
 
@@ -117,9 +117,9 @@ class ParseExecutor:
             self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="niofetcher-crawl-parse")
         else:
             # Processes on niofetcher's own entry point: they never import the user's __main__, so a
-            # crawl script needs no __main__ guard.  They start now and import this module (and so
-            # bs4 and lxml) while robots.txt and the seeds are fetched.
-            self._executor = ParseProcessPool(workers, preload=(__name__,))
+            # crawl script needs no __main__ guard.  They start now and import this module and the
+            # extractor's (lxml, and bs4 for its extractor) while robots.txt and the seeds are fetched.
+            self._executor = ParseProcessPool(workers, preload=(__name__, extractor_module(extractor)))
 
     def submit(self, pages: list[ParseInput], keep_links: bool, done: Callable[[list[ParseOutput]], None]) -> None:
         """Send one parse job; ``done(outputs)`` gets its outputs, one per page, in order."""

@@ -155,7 +155,7 @@ class ParseProcessPool(concurrent.futures.Executor):
         workers: how many processes, at least 1. All start now; their imports run while the
             caller goes on, and a job submitted meanwhile waits for the first worker ready.
         preload: modules each worker imports before its first job (``niofetcher.crawl.parse``, which
-            imports bs4 and lxml, always is): the modules of the functions it will run.
+            imports lxml, always is): the modules of the functions it will run.
 
     Raises:
         ValueError: for a ``workers`` that is not a positive int.

@@ -129,7 +129,10 @@ def harvest_bs4(data: bytes, harvest: Harvest, links_only: bool = False) -> None
         # so no catch_warnings from parse threads). A leading newline changes
         # nothing for libxml2 and silences the check.
         data = b"\n" + data
-    soup = BeautifulSoup(data, builder=_StrainedBuilder(_LINKS_ONLY if links_only else _FULL), from_encoding="utf-8")
+    try:
+        soup = BeautifulSoup(data, builder=_StrainedBuilder(_LINKS_ONLY if links_only else _FULL), from_encoding="utf-8")
+    except bs4.ParserRejectedMarkup as exc:  # a ValueError for extract(), which need not import bs4 to catch it
+        raise ValueError(f"Beautiful Soup rejected the markup: {exc}") from exc
     forms: dict[int, list[tuple[str, str, str]]] = {}  # id(form tag) -> its fields
     tables: dict[int, list[list[str]]] = {}  # id(table tag) -> its rows
     rows: dict[int, list[str]] = {}  # id(tr tag) -> its cells

@@ -29,7 +29,6 @@ from .harvest import (
     collapse,
     field,
 )
-from .links_bs4 import harvest_bs4
 
 
 def harvest_lxml(data: bytes, harvest: Harvest, links_only: bool = False) -> None:
@@ -40,7 +39,10 @@ def harvest_lxml(data: bytes, harvest: Harvest, links_only: bool = False) -> Non
     if last is not None and last.level == etree.ErrorLevels.FATAL:
         # libxml2 gave up part-way (2048 levels deep) and the tree ends there.
         # Beautiful Soup drives the same parser through SAX events, which have
-        # no depth limit: let it harvest this page, slowly but completely.
+        # no depth limit: let it harvest this page, slowly but completely (imported here: a
+        # process parsing with lxml imports bs4 only for such a page).
+        from .links_bs4 import harvest_bs4
+
         harvest_bs4(data, harvest, links_only)
         return
     if root is None:
