@@ -656,6 +656,14 @@ def make_old_file(db: Path, version: int) -> None:
     conn.close()
 
 
+def make_file_as(db: Path, version: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frontier as schema ``version`` (3 or later) wrote it: an old file upgraded that far, no further."""
+    make_old_file(db, 2)
+    with monkeypatch.context() as patch:
+        patch.setattr(schema, "SCHEMA_VERSION", version)
+        Frontier(db).close()
+
+
 def table_shape(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     """The columns of urls, and the indexes and triggers, as SQLite describes them."""
     columns = read_rows(path, "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info('urls')")
@@ -692,10 +700,7 @@ def test_an_older_file_is_upgraded_when_opened(tmp_path: Path, version: int) -> 
 @pytest.mark.timeout(30)
 def test_a_version_3_file_gets_a_null_lastmod_for_every_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "old.db"
-    make_old_file(db, 2)
-    with monkeypatch.context() as patch:  # a file as version 3 wrote it: upgraded that far, no further
-        patch.setattr(schema, "SCHEMA_VERSION", 3)
-        Frontier(db).close()
+    make_file_as(db, 3, monkeypatch)
     assert "lastmod" not in [name for (name,) in read_rows(db, "SELECT name FROM pragma_table_info('urls')")]
     rows = "SELECT url, state, attempts, depth, priority, parent, seq, host_id FROM urls ORDER BY url"
     kept = read_rows(db, rows)
@@ -717,10 +722,7 @@ def test_a_version_3_file_gets_a_null_lastmod_for_every_row(tmp_path: Path, monk
 @pytest.mark.timeout(30)
 def test_a_version_4_file_loses_its_index_by_due_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "old.db"
-    make_old_file(db, 2)
-    with monkeypatch.context() as patch:  # a file as version 4 wrote it
-        patch.setattr(schema, "SCHEMA_VERSION", 4)
-        Frontier(db).close()
+    make_file_as(db, 4, monkeypatch)
     assert read_rows(db, "SELECT name FROM sqlite_master WHERE name = 'urls_due'") == [("urls_due",)]
     rows = "SELECT * FROM urls ORDER BY url"
     kept = read_rows(db, rows)
@@ -761,10 +763,7 @@ def test_a_robots_txt_answer_is_kept_in_the_file_for_a_day(db: Path, clock: Fake
 @pytest.mark.timeout(30)
 def test_a_version_5_file_gets_a_place_for_robots_txt_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "old.db"
-    make_old_file(db, 2)
-    with monkeypatch.context() as patch:  # a file as version 5 wrote it
-        patch.setattr(schema, "SCHEMA_VERSION", 5)
-        Frontier(db).close()
+    make_file_as(db, 5, monkeypatch)
     hosts_columns = "SELECT name FROM pragma_table_info('hosts')"
     assert read_rows(db, hosts_columns) == [("id",), ("origin",)]
     kept = read_rows(db, "SELECT * FROM urls ORDER BY url")

@@ -517,6 +517,22 @@ def test_deep_nesting(extractor: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse(b"<p><a href='/next'>n</a>", extractor).links == ["https://example.org/next"]
 
 
+def test_markup_beautiful_soup_rejects_gives_an_empty_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bs4's ParserRejectedMarkup reaches extract() as a ValueError (extract() need not import bs4
+    to catch it), for the bs4 extractor and for the lxml extractor's fallback alike."""
+    import bs4
+
+    from niofetcher.crawl.parse import links_bs4
+
+    def rejecting(*args: object, **kwargs: object) -> None:
+        raise bs4.ParserRejectedMarkup("rejected")
+
+    monkeypatch.setattr(links_bs4, "BeautifulSoup", rejecting)
+    assert parse(b"<a href='/x'>x</a>", "bs4").links == []
+    assert parse(b"<div>" * 3000 + b"<a href='/deep'>d</a>", "lxml").links == []  # too deep: bs4's turn
+    assert parse(b"<a href='/x'>x</a>", "lxml").links == ["https://example.org/x"]
+
+
 @pytest.mark.timeout(60)
 def test_huge_page(extractor: str) -> None:
     text = b"<p>" + b"lorem ipsum " * 700_000 + b"</p>"  # 8.4 MB of text

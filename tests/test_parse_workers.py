@@ -547,5 +547,21 @@ def test_a_parse_process_imports_beautiful_soup_only_for_its_extractor(extractor
         executor.submit(pages, True, parsed.set_result)
         links = parsed.result(timeout=30)[0][0]
         after = executor._executor.submit(imported, "bs4").result(timeout=30)
-    assert (before, after) == ((extractor == "bs4"),) * 2
+    assert (before, after) == ((extractor == "bs4"),) * 2  # (this module, which the workers import, imports no bs4)
     assert links == ["http://a.test/x"] and not failures
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_an_extractor_that_cannot_be_imported_stops_the_parsing_before_its_first_page(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """links_bs4 checks at import that bs4 drives its builder as it expects: a failure must stop the
+    crawl at its start, not fail every page quietly later (the parse processes would fall back)."""
+    from niofetcher.crawl.parsing import ParseExecutor
+    from niofetcher.crawl.policy import LinkScope
+
+    monkeypatch.setitem(sys.modules, "niofetcher.crawl.parse.links_bs4", None)  # its import raises ImportError
+    with pytest.raises(ImportError):
+        ParseExecutor(mode, 1, "bs4", LinkScope(("a.test",)), failed=lambda exc: None)
+    with ParseExecutor(mode, 1, "lxml", LinkScope(("a.test",)), failed=lambda exc: None):
+        pass  # the other extractor needs nothing of bs4

@@ -13,6 +13,7 @@ written from the fetcher's bytes, not copied into a pickle first.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -107,6 +108,9 @@ class ParseExecutor:
     def __init__(
         self, mode: str, workers: int, extractor: str, scope: LinkScope, failed: Callable[[BaseException], None]
     ) -> None:
+        # The extractor's module, here too, whatever the mode: a bs4 that no longer drives its builder
+        # as links_bs4 expects (its check at import) stops the crawl now, not every page later.
+        importlib.import_module(extractor_module(extractor))
         self._extractor = extractor
         self._scope = scope
         self._failed = failed

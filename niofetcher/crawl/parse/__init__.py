@@ -162,7 +162,8 @@ __all__ = ["EXTRACTORS", "Form", "PageLinks", "extract", "extractor_module"]
 EXTRACTORS = ("bs4", "lxml")
 
 # Each extractor's module and function, imported on first use: a process that parses with lxml
-# never imports Beautiful Soup (0.14 s of a parse process's start).
+# imports Beautiful Soup (0.14 s of a parse process's start) only for a page too deep for
+# libxml2's tree.
 _EXTRACTOR_FUNCTIONS = {"bs4": ("links_bs4", "harvest_bs4"), "lxml": ("links_lxml", "harvest_lxml")}
 
 
