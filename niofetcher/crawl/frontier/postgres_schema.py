@@ -254,8 +254,8 @@ SELECT urls.url, hosts.origin, hosts.epoch FROM hosts JOIN urls ON urls.host_id 
 WHERE hosts.owner = %(me)s
 """
 
-# robots.txt as the host's owner last fetched it, when that was after %(since)s.
-# (status, body, age in seconds), by the server's clock, which stamped robots_at.
+# robots.txt as the host's owner last fetched it, when that was less than %(seconds)s ago: (status,
+# body, age in seconds), by the server's clock, which stamped robots_at.
 ROBOTS_OF = f"""
 SELECT robots_status, robots, {_NOW} - robots_at FROM hosts
 WHERE origin = %(host)s AND robots_at > {_NOW} - %(seconds)s

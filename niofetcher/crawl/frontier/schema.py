@@ -117,11 +117,12 @@ _SCHEMA_5 = """
 DROP INDEX IF EXISTS urls_due;
 """
 
-# What version 6 adds to version 5: each host's robots.txt answer (a 2xx or a 4xx, as fetched) and
-# when it came, the columns the PostgreSQL frontier's hosts have.  The crawler keeps the rules of a
-# few thousand hosts in memory; a broad crawl goes round more hosts than that, and without these it
-# fetched an aged-out host's robots.txt again at every turn (5.4 times a host, 47% of all requests,
-# in a crawl of 10,000 hosts).  A resumed crawl uses them too.
+# What version 6 adds to version 5: each host's robots.txt answer (a 2xx or a 4xx, what was parsed
+# of it) and when it came, the columns the PostgreSQL frontier's hosts have.  The crawler keeps the
+# rules of the hosts it met lately in memory, bounded; a broad crawl goes round more hosts than
+# that, and without these it fetched an aged-out host's robots.txt again at every turn (5.4 times a
+# host, 47% of all requests, in a crawl of 10,000 hosts with 4,096 kept).  A resumed crawl uses
+# them too.
 _SCHEMA_6 = """
 ALTER TABLE hosts ADD COLUMN robots_status INTEGER;
 ALTER TABLE hosts ADD COLUMN robots BLOB;
