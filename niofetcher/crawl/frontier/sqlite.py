@@ -507,12 +507,12 @@ class Frontier(Transactions):
 
     def store_robots(self, host: str, status: int, body: bytes) -> None:
         """Keep what ``host``'s robots.txt said (a final answer: 2xx or 4xx), for :meth:`robots`.
-        Committed, like every call but the outcomes: left in the open transaction, an unrelated
-        call that fails would roll it back with nothing pending to say so."""
+        Committed in batches like an outcome, and counted as one, so that an unrelated call that
+        fails does not roll it back (a commit of its own was 4% of a broad crawl's coordinator)."""
         with self._db() as conn:
             self._begin(conn)
             conn.execute(STORE_ROBOTS, (host, status, body, self._clock()))
-            self._commit(conn)
+            self._outcome_recorded(conn)
 
     def checkpoint(self) -> dict[str, int]:
         """The checkpoint entries stored by :meth:`complete_many`, committed (empty for a new frontier)."""

@@ -1,6 +1,7 @@
 """The connection of a SQLite frontier: one connection behind one lock, and when its changes commit.
 
-*Batched commits.*  ``complete()``, ``complete_many()`` and ``fail()`` leave
+*Batched commits.*  ``complete()``, ``complete_many()`` and ``fail()`` (and
+``store_robots()``, counted as an outcome) leave
 their change in an open transaction until ``commit_every`` outcomes are
 pending or ``commit_interval`` seconds have passed since the first; every
 other method (``add``, ``add_many``, ``release``, ``counts``, ``next_due``,
