@@ -25,7 +25,6 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -290,8 +289,6 @@ def test_the_robots_table_is_bounded_by_what_its_rules_weigh() -> None:
 
 
 def test_the_robots_table_passes_over_every_busy_origin_and_forgets_stale_rules() -> None:
-    import time as clock
-
     from niofetcher.crawl.robots import ALLOW_ALL, RobotsTable
     from niofetcher.urls import Origin
 
@@ -307,7 +304,7 @@ def test_the_robots_table_passes_over_every_busy_origin_and_forgets_stale_rules(
     table.put(new, ALLOW_ALL)  # every other one busy: all stay, over the capacity, and the put ends
     assert (len(table), table.weight) == (26, 26)
     stale = Origin("http", "stale.test", 80)
-    table.put(stale, replace(ALLOW_ALL, expires=clock.monotonic() - 1.0))  # the one idle origin goes
+    table.put(stale, dataclasses.replace(ALLOW_ALL, expires=time.monotonic() - 1.0))  # the one idle origin goes
     assert new not in table and stale in table
     assert table.get(stale) is None and stale not in table and table.weight == 25
 
@@ -342,9 +339,7 @@ def test_rules_aged_out_are_read_back_from_the_frontier_not_fetched_again(
         assert time.monotonic() + ROBOTS_SECONDS - 60.0 < rules.expires <= time.monotonic() + ROBOTS_SECONDS
 
 
-def test_rules_read_back_near_the_end_of_their_day_are_fetched_again_at_its_end(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_rules_read_back_near_the_end_of_their_day_are_fetched_again_at_its_end(tmp_path: Path) -> None:
     from niofetcher import NIOFetcher
     from niofetcher.crawl.frontier import Frontier
     from niofetcher.crawl.robots_gate import RobotsGate
