@@ -68,6 +68,10 @@ class Transactions:
         """Write into the open transaction what the subclass keeps in memory and the file must hold."""
         raise NotImplementedError
 
+    def _after_commit(self) -> None:
+        """What the subclass does once a commit is made."""
+        raise NotImplementedError
+
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
         """Hold the lock and the open connection; turn database failures into FrontierError.
@@ -138,6 +142,7 @@ class Transactions:
         if conn.in_transaction:
             self._before_commit(conn)
             conn.execute("COMMIT")
+            self._after_commit()
         self._pending = 0
 
     @contextlib.contextmanager

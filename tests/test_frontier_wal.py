@@ -1,0 +1,136 @@
+"""The SQLite frontier's log checkpoints in a thread of their own (niofetcher/crawl/frontier/wal.py).
+
+On real files: the thread copies the log into the file while the writer goes on, so that the next
+commit starts the log again from its beginning (the file grows, the log does not); without it
+(the negative control) nothing is copied and the log grows with every commit.  A frontier starts
+the thread only once its log is long, and stops it at close() or when it is collected unclosed.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from niofetcher.crawl.frontier import Frontier
+from niofetcher.crawl.frontier.wal import LogCheckpointer
+
+PAGE = 2048
+ROW = b"x" * 1500  # about a page a row
+
+
+def log_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "niofetcher-frontier-log"]
+
+
+def write_rows(conn: sqlite3.Connection, rows: int, per_commit: int = 64) -> None:
+    for start in range(0, rows, per_commit):
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO t (b) VALUES (?)", [(ROW,)] * min(per_commit, rows - start))
+        conn.execute("COMMIT")
+
+
+def wait_for(predicate: object, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize("checkpointer", [True, False], ids=["thread", "no-thread"])
+def test_the_thread_copies_the_log_into_the_file_while_the_writer_goes_on(tmp_path: Path, checkpointer: bool) -> None:
+    path = str(tmp_path / "log.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA page_size = {PAGE}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")  # only the thread checkpoints
+    conn.execute("CREATE TABLE t (b BLOB)")
+    log = LogCheckpointer(path, interval=0.01, start_bytes=512 * PAGE)
+    try:
+        write_rows(conn, 1000)
+        first_log = os.path.getsize(path + "-wal")
+        assert os.path.getsize(path) < 100 * PAGE  # every row is still in the log only
+        if checkpointer:
+            log.committed()
+            assert log.running and len(log_threads()) == 1
+            assert wait_for(lambda: os.path.getsize(path) > 900 * PAGE), "nothing was copied into the file"
+        write_rows(conn, 1000)
+        if checkpointer:
+            # The log was copied whole before these commits, so they started it again at its
+            # beginning: it is about as long as after the first thousand rows, not twice.
+            assert os.path.getsize(path + "-wal") < 1.1 * first_log
+        else:
+            assert os.path.getsize(path) < 100 * PAGE
+            assert os.path.getsize(path + "-wal") > 1.8 * first_log
+        assert conn.execute("SELECT COUNT(*) FROM t").fetchone() == (2000,)
+    finally:
+        log.stop()
+        conn.close()
+    assert not log.running and not log_threads()
+
+
+def test_a_log_shorter_than_start_bytes_starts_no_thread(tmp_path: Path) -> None:
+    path = str(tmp_path / "small.db")
+    log = LogCheckpointer(path, start_bytes=1 << 20)
+    log.committed()  # no log at all yet
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE t (b BLOB)")
+        write_rows(conn, 10)
+        log.committed()
+        assert not log.running and not log_threads()
+    finally:
+        log.stop()
+        conn.close()
+
+
+def grow_log(frontier: Frontier, db: Path) -> int:
+    """Add new URLs until the frontier's log thread runs; how many were added."""
+    added = 0
+    for batch in range(100):
+        added += frontier.add([f"http://127.0.0.1:{1 + n % 50}/{batch}/{n}" for n in range(500)])
+        if log_threads():
+            return added
+    raise AssertionError(f"no log thread with a {os.path.getsize(str(db) + '-wal'):,}-byte log")
+
+
+def test_a_frontier_starts_its_log_thread_once_the_log_is_long_and_stops_it_at_close(
+    tmp_path: Path, no_leaks: object
+) -> None:
+    db = tmp_path / "crawl.db"
+    with Frontier(db) as frontier:
+        frontier.add(["http://127.0.0.1:1/"])
+        assert not log_threads()  # a small frontier has none
+        added = grow_log(frontier, db) + 1
+        assert [t.daemon for t in log_threads()] == [True]
+        # Its own connection checkpoints only past 256 MiB, as a floor.
+        (pages,) = frontier._conn.execute("PRAGMA wal_autocheckpoint").fetchone()  # type: ignore[union-attr]
+        assert pages * PAGE == 256 << 20
+    assert not log_threads()
+    # The frontier's connection closed last, so it checkpointed the log and removed it.
+    assert not os.path.exists(str(db) + "-wal")
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM urls").fetchone() == (added,)
+    finally:
+        conn.close()
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # the unclosed frontier's lock file says so
+def test_an_unclosed_frontier_stops_its_log_thread_when_collected(tmp_path: Path) -> None:
+    db = tmp_path / "crawl.db"
+    frontier = Frontier(db)
+    grow_log(frontier, db)
+    (thread,) = log_threads()
+    del frontier
+    gc.collect()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
