@@ -936,6 +936,19 @@ def test_a_file_that_may_not_be_read_or_written(tmp_path: Path) -> None:
         shutil.rmtree(directory)
 
 
+@pytest.mark.timeout(60)
+def test_close_samples_the_statistics_it_leaves_rather_than_reading_every_row(db: Path) -> None:
+    """close() runs PRAGMA optimize, which ANALYZEs a table never analyzed -- every new file's --
+    and without a limit that reads every entry of every index (169 s at 10M URLs).  Sampled,
+    the counts it stores are estimates: never exactly the 5,000 rows, as a full count gives."""
+    with Frontier(db) as frontier:
+        frontier.add(f"http://127.0.0.1:{1 + n % 40}/{n}" for n in range(5000))
+        frontier.complete_many((item.url, 200) for item in frontier.claim(100))
+    stats = dict(read_rows(db, "SELECT idx, stat FROM sqlite_stat1 WHERE tbl = 'urls'"))
+    (rows, _distinct) = str(stats["sqlite_autoindex_urls_1"]).split()
+    assert int(rows) != 5000
+
+
 @pytest.mark.timeout(30)
 def test_closed_frontier_and_bad_arguments(db: Path) -> None:
     frontier = Frontier(db)
