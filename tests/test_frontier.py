@@ -944,7 +944,7 @@ def test_close_samples_the_statistics_it_leaves_rather_than_reading_every_row(db
     with Frontier(db) as frontier:
         frontier.add(f"http://127.0.0.1:{1 + n % 40}/{n}" for n in range(5000))
         frontier.complete_many((item.url, 200) for item in frontier.claim(100))
-    stats = dict(read_rows(db, "SELECT idx, stat FROM sqlite_stat1 WHERE tbl = 'urls'"))
+    stats = {idx: stat for idx, stat in read_rows(db, "SELECT idx, stat FROM sqlite_stat1 WHERE tbl = 'urls'")}
     (rows, _distinct) = str(stats["sqlite_autoindex_urls_1"]).split()
     assert int(rows) != 5000
 
