@@ -68,6 +68,7 @@ STAGES = [
     ("niofetcher-resolver-", "resolver"),
     ("niofetcher-parse-", "parse hand-off"),  # the writers and the reader of the parse processes' pipes
     ("niofetcher-crawl-parse", "parse threads"),  # --parse-mode thread
+    ("niofetcher-frontier-log", "frontier log"),  # the SQLite frontier's checkpoints
     ("MainThread", "sampler"),
 ]
 OTHER = "other"

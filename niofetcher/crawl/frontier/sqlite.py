@@ -13,8 +13,9 @@ Theory of operation
 *Speed.*  A crawler adds thousands of links a second (about 50 a page) and
 claims and completes hundreds of URLs a second.  The file is in WAL mode
 with ``synchronous=NORMAL``: a commit appends to the log and does not fsync
-(the log is synced at checkpoints), so a commit costs tens of microseconds,
-and a power cut can lose the last few commits but never corrupts the file.
+(the log is synced at checkpoints, which a thread of their own runs:
+``wal.py``), so a commit costs tens of microseconds, and a power cut can
+lose the last few commits but never corrupts the file.
 The primary key does the de-duplication (``INSERT ... ON CONFLICT``).
 ``benchmarks/frontier_speed.py`` measures it.
 
