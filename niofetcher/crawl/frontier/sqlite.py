@@ -225,12 +225,11 @@ class Frontier(Transactions):
         # Writes still go through the log, so a full disk is still an error, not a signal.
         conn.execute("PRAGMA mmap_size = 4294967296")
         # The log is checkpointed by a thread of its own (wal.py), a few times a second once it
-        # is long; this connection checkpoints it only past 256 MiB, should that thread fall
+        # is long; this connection checkpoints it whole only past 256 MiB, should that thread fall
         # behind.  Not SQLite's 4 MiB or so (1,000 pages) either way: 64 MiB made claims a quarter
         # faster than 4 (a checkpoint's fsync paid a sixteenth as often, the pages that every
-        # commit touches written to the file once per checkpoint), and the thread took a further
-        # fifth off claims at 1M URLs, and the commit that ran a 64 MiB checkpoint waited 0.2 to
-        # 0.4 s.
+        # commit touches written to the file once per checkpoint), and the commit that ran a
+        # 64 MiB checkpoint waited 0.2 to 0.4 s.
         (page_size,) = conn.execute("PRAGMA page_size").fetchone()
         conn.execute(f"PRAGMA wal_autocheckpoint = {(256 << 20) // page_size}")
         conn.execute("BEGIN IMMEDIATE")  # two processes opening one new file: one creates, one checks
@@ -289,9 +288,9 @@ class Frontier(Transactions):
             conn.execute(STORE_COUNTS, (json.dumps(self._counts),))
             self._stored_counts = dict(self._counts)
 
-    def _after_commit(self) -> None:
+    def _after_commit(self, conn: sqlite3.Connection) -> None:
         if self._log is not None:
-            self._log.committed()
+            self._log.committed(conn)
 
     def _move(self, old: str, new: str, n: int = 1) -> None:
         self._counts[old] -= n

@@ -68,8 +68,8 @@ class Transactions:
         """Write into the open transaction what the subclass keeps in memory and the file must hold."""
         raise NotImplementedError
 
-    def _after_commit(self) -> None:
-        """What the subclass does once a commit is made."""
+    def _after_commit(self, conn: sqlite3.Connection) -> None:
+        """What the subclass does once a commit is made, outside any transaction."""
         raise NotImplementedError
 
     @contextlib.contextmanager
@@ -142,7 +142,7 @@ class Transactions:
         if conn.in_transaction:
             self._before_commit(conn)
             conn.execute("COMMIT")
-            self._after_commit()
+            self._after_commit(conn)
         self._pending = 0
 
     @contextlib.contextmanager

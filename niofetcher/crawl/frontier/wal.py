@@ -8,15 +8,20 @@ that commit waited 0.2 to 0.4 s (measured at 3 million keys), and the checkpoint
 
 Here a thread with a connection of its own runs a PASSIVE checkpoint every ``interval``
 seconds instead.  A passive checkpoint takes no lock that a writer needs, and the sqlite3 module
-lets go of the GIL while it runs, so the frontier's commits go on meanwhile.  The log starts again
-from its beginning only at a commit that finds all of it copied, which a writer that commits
-every few milliseconds hardly ever leaves time for; so once the log is ``restart_bytes`` long,
-the thread follows its passive checkpoint with a RESTART one, which waits for the commit under
-way, copies the little that came since, and starts the log again -- the frontier's next commit
-waits for that copy only (tens of milliseconds, not the whole log's).  The frontier's own
-connection keeps its automatic checkpoint as a floor, at a longer log: should this thread fall
-behind, or fail where the frontier's commits would fail too (a full disk), the log still cannot
-grow without bound.
+lets go of the GIL while it runs, so the frontier's commits go on meanwhile.
+
+The log starts again from its beginning only at a write that finds all of it copied, and a
+writer that commits every few milliseconds leaves the thread no such moment: its copy always
+ends a commit or two behind.  (A RESTART checkpoint from the thread would wait for a moment with
+no writer, polling with sleeps of up to 100 ms for gaps of microseconds: it gave up, and the log
+grew to the floor below.)  So once the log is ``restart_bytes`` long, the thread asks the
+frontier to *catch up*: at its next commit the frontier runs a passive checkpoint itself,
+between its own transactions, which copies only what came since the thread's (a few
+milliseconds' worth), and its next write starts the log again.
+
+The frontier's own connection keeps its automatic checkpoint as a floor, at a longer log: should
+this thread fall behind, or fail where the frontier's commits would fail too (a full disk), the
+log still cannot grow without bound.
 
 The thread starts with the first commit that finds the log longer than ``start_bytes``, so that a
 small frontier (most tests, a short crawl) never has one, and stops at the frontier's close() --
@@ -25,6 +30,7 @@ or when the frontier is garbage-collected without one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -39,7 +45,8 @@ class LogCheckpointer:
         path: the frontier's file (its log is ``path + "-wal"``).
         interval: seconds between two checkpoints.
         start_bytes: the log's length from which the thread runs.
-        restart_bytes: the log's length from which it is started again from its beginning.
+        restart_bytes: the log's length from which the frontier catches up, so that the log
+            starts again from its beginning.
     """
 
     def __init__(
@@ -50,6 +57,7 @@ class LogCheckpointer:
         self._start_bytes = start_bytes
         self._restart_bytes = restart_bytes
         self._stopping = threading.Event()
+        self._catch_up = threading.Event()  # set by the thread, cleared by committed()
         self._thread: threading.Thread | None = None
 
     @property
@@ -57,10 +65,21 @@ class LogCheckpointer:
         """Whether the thread has started and not been stopped."""
         return self._thread is not None
 
-    def committed(self) -> None:
-        """After each commit of the frontier: start the thread once the log is long enough (one
-        stat() a commit until then)."""
-        if self._thread is not None or self._stopping.is_set():
+    def committed(self, conn: sqlite3.Connection) -> None:
+        """After each commit of the frontier on ``conn``, outside any transaction: start the thread
+        once the log is long enough (one stat() a commit until then), or catch up when it asks."""
+        if self._thread is None:
+            self._start_if_long()
+        elif self._catch_up.is_set():
+            # Best effort: a failure here (a full disk) is the next statement's to report, and
+            # the automatic checkpoint is the floor.
+            with contextlib.suppress(sqlite3.Error):
+                busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                if not busy and copied == frames:  # else the thread's own was under way: next commit
+                    self._catch_up.clear()
+
+    def _start_if_long(self) -> None:
+        if self._stopping.is_set():
             return
         try:
             size = os.stat(self._path + "-wal").st_size
@@ -69,7 +88,7 @@ class LogCheckpointer:
         if size >= self._start_bytes:
             self._thread = threading.Thread(
                 target=_checkpoint_until,
-                args=(self._path, self._interval, self._restart_bytes, self._stopping),
+                args=(self._path, self._interval, self._restart_bytes, self._stopping, self._catch_up),
                 name="niofetcher-frontier-log", daemon=True,
             )
             self._thread.start()
@@ -86,14 +105,14 @@ class LogCheckpointer:
             thread.join()
 
 
-def _checkpoint_until(path: str, interval: float, restart_bytes: int, stopping: threading.Event) -> None:
-    """The thread: a PASSIVE checkpoint every ``interval``, and a RESTART one after it when the log
-    is ``restart_bytes`` long, until ``stopping`` is set.  It holds no reference to the frontier,
-    so that an unclosed frontier can still be collected."""
+def _checkpoint_until(
+    path: str, interval: float, restart_bytes: int, stopping: threading.Event, catch_up: threading.Event
+) -> None:
+    """The thread: a PASSIVE checkpoint every ``interval`` until ``stopping`` is set, asking for
+    ``catch_up`` when the log is ``restart_bytes`` long.  It holds no reference to the frontier, so
+    that an unclosed frontier can still be collected."""
     try:
-        # The timeout is the RESTART's wait for the commit under way (or for a reader, which it
-        # gives up on: the next round tries again); a PASSIVE checkpoint never waits.
-        conn = sqlite3.connect(path, timeout=1.0, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
         (page_size,) = conn.execute("PRAGMA page_size").fetchone()
     except sqlite3.Error:  # the frontier's automatic checkpoints go on
         return
@@ -102,11 +121,12 @@ def _checkpoint_until(path: str, interval: float, restart_bytes: int, stopping: 
         while not stopping.wait(interval):
             try:
                 _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                if frames >= restart_frames:
-                    conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
             except sqlite3.Error:
                 # A full disk or an I/O error: the frontier's own commits meet it as well and say
                 # so, and its automatic checkpoint is the floor; try again a while later.
                 stopping.wait(10 * interval)
+                continue
+            if frames >= restart_frames:
+                catch_up.set()
     finally:
         conn.close()
