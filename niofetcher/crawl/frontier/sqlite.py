@@ -224,14 +224,17 @@ class Frontier(Transactions):
         # and completions at 1M URLs, a third faster adds of known ones (measured, runs alternated).
         # Writes still go through the log, so a full disk is still an error, not a signal.
         conn.execute("PRAGMA mmap_size = 4294967296")
-        # The log is checkpointed by a thread of its own (wal.py), a few times a second once it
-        # is long; this connection checkpoints it whole only past 256 MiB, should that thread fall
-        # behind.  Not SQLite's 4 MiB or so (1,000 pages) either way: 64 MiB made claims a quarter
-        # faster than 4 (a checkpoint's fsync paid a sixteenth as often, the pages that every
-        # commit touches written to the file once per checkpoint), and the commit that ran a
-        # 64 MiB checkpoint waited 0.2 to 0.4 s.
+        # The log is checkpointed by a thread of its own (wal.py), four times a second once it is
+        # long, and started again from its beginning every 64 MiB; this connection checkpoints it
+        # whole only past 256 MiB, should that thread fall behind.  That writes the pages every
+        # commit touches (the hosts' queue heads, the counts) to the file more often than one
+        # checkpoint per 64 MiB did (268 against 236 MiB written in an 8 s crawl-like run, 29
+        # fdatasync()s against 11), and is faster all the same (docs/benchmarks.md): the commit
+        # that ran a 64 MiB checkpoint itself waited 0.2 to 0.4 s.  A log that a long reader made
+        # longer is cut back to 64 MiB when it starts again.
         (page_size,) = conn.execute("PRAGMA page_size").fetchone()
         conn.execute(f"PRAGMA wal_autocheckpoint = {(256 << 20) // page_size}")
+        conn.execute(f"PRAGMA journal_size_limit = {64 << 20}")
         conn.execute("BEGIN IMMEDIATE")  # two processes opening one new file: one creates, one checks
         try:
             create_or_upgrade(conn, self.path, self._clock)
@@ -682,10 +685,12 @@ class Frontier(Transactions):
                     conn.execute("PRAGMA analysis_limit = 1000")
                     conn.execute("PRAGMA optimize")
             finally:
-                if self._log is not None:  # first, so that this connection is the last to close
-                    self._log.stop()
-                conn.close()
-                self._let_go()
+                try:
+                    if self._log is not None:  # first, so that this connection is the last to close
+                        self._log.stop()
+                finally:
+                    conn.close()
+                    self._let_go()
 
     @property
     def closed(self) -> bool:

@@ -19,9 +19,11 @@ frontier to *catch up*: at its next commit the frontier runs a passive checkpoin
 between its own transactions, which copies only what came since the thread's (a few
 milliseconds' worth), and its next write starts the log again.
 
-The frontier's own connection keeps its automatic checkpoint as a floor, at a longer log: should
-this thread fall behind, or fail where the frontier's commits would fail too (a full disk), the
-log still cannot grow without bound.
+The frontier's own connection keeps its automatic checkpoint as a floor, at a longer log, should
+this thread fall behind or fail where the frontier's commits would fail too (a full disk).  No
+checkpoint copies past what a reader still reads, so a reader that holds its snapshot for long
+(a query over millions of rows, a shell left inside BEGIN) keeps the log growing meanwhile,
+whoever checkpoints; neither the thread nor the catch-up ever waits for one.
 
 The thread starts with the first commit that finds the log longer than ``start_bytes``, so that a
 small frontier (most tests, a short crawl) never has one, and stops at the frontier's close() --
@@ -34,6 +36,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import urllib.parse
 
 __all__ = ["LogCheckpointer"]
 
@@ -42,7 +45,8 @@ class LogCheckpointer:
     """Checkpoints of one frontier file's log, in a thread started on demand.
 
     Args:
-        path: the frontier's file (its log is ``path + "-wal"``).
+        path: the frontier's file; its log is beside the file the path resolves to (SQLite
+            resolves symlinks), so that file is the one watched and opened.
         interval: seconds between two checkpoints.
         start_bytes: the log's length from which the thread runs.
         restart_bytes: the log's length from which the frontier catches up, so that the log
@@ -52,7 +56,7 @@ class LogCheckpointer:
     def __init__(
         self, path: str, interval: float = 0.25, start_bytes: int = 8 << 20, restart_bytes: int = 64 << 20
     ) -> None:
-        self._path = path
+        self._path = os.path.realpath(path)
         self._interval = interval
         self._start_bytes = start_bytes
         self._restart_bytes = restart_bytes
@@ -67,12 +71,13 @@ class LogCheckpointer:
 
     def committed(self, conn: sqlite3.Connection) -> None:
         """After each commit of the frontier on ``conn``, outside any transaction: start the thread
-        once the log is long enough (one stat() a commit until then), or catch up when it asks."""
+        once the log is long enough (one stat() a commit until then), or catch up when it asks.
+        Never raises: the commit is made, and without the thread the automatic checkpoint of
+        ``conn`` still bounds the log."""
         if self._thread is None:
             self._start_if_long()
         elif self._catch_up.is_set():
-            # Best effort: a failure here (a full disk) is the next statement's to report, and
-            # the automatic checkpoint is the floor.
+            # A failure here (a full disk) is the next statement's to report.
             with contextlib.suppress(sqlite3.Error):
                 busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                 if not busy and copied == frames:  # else the thread's own was under way: next commit
@@ -85,13 +90,18 @@ class LogCheckpointer:
             size = os.stat(self._path + "-wal").st_size
         except OSError:  # no log (yet): nothing to checkpoint
             return
-        if size >= self._start_bytes:
-            self._thread = threading.Thread(
-                target=_checkpoint_until,
-                args=(self._path, self._interval, self._restart_bytes, self._stopping, self._catch_up),
-                name="niofetcher-frontier-log", daemon=True,
-            )
-            self._thread.start()
+        if size < self._start_bytes:
+            return
+        thread = threading.Thread(
+            target=_checkpoint_until,
+            args=(self._path, self._interval, self._restart_bytes, self._stopping, self._catch_up),
+            name="niofetcher-frontier-log", daemon=True,
+        )
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had (the process's limit): the next commit tries again
+            return
+        self._thread = thread
 
     def stop_soon(self) -> None:
         """Ask the thread to stop, without waiting (a frontier garbage-collected unclosed)."""
@@ -112,9 +122,17 @@ def _checkpoint_until(
     ``catch_up`` when the log is ``restart_bytes`` long.  It holds no reference to the frontier, so
     that an unclosed frontier can still be collected."""
     try:
-        conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
-        (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+        # mode=rw: a file that is gone is not made anew (an empty database beside the log).
+        conn = sqlite3.connect(
+            f"file:{urllib.parse.quote(path)}?mode=rw", uri=True, timeout=0, isolation_level=None,
+            check_same_thread=False,
+        )
     except sqlite3.Error:  # the frontier's automatic checkpoints go on
+        return
+    try:
+        (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    except sqlite3.Error:
+        conn.close()
         return
     restart_frames = restart_bytes // page_size
     try:
