@@ -99,3 +99,51 @@ def test_the_connection_notices_a_dead_server_within_a_lease_and_a_statement_run
             assert conn.execute("SHOW statement_timeout").fetchone() == (timeout,)
     with PostgresFrontier(postgres_dsn, f"keepalive_{next(_crawls)}", lease_seconds=2.0) as frontier:
         assert frontier._conn.execute("SHOW statement_timeout").fetchone() == ("5s",)  # type: ignore[union-attr]
+
+
+def _rows_read(node: dict[str, Any]) -> int:
+    """Rows every scan of an EXPLAIN (ANALYZE, FORMAT JSON) plan read: those it returned and those
+    its filter removed, in all its loops."""
+    read = 0
+    if "Scan" in node["Node Type"]:
+        read += (node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * node.get("Actual Loops", 1)
+    return read + sum(_rows_read(child) for child in node.get("Plans", []))
+
+
+def test_taking_hosts_reads_nothing_of_the_hosts_whose_urls_are_all_done(postgres_dsn: str) -> None:
+    """Late in a broad crawl most hosts are finished.  TAKE and the fair share (SHARE) find the hosts
+    with work through their URLs, so 20,000 finished hosts add nothing to what they read: walking
+    the hosts with a probe of urls for each read 60,304 and 20,154 rows here, and took 0.6-0.9 s a
+    TAKE at 100,000 (6 ms now)."""
+    import psycopg
+
+    from niofetcher.crawl.frontier.postgres import PostgresFrontier
+    from niofetcher.crawl.frontier.postgres_schema import SHARE, TAKE
+
+    crawl = f"finished_{next(_crawls)}"
+    PostgresFrontier(postgres_dsn, crawl).close()
+    with psycopg.connect(postgres_dsn) as conn:
+        conn.execute(f"SET search_path TO {crawl}")
+        conn.execute("INSERT INTO hosts (origin) SELECT 'http://done' || g || '.test' FROM generate_series(1, 20000) g")
+        conn.execute("INSERT INTO hosts (origin) SELECT 'http://busy' || g || '.test' FROM generate_series(1, 50) g")
+        conn.execute("""
+            INSERT INTO urls (url, state, discovered_at, next_attempt_at, host_id)
+            SELECT origin || '/', CASE WHEN origin LIKE 'http://done%%' THEN 'done' ELSE 'waiting' END, 0, 0, id
+            FROM hosts""")
+        conn.execute("ANALYZE")
+        conn.execute("""
+            INSERT INTO workers (id, host_name, pid, backend_pid, started_at, heartbeat_at)
+            VALUES ('me', 'test', 1, pg_backend_pid(), 0, extract(epoch FROM clock_timestamp()))""")
+        take: dict[str, Any] = {"me": "me", "lease": 60.0, "most": 256, "held": 0, "fenced": True}
+        statements: dict[str, tuple[str, dict[str, Any]]] = {"TAKE": (TAKE, take), "SHARE": (SHARE, {"lease": 60.0})}
+        read = {}
+        for name, (sql, params) in statements.items():
+            conn.execute("SAVEPOINT explained")  # EXPLAIN ANALYZE runs the statement: TAKE takes
+            row = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
+            conn.execute("ROLLBACK TO SAVEPOINT explained")
+            assert row is not None
+            read[name] = _rows_read(row[0][0]["Plan"])
+        taken = conn.execute(TAKE, take).fetchall()
+        conn.rollback()
+    assert read["TAKE"] < 2000 and read["SHARE"] < 2000, read
+    assert sorted(origin for _id, origin, _epoch in taken) == sorted(f"http://busy{g}.test" for g in range(1, 51))

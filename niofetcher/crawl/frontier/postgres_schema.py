@@ -188,6 +188,30 @@ VALUES (%(me)s, %(host_name)s, %(pid)s, pg_backend_pid(), {_NOW}, {_NOW})
 
 LEAVE = "DELETE FROM workers WHERE id = %(me)s"
 
+# The hosts with a URL waiting, in id order, found one probe of urls_host_queue each (a loose index
+# scan: PostgreSQL has no skip scan), so that the hosts whose URLs are all done cost nothing however
+# many there are -- a broad crawl's most hosts, late in it.  Walking the hosts table with a probe
+# of urls for each took 0.6-0.9 s a TAKE with 100,000 such hosts.  Read lazily: a query that
+# needs a few stops the walk there.
+_WAITING_HOSTS = """waiting_hosts (host_id) AS (
+    (SELECT host_id FROM urls WHERE state = 'waiting' ORDER BY host_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT u.host_id FROM urls AS u WHERE u.state = 'waiting' AND u.host_id > w.host_id
+            ORDER BY u.host_id LIMIT 1)
+    FROM waiting_hosts AS w WHERE w.host_id IS NOT NULL
+)"""
+
+# The hosts with work, as host ids: a URL in flight (to recover, when its worker gave the host back
+# with claims out: a missed renewal, a close() with claims unreleased), or else a URL waiting.  Each
+# is then looked up in hosts by its id, in a subquery the planner cannot flatten (OFFSET 0, FOR
+# UPDATE): joined, it scanned every host at 20,000 finished ones, guessing the walk at 100 hosts.
+_WITH_WORK = """
+    SELECT DISTINCT host_id FROM urls WHERE state = 'processing'
+    UNION ALL
+    SELECT w.host_id FROM waiting_hosts AS w WHERE w.host_id IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM urls WHERE urls.host_id = w.host_id AND urls.state = 'processing')
+"""
+
 # A fair share of the hosts with work for each live worker: the hosts held and (up to a bound) the
 # free ones with a URL waiting or in flight, over the live workers, at least 1.  Live: its connection
 # is there and it renewed within a lease (%(lease)s).  A worker frozen (SIGSTOP, a swapped-out VM)
@@ -195,35 +219,43 @@ LEAVE = "DELETE FROM workers WHERE id = %(me)s"
 # its expired hosts over, which then got only half of them until it had finished with those.
 _FAIR_SHARE = f"""GREATEST(1, ceil((
     (SELECT count(*) FROM hosts WHERE owner IS NOT NULL)
-    + (SELECT count(*) FROM (SELECT 1 FROM hosts AS f WHERE f.owner IS NULL
-           AND (EXISTS (SELECT 1 FROM urls WHERE urls.host_id = f.id AND urls.state = 'waiting')
-                OR EXISTS (SELECT 1 FROM urls WHERE urls.host_id = f.id AND urls.state = 'processing')) LIMIT 10000) AS free)
+    + (SELECT count(*) FROM (SELECT 1 FROM ({_WITH_WORK}) AS c CROSS JOIN LATERAL (
+           SELECT 1 FROM hosts AS f WHERE f.id = c.host_id AND f.owner IS NULL OFFSET 0) AS free_host
+       LIMIT 10000) AS free)
 )::float8 / GREATEST(1, (SELECT count(*) FROM workers AS w
                          WHERE w.heartbeat_at > {_NOW} - %(lease)s
                            AND EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = w.backend_pid)))))::int"""
 
-SHARE = f"SELECT {_FAIR_SHARE}"
+SHARE = f"WITH RECURSIVE {_WAITING_HOSTS} SELECT {_FAIR_SHARE}"
 
 # Up to %(most)s hosts with work (a URL waiting, or one in flight to recover) -- and no more than
-# a fair share with the %(held)s the worker has -- that are free, or
-# whose lease ran out, or whose owner's connection is gone (it can never write again): those of
-# other owners first, so that a dead worker's hosts go before new ones, in the order they came.
+# a fair share with the %(held)s the worker has -- whose lease ran out, or whose owner's connection
+# is gone (it can never write again), or that are free: those of other owners first, so that a dead
+# worker's hosts go before new ones, in the order they came.  The first are found among the hosts
+# held (hosts_owner), the free ones through their URLs (_WITH_WORK).
 # SKIP LOCKED: a host another worker is taking, or claiming from, is not waited for.
+_TAKE_LIMIT = f"CASE WHEN %(fenced)s THEN GREATEST(0, LEAST(%(most)s, {_FAIR_SHARE} - %(held)s)) ELSE %(most)s END"
 TAKE = f"""
-WITH dead AS (
+WITH RECURSIVE dead AS (
     SELECT w.id FROM workers AS w WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = w.backend_pid)
-), picked AS (
+), {_WAITING_HOSTS}, room AS MATERIALIZED (
+    SELECT {_TAKE_LIMIT} AS n
+), owned AS (
     SELECT h.id FROM hosts AS h
-    WHERE h.owner IS DISTINCT FROM %(me)s
-      AND (h.owner IS NULL OR h.lease_until < {_NOW} OR h.owner IN (SELECT id FROM dead) OR NOT %(fenced)s)
+    WHERE h.owner IS NOT NULL AND h.owner <> %(me)s
+      AND (h.lease_until < {_NOW} OR h.owner IN (SELECT id FROM dead) OR NOT %(fenced)s)
       AND (EXISTS (SELECT 1 FROM urls WHERE urls.host_id = h.id AND urls.state = 'waiting')
            OR EXISTS (SELECT 1 FROM urls WHERE urls.host_id = h.id AND urls.state = 'processing'))
-    ORDER BY h.owner IS NULL, h.id
-    LIMIT CASE WHEN %(fenced)s THEN GREATEST(0, LEAST(%(most)s, {_FAIR_SHARE} - %(held)s)) ELSE %(most)s END
+    ORDER BY h.id
+    LIMIT (SELECT n FROM room)
     FOR UPDATE OF h SKIP LOCKED
+), free AS (
+    SELECT f.id FROM ({_WITH_WORK}) AS c CROSS JOIN LATERAL (
+        SELECT h.id FROM hosts AS h WHERE h.id = c.host_id AND h.owner IS NULL FOR UPDATE SKIP LOCKED) AS f
+    LIMIT GREATEST(0, (SELECT n FROM room) - (SELECT count(*) FROM owned))
 )
 UPDATE hosts SET owner = %(me)s, lease_until = {_NOW} + %(lease)s, epoch = hosts.epoch + 1
-FROM picked WHERE hosts.id = picked.id
+FROM (SELECT id FROM owned UNION ALL SELECT id FROM free) AS picked WHERE hosts.id = picked.id
 RETURNING hosts.id, hosts.origin, hosts.epoch
 """
 
