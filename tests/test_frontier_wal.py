@@ -77,7 +77,7 @@ def test_the_thread_copies_the_log_into_the_file(tmp_path: Path, checkpointer: b
 def test_a_writer_that_never_pauses_catches_up_and_its_log_starts_again(tmp_path: Path) -> None:
     """Commits back to back leave the thread's checkpoint always a commit or two behind, and the
     log starts again only at a write that finds it all copied: the writer's own catch-up, asked
-    for once the log is long, is that moment.  8 MiB of pages go through a log kept near 1 MiB."""
+    for once the log is long, is that moment.  8 MiB of pages go through a log kept under 4 MiB."""
     path = str(tmp_path / "busy.db")
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute(f"PRAGMA page_size = {PAGE}")
@@ -91,6 +91,35 @@ def test_a_writer_that_never_pauses_catches_up_and_its_log_starts_again(tmp_path
         assert os.path.getsize(path + "-wal") < 2048 * PAGE  # the rows alone are 4,000 pages
         assert conn.execute("SELECT COUNT(*) FROM t").fetchone() == (4000,)
     finally:
+        log.stop()
+        conn.close()
+
+
+def test_what_a_reader_held_back_is_the_threads_to_copy_not_a_commits(tmp_path: Path) -> None:
+    """A reader holding its snapshot keeps the log from being copied past it.  The thread asks for
+    a catch-up only when its own copy left no more than the last commits, so that the commit
+    after such a reader is not the one to copy all it held back (one copied 144 MiB in 191 ms)."""
+    path = str(tmp_path / "read.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA page_size = {PAGE}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute("CREATE TABLE t (b BLOB)")
+    log = LogCheckpointer(path, interval=0.01, start_bytes=256 * PAGE, restart_bytes=512 * PAGE)
+    reader = sqlite3.connect(path, isolation_level=None)
+    try:
+        write_rows(conn, 600, log=log)
+        assert log.running
+        reader.execute("BEGIN")
+        reader.execute("SELECT COUNT(*) FROM t").fetchone()  # its snapshot: 600 rows
+        write_rows(conn, 3000, log=log)  # all of it held back
+        assert wait_for(lambda: not log._catch_up.is_set(), 2.0)
+        time.sleep(0.1)  # rounds of the thread, the reader still reading
+        assert not log._catch_up.is_set()
+        reader.execute("COMMIT")
+        assert conn.execute("SELECT COUNT(*) FROM t").fetchone() == (3600,)
+    finally:
+        reader.close()
         log.stop()
         conn.close()
 
@@ -161,6 +190,18 @@ def test_a_frontier_opened_through_a_symlink_watches_the_log_beside_the_file(tmp
     link.symlink_to(tmp_path / "data" / "crawl.db")
     with Frontier(link) as frontier:
         grow_log(frontier, tmp_path / "data" / "crawl.db")
+    assert not log_threads()
+
+
+def test_a_path_that_is_not_utf8_is_watched_and_opened_too(tmp_path: Path, no_leaks: object) -> None:
+    """A directory name of bytes that are not UTF-8 (Python hands them over as surrogates): the
+    thread's URI is made of the bytes, so that it opens the file rather than dying on them."""
+    directory = tmp_path / os.fsdecode(b"bad\xff name")
+    directory.mkdir()
+    with Frontier(directory / "crawl.db") as frontier:
+        grow_log(frontier, directory / "crawl.db")
+        time.sleep(0.5)  # rounds of the thread
+        assert frontier._log is not None and frontier._log.running
     assert not log_threads()
 
 

@@ -225,8 +225,9 @@ class Frontier(Transactions):
         # Writes still go through the log, so a full disk is still an error, not a signal.
         conn.execute("PRAGMA mmap_size = 4294967296")
         # The log is checkpointed by a thread of its own (wal.py), four times a second once it is
-        # long, and started again from its beginning every 64 MiB; this connection checkpoints it
-        # whole only past 256 MiB, should that thread fall behind.  That writes the pages every
+        # long, and started again from its beginning every 64 MiB (this connection copying its
+        # last commits then); this connection checkpoints it by itself past 256 MiB, should that
+        # thread fall behind.  That writes the pages every
         # commit touches (the hosts' queue heads, the counts) to the file more often than one
         # checkpoint per 64 MiB did (268 against 236 MiB written in an 8 s crawl-like run, 29
         # fdatasync()s against 11), and is faster all the same (docs/benchmarks.md): the commit

@@ -15,15 +15,18 @@ writer that commits every few milliseconds leaves the thread no such moment: its
 ends a commit or two behind.  (A RESTART checkpoint from the thread would wait for a moment with
 no writer, polling with sleeps of up to 100 ms for gaps of microseconds: it gave up, and the log
 grew to the floor below.)  So once the log is ``restart_bytes`` long, the thread asks the
-frontier to *catch up*: at its next commit the frontier runs a passive checkpoint itself,
-between its own transactions, which copies only what came since the thread's (a few
-milliseconds' worth), and its next write starts the log again.
+frontier to *catch up*, when its own checkpoint has left no more than the last commits
+uncopied: at its next commit the frontier runs a passive checkpoint itself, between its own
+transactions, which copies only those (a few milliseconds' worth), and its next write starts the
+log again.
 
 The frontier's own connection keeps its automatic checkpoint as a floor, at a longer log, should
 this thread fall behind or fail where the frontier's commits would fail too (a full disk).  No
 checkpoint copies past what a reader still reads, so a reader that holds its snapshot for long
 (a query over millions of rows, a shell left inside BEGIN) keeps the log growing meanwhile,
-whoever checkpoints; neither the thread nor the catch-up ever waits for one.
+whoever checkpoints; neither the thread nor the catch-up ever waits for one, and what it held
+back is copied by the thread once it ends, not by a catch-up (one commit copied 144 MiB in 191 ms
+when it was).
 
 The thread starts with the first commit that finds the log longer than ``start_bytes``, so that a
 small frontier (most tests, a short crawl) never has one, and stops at the frontier's close() --
@@ -39,6 +42,9 @@ import threading
 import urllib.parse
 
 __all__ = ["LogCheckpointer"]
+
+# The most a catch-up copies, in frames (about 2 MiB at 2 KiB pages: a few milliseconds).
+_CATCH_UP_FRAMES = 1024
 
 
 class LogCheckpointer:
@@ -66,8 +72,9 @@ class LogCheckpointer:
 
     @property
     def running(self) -> bool:
-        """Whether the thread has started and not been stopped."""
-        return self._thread is not None
+        """Whether the thread runs: started, not stopped, and not ended on its own (its connection
+        failed; the automatic checkpoint is then what is left, and no new thread is started)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def committed(self, conn: sqlite3.Connection) -> None:
         """After each commit of the frontier on ``conn``, outside any transaction: start the thread
@@ -124,7 +131,7 @@ def _checkpoint_until(
     try:
         # mode=rw: a file that is gone is not made anew (an empty database beside the log).
         conn = sqlite3.connect(
-            f"file:{urllib.parse.quote(path)}?mode=rw", uri=True, timeout=0, isolation_level=None,
+            f"file:{urllib.parse.quote(os.fsencode(path))}?mode=rw", uri=True, timeout=0, isolation_level=None,
             check_same_thread=False,
         )
     except sqlite3.Error:  # the frontier's automatic checkpoints go on
@@ -138,13 +145,17 @@ def _checkpoint_until(
     try:
         while not stopping.wait(interval):
             try:
-                _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                _busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             except sqlite3.Error:
                 # A full disk or an I/O error: the frontier's own commits meet it as well and say
                 # so, and its automatic checkpoint is the floor; try again a while later.
                 stopping.wait(10 * interval)
                 continue
-            if frames >= restart_frames:
+            # Only a log copied all but its last commits: after a reader that held it back, the
+            # rest is the thread's to copy (in the next rounds), not a commit's.
+            if frames >= restart_frames and frames - copied <= _CATCH_UP_FRAMES:
                 catch_up.set()
+            else:
+                catch_up.clear()
     finally:
         conn.close()
