@@ -28,6 +28,16 @@ def log_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "niofetcher-frontier-log"]
 
 
+def log_file(path: str) -> sqlite3.Connection:
+    """A new file in WAL mode with a table ``t``, whose log only a LogCheckpointer checkpoints."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA page_size = {PAGE}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute("CREATE TABLE t (b BLOB)")
+    return conn
+
+
 def write_rows(
     conn: sqlite3.Connection, rows: int, per_commit: int = 64, log: LogCheckpointer | None = None
 ) -> None:
@@ -51,11 +61,7 @@ def wait_for(predicate: object, seconds: float = 10.0) -> bool:
 @pytest.mark.parametrize("checkpointer", [True, False], ids=["thread", "no-thread"])
 def test_the_thread_copies_the_log_into_the_file(tmp_path: Path, checkpointer: bool) -> None:
     path = str(tmp_path / "log.db")
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute(f"PRAGMA page_size = {PAGE}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA wal_autocheckpoint = 0")  # only the thread checkpoints
-    conn.execute("CREATE TABLE t (b BLOB)")
+    conn = log_file(path)
     log = LogCheckpointer(path, interval=0.01, start_bytes=512 * PAGE)
     try:
         write_rows(conn, 1000)
@@ -79,11 +85,7 @@ def test_a_writer_that_never_pauses_catches_up_and_its_log_starts_again(tmp_path
     log starts again only at a write that finds it all copied: the writer's own catch-up, asked
     for once the log is long, is that moment.  8 MiB of pages go through a log kept under 4 MiB."""
     path = str(tmp_path / "busy.db")
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute(f"PRAGMA page_size = {PAGE}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA wal_autocheckpoint = 0")
-    conn.execute("CREATE TABLE t (b BLOB)")
+    conn = log_file(path)
     log = LogCheckpointer(path, interval=0.01, start_bytes=256 * PAGE, restart_bytes=512 * PAGE)
     try:
         write_rows(conn, 4000, per_commit=16, log=log)
@@ -100,11 +102,7 @@ def test_what_a_reader_held_back_is_the_threads_to_copy_not_a_commits(tmp_path: 
     a catch-up only when its own copy left no more than the last commits, so that the commit
     after such a reader is not the one to copy all it held back (one copied 144 MiB in 191 ms)."""
     path = str(tmp_path / "read.db")
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute(f"PRAGMA page_size = {PAGE}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA wal_autocheckpoint = 0")
-    conn.execute("CREATE TABLE t (b BLOB)")
+    conn = log_file(path)
     log = LogCheckpointer(path, interval=0.01, start_bytes=256 * PAGE, restart_bytes=512 * PAGE)
     reader = sqlite3.connect(path, isolation_level=None)
     try:
