@@ -227,12 +227,11 @@ class Frontier(Transactions):
         # The log is checkpointed by a thread of its own (wal.py), four times a second once it is
         # long, and started again from its beginning every 64 MiB (this connection copying its
         # last commits then); this connection checkpoints it by itself past 256 MiB, should that
-        # thread fall behind.  That writes the pages every
-        # commit touches (the hosts' queue heads, the counts) to the file more often than one
-        # checkpoint per 64 MiB did (268 against 236 MiB written in an 8 s crawl-like run, 29
-        # fdatasync()s against 11), and is faster all the same (docs/benchmarks.md): the commit
-        # that ran a 64 MiB checkpoint itself waited 0.2 to 0.4 s.  A log that a long reader made
-        # longer is cut back to 64 MiB when it starts again.
+        # thread fall behind.  That writes the pages every commit touches (the hosts' queue heads,
+        # the counts) to the file more often than one checkpoint per 64 MiB did (268 against 236
+        # MiB written in an 8 s crawl-like run, 29 fdatasync()s against 11), and is faster all the
+        # same (docs/benchmarks.md): the commit that ran a 64 MiB checkpoint itself waited 0.2 to
+        # 0.4 s.  A log that a long reader made longer is cut back to 64 MiB when it starts again.
         (page_size,) = conn.execute("PRAGMA page_size").fetchone()
         conn.execute(f"PRAGMA wal_autocheckpoint = {(256 << 20) // page_size}")
         conn.execute(f"PRAGMA journal_size_limit = {64 << 20}")

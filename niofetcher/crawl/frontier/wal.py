@@ -67,7 +67,7 @@ class LogCheckpointer:
         self._start_bytes = start_bytes
         self._restart_bytes = restart_bytes
         self._stopping = threading.Event()
-        self._catch_up = threading.Event()  # set by the thread, cleared by committed()
+        self._catch_up = threading.Event()  # asked for by the thread, cleared once done
         self._thread: threading.Thread | None = None
 
     @property
@@ -126,8 +126,8 @@ def _checkpoint_until(
     path: str, interval: float, restart_bytes: int, stopping: threading.Event, catch_up: threading.Event
 ) -> None:
     """The thread: a PASSIVE checkpoint every ``interval`` until ``stopping`` is set, asking for
-    ``catch_up`` when the log is ``restart_bytes`` long.  It holds no reference to the frontier, so
-    that an unclosed frontier can still be collected."""
+    ``catch_up`` while the log is ``restart_bytes`` long and copied but for its last commits.  It
+    holds no reference to the frontier, so that an unclosed frontier can still be collected."""
     try:
         # mode=rw: a file that is gone is not made anew (an empty database beside the log).
         conn = sqlite3.connect(
