@@ -773,12 +773,40 @@ def parse_proxy(url: str) -> Proxy:
             raise ValueError(f"invalid host in {shown!r}: {exc}") from None
     if not host or _bad_host_char(host) or not host.isascii():
         raise ValueError(f"invalid host in {shown!r}")
-    authorization = None
-    if parts.username is not None:
-        user, password = unquote(parts.username), unquote(parts.password or "")
-        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-        authorization = f"Basic {token}"
+    authorization = _basic(parts.username, parts.password) if parts.username is not None else None
     return Proxy(host, port, f"{bracketed(host)}:{port}", authorization)
+
+
+def _basic(user: str, password: str | None) -> str:
+    """The value of an ``Authorization`` (or ``Proxy-Authorization``) header for the userinfo
+    ``user:password`` of a URL: each part percent-decoded as UTF-8, ``Basic`` (RFC 7617)."""
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password or '')}".encode()).decode("ascii")
+    return f"Basic {token}"
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its userinfo, and the ``Authorization`` value that userinfo stands for
+    (``Basic``, as curl and browsers send ``http://user:pass@host/``), None when it has none.
+
+    The one place that takes credentials out of a URL: what a user types as
+    ``user:pass@`` is sent as a header to that origin, and the URL that is
+    stored, recorded and logged carries no password.  The rest of ``url`` is
+    left as written; a URL that the URL rules refuse is returned as it is.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url, None
+    end = len(rest)
+    for delimiter in "/?#":
+        found = rest.find(delimiter)
+        if found >= 0:
+            end = min(end, found)
+    # The last "@" of the authority: a password may hold an unescaped one, and urlsplit takes the host after it.
+    userinfo, at, hostport = rest[:end].rpartition("@")
+    if not at:
+        return url, None
+    user, _, password = userinfo.partition(":")
+    return f"{scheme}{sep}{hostport}{rest[end:]}", _basic(user, password)
 
 
 def _without_password(url: str) -> str:

@@ -76,7 +76,11 @@ def build_parser() -> Parser:
                                 epilog=EXIT_STATUS)
     fetch.add_argument("urls", nargs="*", metavar="URL", help="URLs to fetch (or give --seeds-file)")
     fetch.add_argument("--out", metavar="FILE",
-                       help="also write one JSON record per result to FILE, appended to it (as crawl --out)")
+                       help="also write one JSON record per result to FILE, appended to it (as crawl --out); "
+                            "'-': standard output, and the result lines go to standard error")
+    fetch.add_argument("--warc", metavar="FILE",
+                       help="also write each result's request and response records to a WARC file (.gz: gzip), "
+                            "appended to it (as crawl --warc)")
     fetch.add_argument("--links", action="store_true",
                        help="with --out: parse each 2xx HTML result for its title and links, and list the "
                             "links' URLs in its record")
@@ -104,15 +108,16 @@ def build_parser() -> Parser:
                        help="follow links at most D hops from a seed; the seeds are depth 0 (default: no limit)")
     crawl.add_argument("--out", metavar="FILE",
                        help="write one JSON record per page to FILE: a new crawl appends to it, a resumed one "
-                            "first cuts it back to the end of the last page --db recorded")
+                            "first cuts it back to the end of the last page --db recorded in it; '-': standard "
+                            "output (the progress and the summary go to standard error)")
     crawl.add_argument("--links", action="store_true",
                        help="with --out: list each page's links' URLs in its record, not only their number")
     crawl.add_argument("--warc", metavar="FILE",
                        help="write request and response records to a WARC file (.gz: gzip), appended to and "
                             "cut back on a resume as --out is")
     crawl.add_argument("--allowed-domain", action="append", default=None, metavar="DOMAIN",
-                       help="follow links only within DOMAIN and its subdomains "
-                            "(repeatable; default: the seeds' hosts)")
+                       help="follow links only within DOMAIN and its subdomains: example.com, *.example.com, "
+                            "or a URL or host:port, whose host is taken (repeatable; default: the seeds' hosts)")
     crawl.add_argument("--include", action="append", default=[], metavar="REGEX", help="follow only URLs matching")
     crawl.add_argument("--exclude", action="append", default=[], metavar="REGEX", help="never follow URLs matching")
     crawl.add_argument("--no-robots", action="store_true", help="do not fetch or obey robots.txt")
@@ -135,17 +140,23 @@ def build_parser() -> Parser:
                             "and /sitemap.xml (indexes and gzip included)")
     crawl.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto",
                        help="a progress bar on a terminal, periodic lines otherwise (default auto)")
+    crawl.add_argument("--stop-grace", type=_non_negative_float, default=5.0, metavar="S",
+                       help="on Ctrl-C or SIGTERM, wait at most S seconds for fetches in flight, then give "
+                            "them back to the frontier as waiting, with no attempt counted")
     _add_fetcher_options(crawl)
     crawl.set_defaults(module="crawl")
 
     status = commands.add_parser(
-        "status", help="where a crawl on a PostgreSQL frontier stands: its URLs, workers and busiest hosts",
+        "status", help="where a crawl stands: its URLs per state, workers and busiest hosts",
         formatter_class=_Help,
-        description="Print the URLs per state of a crawl in a --frontier database, its live workers and the "
-                    "hosts with the most URLs waiting. It reads only: no worker is started.",
+        description="Print the URLs per state of a crawl in a SQLite --db or a --frontier database, the hosts "
+                    "with the most URLs waiting and, on PostgreSQL, its live workers. It reads only: a crawl "
+                    "may be running, and no worker is started.",
     )
-    status.add_argument("--frontier", metavar="URL", required=True, help="postgresql://user@host:port/db")
-    status.add_argument("--crawl", metavar="NAME", required=True, help="the crawl's name in that database")
+    status.add_argument("--db", metavar="FILE", help="a SQLite frontier, as crawl --db")
+    status.add_argument("--frontier", metavar="URL", help="a PostgreSQL frontier: postgresql://user@host:port/db "
+                                                          "(needs --crawl)")
+    status.add_argument("--crawl", metavar="NAME", help="the crawl's name in the --frontier database")
     status.add_argument("--top", type=_positive_int, default=10, metavar="N",
                         help="how many of the busiest hosts to show (default 10)")
     status.set_defaults(module="status")
@@ -175,8 +186,9 @@ def build_parser() -> Parser:
 
 def _add_fetcher_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds-file", metavar="FILE",
-                        help="read more URLs from FILE, one a line ('-': standard input; blank lines and "
-                             "lines starting with # are skipped)")
+                        help="read more URLs from FILE, one a line ('-': standard input; blank lines, lines "
+                             "starting with # and a UTF-8 BOM are skipped; a line that is not one URL is "
+                             "reported as FILE:LINE and skipped)")
     parser.add_argument("--fail-on-error", action="store_true",
                         help="exit with status 1 when a URL failed (an error or an HTTP status that is not 2xx)")
     parser.add_argument("--per-host", type=_positive_int, default=2, metavar="N", help="connections per host")
@@ -212,31 +224,69 @@ def _add_fetcher_options(parser: argparse.ArgumentParser) -> None:
 
 def urls_from(args: argparse.Namespace, positional: list[str]) -> list[str]:
     """The URLs of the command line and of ``--seeds-file``, in that order, each checked.
-    Raises UsageError for a bad URL (naming the file and line of one read from a file), an
-    unreadable file, or no URL at all."""
+
+    Raises UsageError for a bad URL on the command line, an unreadable file, or no URL at all.  A
+    line of the file that is not one URL (two on a line, a typo, text that is not UTF-8) is
+    reported on stderr as ``FILE:LINE: why`` and skipped: one bad line of a list of a million does
+    not stop the others, as wget -i goes on past one.
+    """
     for url in positional:
         _check_url(url, "")
     urls = list(positional)
     if args.seeds_file is not None:
-        name = "standard input" if args.seeds_file == "-" else args.seeds_file
-        try:
-            if args.seeds_file == "-":
-                lines = sys.stdin.read().splitlines()
-            else:
-                with open(args.seeds_file, encoding="utf-8") as file:
-                    lines = file.read().splitlines()
-        except OSError as exc:
-            raise UsageError(f"cannot read --seeds-file {name}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise UsageError(f"cannot read --seeds-file {name}: not UTF-8 text ({exc.reason})") from None
-        for number, line in enumerate(lines, 1):
-            url = line.strip()
-            if url and not url.startswith("#"):
-                _check_url(url, f"--seeds-file {name} line {number}: ")
-                urls.append(url)
+        urls += _seeds_file(args.seeds_file)
     if not urls:
         raise UsageError("no URL given: name at least one, or give --seeds-file FILE")
     return urls
+
+
+def _seeds_file(path: str) -> list[str]:
+    """The URLs of a ``--seeds-file`` (``-``: standard input); each bad line reported and skipped."""
+    name = "<stdin>" if path == "-" else path
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as file:
+                data = file.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read --seeds-file {name}: {exc.strerror or exc}") from None
+    urls = []
+    # A BOM, as Windows editors save UTF-8, is not part of the first URL.
+    for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").splitlines(), 1):
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            _skip(name, number, f"not UTF-8 text ({exc.reason})")
+            continue
+        if not line or line.startswith("#"):
+            continue
+        why = _not_one_url(line)
+        if why is not None:
+            _skip(name, number, why)
+            continue
+        urls.append(line)
+    return urls
+
+
+def _not_one_url(line: str) -> str | None:
+    """Why ``line`` (stripped) is not one URL, None when it is."""
+    parts = line.split()
+    reasons = []
+    for part in parts:
+        try:
+            parse_target(part)
+        except ValueError as exc:
+            reasons.append(str(exc))
+    if len(parts) == 1:
+        return reasons[0] if reasons else None
+    if not reasons:
+        return f"{len(parts)} URLs on one line (give one a line)"
+    return "white space inside a URL (write a space as %20)" if len(reasons) < len(parts) else reasons[0]
+
+
+def _skip(name: str, number: int, why: str) -> None:
+    print(f"niofetcher: {name}:{number}: {why}; line skipped", file=sys.stderr, flush=True)
 
 
 def _check_url(url: str, where: str) -> None:
