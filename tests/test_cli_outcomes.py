@@ -26,7 +26,7 @@ from test_cli_crawl import crawl, niofetcher, page_requests, summary_rows
 
 from niofetcher import FetcherConfig, NIOFetcher
 from niofetcher.cli.args import build_parser
-from niofetcher.cli.progress import _Display
+from niofetcher.cli.display import Display
 from niofetcher.crawl.config import CrawlProgress
 from niofetcher.crawl.policy import is_final
 from niofetcher.errors import ErrorKind
@@ -179,7 +179,7 @@ def test__display_rate_leaves_out_the_pages_of_earlier_runs(capsys: pytest.Captu
             return CrawlProgress(done=1050, errors=0, in_flight=5, waiting=10, seconds=10.0, fetching=3,
                                  open_connections=2)
 
-    display = _Display("lines", finished_before=1000)
+    display = Display("lines", finished_before=1000)
     display._next_line = 0.0
     display.update(Resumed())  # type: ignore[arg-type]
     assert capsys.readouterr().err == ("1050 done, 0 failed | 3 fetching, 2 queued or parsing | 10 waiting | "

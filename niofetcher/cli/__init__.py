@@ -3,7 +3,7 @@
 One module per job: ``args`` (the parser), one module per command (``fetch``,
 ``crawl``, ``status``, ``site`` for testsite, ``demo``), and what the crawl commands share:
 ``output`` (the JSONL and WARC files), ``progress`` (a crawl run from the
-terminal), ``signals`` (Ctrl-C and SIGTERM). A command's module, and with it
+terminal), ``display`` (what it shows while it runs), ``signals`` (Ctrl-C and SIGTERM). A command's module, and with it
 what it depends on (the crawler, tqdm, warcio), is imported only when that
 command runs.
 """
