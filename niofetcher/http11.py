@@ -18,7 +18,7 @@ import h11
 from .content import BodyBuffer
 from .errors import ErrorKind, FetchFailure
 from .models import Exchange
-from .urls import decode_location
+from .urls import decode_location, split_credentials
 
 try:
     # h11 normalises and validates a plain header list on every Request; a Headers
@@ -36,6 +36,7 @@ _Response = h11.Response
 _Data = h11.Data
 _EndOfMessage = h11.EndOfMessage
 _Informational = h11.InformationalResponse
+_CREDENTIALS = frozenset(("authorization", "proxy-authorization"))  # request headers an Exchange leaves out
 _END_OF_MESSAGE = h11.EndOfMessage()  # events are immutable: one will do for every request
 
 
@@ -194,8 +195,11 @@ class ClientHTTP11:
         request_headers = [
             (name.decode("latin-1"), value.decode("latin-1")) for name, value in headers.raw_items()
         ] if hasattr(headers, "raw_items") else list(headers)
-        # The proxy's credentials were for the proxy, not the origin: never into an archive (or a repr).
-        request_headers = [(name, value) for name, value in request_headers if name.lower() != "proxy-authorization"]
+        # Credentials never go into an archive (or a repr): the origin's (a URL's user:pass@, the
+        # caller's Authorization header) as little as the proxy's; nor the user:pass@ of the URL.
+        request_headers = [(name, value) for name, value in request_headers if name.lower() not in _CREDENTIALS]
+        if "@" in url:
+            url = split_credentials(url)[0]
         return Exchange(
             url=url, method=method, target=target, request_headers=request_headers, request_body=body,
             http_version=wire_head[0], status=response.status, reason=response.reason,

@@ -16,6 +16,13 @@ class URLBean:
     ``meta`` travels untouched to the result, so a crawler can carry its depth
     or parent through the fetcher.
 
+    A ``user:pass@`` in ``url`` is sent as ``Authorization: Basic`` to that
+    origin only (its redirects to another origin go without), unless
+    ``headers`` or the configuration's headers give an Authorization of their
+    own; the request line and Host never carry it, and no recorded exchange
+    does (``FetchResult.exchanges``).  ``FetchResult.url`` is the URL as
+    registered, password included: the caller's own.
+
     ``proxy`` routes this URL: None takes the configuration's ``proxy`` (and
     its ``no_proxy``), ``""`` goes direct whatever the configuration says, and
     ``"http://[user:pass@]host:port"`` goes through that proxy (``no_proxy``
@@ -44,10 +51,11 @@ class Exchange(NamedTuple):
     the class at import takes 2.6M instructions, the dataclass about 7M.
     """
 
-    url: str
+    url: str  # the URL of this hop, without a user:pass@ (credentials never go into an archive)
     method: str
     target: str  # the request target as sent: the path, or the whole URL to a proxy (plain http)
-    request_headers: list[tuple[str, str]]  # as given to h11, in order, Host first
+    # As given to h11, in order, Host first, but for Authorization and Proxy-Authorization: left out.
+    request_headers: list[tuple[str, str]]
     request_body: bytes
     http_version: str  # the response's: "1.1" or "1.0"
     status: int

@@ -8,9 +8,13 @@ none of them imports another to name it.
 The header policy is here too.  Every request carries the configuration's
 headers (User-Agent, Accept, Accept-Encoding when decoding, then the user's),
 overridden by the bean's own, with Host first and Content-Length added for a
-body that has no framing of its own.  A redirect to another origin drops the
-credentials (Authorization, Cookie, Proxy-Authorization); one that turns the
-request into a GET drops the body and the headers that describe it.
+body that has no framing of its own.  A URL registered with ``user:pass@``
+sends them as ``Authorization: Basic`` (as curl and browsers do), unless the
+configuration or the bean gives an Authorization header of its own; the
+request line and Host never carry them.  A redirect to another origin drops
+the credentials (Authorization, Cookie, Proxy-Authorization), so that the
+password goes to the origin it was given for and to no other; one that turns
+the request into a GET drops the body and the headers that describe it.
 
 A Task knows its route too: ``proxy``, the proxy it goes through or None.
 A plain http request through a proxy carries the proxy's credentials as
@@ -40,7 +44,7 @@ from .config import FetcherConfig
 from .content import ACCEPT_ENCODING
 from .http11 import RequestHeaders, validated_headers
 from .models import Exchange, URLBean
-from .urls import NoProxy, Origin, Proxy, Target, parse_proxy
+from .urls import NoProxy, Origin, Proxy, Target, parse_proxy, split_credentials
 
 IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
 HOST_HEADERS_CACHE = 4096  # Host headers whose validated request headers are kept
@@ -147,6 +151,8 @@ class Task:
             headers = dict(headers)
             for name, value in bean.headers.items():
                 headers[name.lower()] = (name, value)
+        if "@" in bean.url:  # perhaps user:pass@ (an "@" of a path or a query is none: split_credentials knows)
+            headers = _with_credentials(bean.url, headers)
         self._headers = headers
         self._wire_headers: RequestHeaders | None = None
         # The route: the configuration's (no_proxy decides per host), or the bean's own ("" = direct).
@@ -241,6 +247,15 @@ class RequestDefaults:
                 self._by_host.clear()
             wire = self._by_host[host_header] = validated_headers(_header_list(host_header, self.headers, b""))
         return wire
+
+
+def _with_credentials(url: str, headers: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """``headers`` with the ``Authorization`` the userinfo of ``url`` stands for; ``headers`` as they
+    are when ``url`` has none, or when they hold an Authorization already (the caller's wins)."""
+    authorization = split_credentials(url)[1]
+    if authorization is None or "authorization" in headers:
+        return headers
+    return {**headers, "authorization": ("Authorization", authorization)}
 
 
 def _header_list(host_header: str, headers: dict[str, tuple[str, str]], body: bytes) -> list[tuple[str, str]]:

@@ -34,10 +34,11 @@ pytest_plugins = ["pg_cluster"]
 @pytest.fixture
 def read(postgres_dsn: str) -> Iterator[object]:
     import psycopg
+    from psycopg import sql as psql
 
     def rows(crawl: str, sql: str) -> list[tuple[object, ...]]:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-            conn.execute(f"SET search_path TO {crawl}")
+            conn.execute(psql.SQL("SET search_path TO {}").format(psql.Identifier(crawl)))
             return conn.execute(sql).fetchall()  # type: ignore[call-overload,no-any-return]
 
     yield rows
@@ -98,7 +99,7 @@ def test_the_crawl_command_on_postgres(postgres_dsn: str, read, tmp_path: Path) 
             (["--frontier", "postgresql://postgres:secret@127.0.0.1:1/postgres", "--crawl", "t"], "127.0.0.1:1/postgres"),
             (["--frontier", f"postgresql://postgres@127.0.0.1:{port}/nosuchdb", "--crawl", "t"], "does not exist"),
             (["--frontier", postgres_dsn], "needs --crawl"),
-            (["--frontier", postgres_dsn, "--crawl", "Bad-Name"], "crawl name"),
+            (["--frontier", postgres_dsn, "--crawl", "bad name"], "crawl name"),
             (["--frontier", postgres_dsn, "--crawl", "t", "--db", str(tmp_path / "x.db")], "not both"),
             (["--crawl", "t"], "give --frontier too"),
             (["--frontier", "mysql://h/db", "--crawl", "t"], "postgresql://"),

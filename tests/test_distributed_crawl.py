@@ -351,7 +351,7 @@ def test_status_shows_a_running_worker_and_a_stopped_one_gives_its_hosts_back_at
         (["--frontier", "postgresql://postgres:secret@127.0.0.1:1/postgres", "--crawl", crew.crawl],
          "127.0.0.1:1/postgres"),
         (["--frontier", crew.dsn, "--crawl", "nosuchcrawl"], "there is no crawl 'nosuchcrawl'"),
-        (["--frontier", crew.dsn, "--crawl", "Bad-Name"], "crawl name"),
+        (["--frontier", crew.dsn, "--crawl", "bad name"], "crawl name"),
     ):
         refused = subprocess.run([sys.executable, "-m", "niofetcher", "status", *args], capture_output=True,
                                  text=True, timeout=60, check=False)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..config import FetcherConfig
 from ..models import FetchResult
-from ..urls import parse_target
+from ..urls import domain_host, parse_target
 from .directives import canonical_header, header_directives
 from .frontier.postgres_schema import check_crawl_name
 
@@ -30,7 +30,9 @@ class CrawlConfig:
     db_path: str = ":memory:"
     max_pages: int | None = None
     max_depth: int | None = None
-    allowed_domains: Sequence[str] | None = None  # None: the seeds' hosts; subdomains included
+    # None: the seeds' hosts; subdomains included.  Each entry as urls.domain_host reads it (example.com,
+    # *.example.com, host:port, a URL), kept as the bare host it names: the scope is by host, not port.
+    allowed_domains: Sequence[str] | None = None
     include: Sequence[str] = ()  # regexes; when given, a URL must match one to be followed
     exclude: Sequence[str] = ()  # regexes; a URL matching one is not followed
     max_attempts: int = 3
@@ -57,6 +59,7 @@ class CrawlConfig:
             raise ValueError("seeds must be a non-empty sequence of URLs")
         for seed in self.seeds:
             parse_target(seed)  # raises ValueError for a bad seed
+        self._check_allowed_domains()
         for name in ("max_pages", "max_depth"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
@@ -85,6 +88,18 @@ class CrawlConfig:
             raise ValueError("fetcher must be a FetcherConfig")
         self._check_frontier()
 
+    def _check_allowed_domains(self) -> None:
+        """Read each allowed domain as its host (a tuple of them); ValueError for an entry that
+        names none, and for no entry at all, which would follow no link: never a crawl of the
+        seeds alone by accident."""
+        domains = self.allowed_domains
+        if domains is None:
+            return
+        if isinstance(domains, str) or not domains:
+            raise ValueError(f"allowed_domains must be a non-empty sequence of domains (None: the seeds' hosts; "
+                             f"max_depth=0 fetches the seeds alone), not {domains!r}")
+        object.__setattr__(self, "allowed_domains", tuple(domain_host(entry) for entry in domains))
+
     def _check_frontier(self) -> None:
         lease = self.lease_seconds
         if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease < float("inf"):
@@ -99,8 +114,8 @@ class CrawlConfig:
             raise ValueError("give db_path (a SQLite frontier) or frontier (a PostgreSQL one), not both")
         if self.crawl_name is None:
             raise ValueError("a PostgreSQL frontier needs crawl_name: the crawl's name in that database")
-        try:
-            check_crawl_name(self.crawl_name)
+        try:  # kept as the name of its schema, in lower case (postgres_schema.check_crawl_name says why)
+            object.__setattr__(self, "crawl_name", check_crawl_name(self.crawl_name))
         except TypeError as exc:
             raise ValueError(str(exc)) from None
 

@@ -83,7 +83,9 @@ def is_redirect(result: FetchResult) -> bool:
 class LinkScope:
     """Which links of a page the crawl follows.  Plain data: it travels to the parse processes."""
 
-    domains: tuple[str, ...]  # a link's host must be one of these or a subdomain of one
+    # A link's host must be one of these or a name below one, whatever its port: bare hosts in the
+    # URL rules' form (urls.domain_host: lower case, A-labels, IPv6 without brackets).
+    domains: tuple[str, ...]
     include: tuple[str, ...] = ()  # regexes; when given, a link must match one
     exclude: tuple[str, ...] = ()  # regexes; a link matching one is not followed
     follow_nofollow: bool = False

@@ -13,7 +13,9 @@ are in a schema of that name, not in shared tables with a ``crawl`` column.  So 
 exactly the SQLite frontier's (``urls`` has its columns and nothing more), and a user's query is
 the same query after ``SET search_path TO name``; a crawl's indexes hold its own rows only, its
 autovacuum settings are its own, and ``DROP SCHEMA name CASCADE`` forgets it.  The connection's
-``search_path`` is the crawl's schema, so the statements name the tables as a user would.
+``search_path`` is the crawl's schema, so the statements name the tables as a user would.  The name
+reaches SQL only as a quoted identifier (``sql.Identifier``) or a bound parameter, never spliced
+into a statement: a crawl may be called ``my-crawl``.
 
 *Host leases.*  Any number of workers -- processes on any number of machines -- open the same
 crawl, and each (scheme, host, port) is owned by at most one of them at a time, so that a host's
@@ -191,7 +193,8 @@ class PostgresFrontier:
     Args:
         dsn: a libpq connection string (``postgresql://user@host:port/db``); a password in it
             is never repeated in a message.
-        crawl: the crawl's name, which is its schema's (see ``postgres_schema.check_crawl_name``).
+        crawl: the crawl's name, which is its schema's, in lower case (see
+            ``postgres_schema.check_crawl_name``).
         max_attempts, retry_delay, max_retry_delay, clock: as for the SQLite
             :class:`~niofetcher.crawl.frontier.sqlite.Frontier`.
         connect_timeout: seconds to wait for the server when connecting.
@@ -1089,7 +1092,7 @@ def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float 
     import psycopg
     from psycopg import sql
 
-    check_crawl_name(crawl)
+    crawl = check_crawl_name(crawl)
     where = _where(psycopg, dsn)
     try:
         with psycopg.connect(dsn, connect_timeout=max(1, round(connect_timeout)), autocommit=True) as conn:

@@ -6,6 +6,8 @@ meaning, so that the queries people run there run here too, once ``search_path``
 
     $ psql "$DSN" -c "SET search_path TO mycrawl" -c "SELECT state, COUNT(*) FROM urls GROUP BY state"
 
+(A name with a "-" or a digit first goes in double quotes there: ``SET search_path TO "my-crawl"``.)
+
 Every statement that takes many URLs takes them as arrays (``unnest``), so that a batch of a
 thousand URLs is one statement and one round trip to the server, as on SQLite it is one call.
 """
@@ -36,9 +38,14 @@ SCHEMA_VERSION = 3
 # The server's clock in unix seconds: every lease is measured by it, never by a worker's.
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 
-# A crawl name is the name of its schema: lower case, so that ``SET search_path TO name`` needs no
-# quotes, and not one of PostgreSQL's own (pg_*, public, information_schema).
-_CRAWL_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
+# A crawl name is the name of its schema: 1 to 63 ASCII letters, digits, "_" and "-" (63 bytes is
+# PostgreSQL's longest identifier), quoted as an identifier wherever it reaches SQL (a "-", or a
+# digit first, needs the quotes), and not one of PostgreSQL's own (pg_*, public, information_schema).
+# Folded to lower case, as PostgreSQL folds a name it is given unquoted: ``SET search_path TO MyCrawl``
+# in psql finds the crawl of ``--crawl MyCrawl``, a worker started with ``--crawl MyCrawl`` joins the
+# one started with ``--crawl mycrawl`` instead of beginning a second crawl beside it, and a crawl
+# made before "-" was allowed (lower case then) opens under the name it had.
+_CRAWL_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}")
 _RESERVED = ("public", "information_schema")
 
 # {schema} is the quoted crawl name.  The tables are created in it; the statements further down
@@ -443,15 +450,21 @@ MIN_DUE_DEPTH = "SELECT depth FROM urls WHERE state = 'waiting' AND next_attempt
 
 
 def check_crawl_name(crawl: object) -> str:
-    """``crawl``, checked to be a name a crawl's schema can have (see above)."""
+    """``crawl`` as the name of its schema: checked, and in lower case (see above).
+
+    Raises:
+        TypeError: for anything but a str.
+        ValueError: for a str that is no crawl name, in one line.
+    """
     if not isinstance(crawl, str):
         raise TypeError(f"crawl must be a str, not {crawl!r}")
-    if not _CRAWL_NAME.fullmatch(crawl) or crawl.startswith("pg_") or crawl in _RESERVED:
+    name = crawl.lower()
+    if not _CRAWL_NAME.fullmatch(crawl) or name.startswith("pg_") or name in _RESERVED:
         raise ValueError(
-            f"crawl name {crawl!r} must be 1 to 63 lower-case letters, digits and underscores, starting with a "
-            "letter (the name of its schema), and not pg_*, public or information_schema"
+            f"crawl name {crawl!r} must be 1 to 63 letters, digits, '_' and '-' (the name of its schema, "
+            "in lower case), and not pg_*, public or information_schema"
         )
-    return crawl
+    return name
 
 
 def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, where: str,
