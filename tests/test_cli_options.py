@@ -174,8 +174,8 @@ def test_a_seeds_file_skips_a_bom_and_reports_each_bad_line_and_goes_on(tmp_path
     assert "/page/1" not in paths and "/page/2" not in paths  # never as one URL with %20 in it
     assert done.stderr.splitlines() == [
         f"niofetcher: {listing}:2: 2 URLs on one line (give one a line); line skipped",
-        f"niofetcher: {listing}:3: only absolute http:// and https:// URLs are supported, not 'htp:/typo'; "
-        "line skipped",
+        (f"niofetcher: {listing}:3: only absolute http:// and https:// URLs are supported, not 'htp:/typo'; "
+         "line skipped"),
         f"niofetcher: {listing}:4: not UTF-8 text (invalid start byte); line skipped",
     ]
 

@@ -1,13 +1,15 @@
 """The documentation holds: README.md and docs/*.md run, link and name what the code has.
 
 - Every ```python block runs as it is, as a script of its own in a new
-  process (in an empty working directory), against a local test site of two
-  hosts: ``127.0.0.1:8080`` and ``127.0.0.1:8081`` in a block (any ``:8080``
-  and ``:8081``, so a ``resolve`` key follows its URL) are pointed at them.  A
-  block that fails or prints nothing fails.  The crawl examples carry no
-  ``if __name__ == "__main__":`` guard, so they also show that the crawler's
-  parse processes never re-run the user's script.  A block that cannot run
-  here is marked by the line ``<!-- no-run: why -->`` just above it.
+  process (in an empty working directory), with nothing started for it: a
+  block starts the servers it fetches from (``TestSite``, ``ForwardProxy``),
+  as a reader who copies it has none, and names no fixed local port.  A block
+  that fails or prints nothing fails; a crawl example's ``on_page`` lines
+  come out whole, although it runs in several threads at once.  The crawl
+  examples carry no ``if __name__ == "__main__":`` guard, so they also show
+  that the crawler's parse processes never re-run the user's script.  A
+  block that cannot run here is marked by the line ``<!-- no-run: why -->``
+  just above it.
 - Every relative link points at a file (or folder) of the repository, and a
   ``#fragment`` at one of its headings; no link leaves the repository.
 - The option tables of FetcherConfig and CrawlConfig list every field with
@@ -23,7 +25,6 @@ import io
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -31,11 +32,9 @@ import pytest
 
 import niofetcher
 from niofetcher import CrawlConfig, CrawledPage, CrawlSummary, FetcherConfig, FetcherStats, FetchResult, HostStats
-from niofetcher.testing import TestSite
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-EXAMPLE_PORTS = (8080, 8081)  # the test site's hosts, in order, as the examples write them
 
 _FENCE = re.compile(r"^```.*?^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _PYTHON = re.compile(
@@ -45,6 +44,12 @@ _NO_RUN = re.compile(r"<!--\s*no-run")
 _LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.MULTILINE)
 _OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+# A local address with a port written out: a server the reader would have to start first.
+_FIXED_PORT = re.compile(r"(?:127\.0\.0\.1|localhost|\[::1\]|\.test):\d+")
+# What an example's on_page prints for each page: depth, status, URL, links.
+_PAGE_LINE = re.compile(r"\d+ \d+ http://\S+ \d+")
+# Runs the script argv[1] as ``python script`` does, the threads switching every microsecond.
+_SWITCH_OFTEN = "import runpy, sys; sys.setswitchinterval(1e-6); runpy.run_path(sys.argv[1], run_name='__main__')"
 
 
 class Example(NamedTuple):
@@ -70,17 +75,6 @@ def examples() -> list[Example]:
     return found
 
 
-def _point_at(code: str, ports: list[int]) -> str:
-    """The example's ``:8080`` / ``:8081`` replaced by the test site's ports (in one pass)."""
-    return re.sub(r":(808[01])\b", lambda m: f":{ports[EXAMPLE_PORTS.index(int(m[1]))]}", code)
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[TestSite]:
-    with TestSite(hosts=len(EXAMPLE_PORTS), pages=20, max_seconds=600) as test_site:
-        yield test_site
-
-
 def test_the_pages_have_examples() -> None:
     by_page = {example.page for example in examples() if example.no_run is None}
     assert ROOT / "README.md" in by_page
@@ -95,17 +89,28 @@ def test_every_no_run_mark_belongs_to_a_block() -> None:
 
 
 @pytest.mark.parametrize("example", examples(), ids=lambda example: example.name)
-def test_example_runs(example: Example, site: TestSite, tmp_path: Path) -> None:
+def test_example_starts_what_it_fetches(example: Example) -> None:
+    assert not _FIXED_PORT.findall(example.code), "a server the example does not start: start a TestSite"
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("example", examples(), ids=lambda example: example.name)
+def test_example_runs(example: Example, tmp_path: Path) -> None:
     if example.no_run is not None:
         pytest.skip(f"marked no-run: {example.no_run}")
     script = tmp_path / "example.py"
-    script.write_text(_point_at(example.code, site.ports), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
+    script.write_text(example.code, encoding="utf-8")
+    prints_pages = "def on_page(" in example.code
+    # A crawl example's on_page runs in several threads: with the GIL handed over as often as it
+    # can be, lines that two threads print at once are all but sure to run together.
+    run = [sys.executable, "-c", _SWITCH_OFTEN, str(script)] if prints_pages else [sys.executable, str(script)]
+    done = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, errors="replace", timeout=120,
+                          check=False, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip(), f"the example printed nothing\n{done.stderr}"
+    if prints_pages:  # its lines, and the summary's last
+        torn = [line for line in done.stdout.splitlines()[:-1] if not _PAGE_LINE.fullmatch(line)]
+        assert not torn, f"lines printed by on_page came out run together: {torn[:3]}"
 
 
 # -- links ---------------------------------------------------------------------

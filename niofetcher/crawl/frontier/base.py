@@ -42,8 +42,8 @@ from typing import NamedTuple, Protocol
 from ...urls import host_key, normalize_url
 
 __all__ = [
-    "ROBOTS_SECONDS", "STATES", "FrontierBackend", "FrontierError", "FrontierURL", "StoredRobots", "check_checkpoint",
-    "check_int", "check_time", "normal_lastmods", "processing_key", "retry_delay",
+    "ROBOTS_SECONDS", "STATES", "CrawlStatus", "FrontierBackend", "FrontierError", "FrontierURL", "StoredRobots",
+    "WorkerStatus", "check_checkpoint", "check_int", "check_time", "normal_lastmods", "processing_key", "retry_delay",
 ]
 
 #: How long a stored robots.txt answer is used instead of fetching it again (RFC 9309: a crawler
@@ -249,3 +249,25 @@ class FrontierBackend(Protocol):
 
     def __exit__(self, *exc_info: object) -> None:
         """:meth:`close`."""
+
+
+# What a status command reads of a crawl, on either backend (a SQLite crawl has no workers and no owners).
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """A live worker of a crawl, as its last heartbeat says."""
+
+    id: str
+    host_name: str
+    pid: int
+    hosts_held: int
+    pages_last_minute: int
+    heartbeat_age: float  # seconds since its heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlStatus:
+    """Where a crawl stands: its URLs per state, its live workers, its busiest hosts."""
+
+    counts: dict[str, int]
+    workers: list[WorkerStatus]
+    busiest: list[tuple[str, int, str | None]]  # (host, URLs waiting, owner) by URLs waiting

@@ -84,16 +84,17 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...urls import host_key, normalize_url
 from .base import (
     ROBOTS_SECONDS,
     STATES,
+    CrawlStatus,
     FrontierError,
     FrontierURL,
     StoredRobots,
+    WorkerStatus,
     check_checkpoint,
     check_int,
     check_time,
@@ -1059,27 +1060,6 @@ class PostgresFrontier:
             return f"<PostgresFrontier {self.crawl!r} at {self.where} closed>"
         return (f"<PostgresFrontier {self.crawl!r} at {self.where} worker {self.worker_id} "
                 f"hosts={len(self._held)} in_flight={len(self._claimed)}>")
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerStatus:
-    """A live worker of a crawl, as its last heartbeat says."""
-
-    id: str
-    host_name: str
-    pid: int
-    hosts_held: int
-    pages_last_minute: int
-    heartbeat_age: float  # seconds since its heartbeat
-
-
-@dataclass(frozen=True, slots=True)
-class CrawlStatus:
-    """Where a crawl stands: its URLs per state, its live workers, its busiest hosts."""
-
-    counts: dict[str, int]
-    workers: list[WorkerStatus]
-    busiest: list[tuple[str, int, str | None]]  # (host, URLs waiting, owner) by URLs waiting
 
 
 def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float = 10.0) -> CrawlStatus:

@@ -14,10 +14,10 @@ from ...urls import host_key
 from .base import FrontierError
 
 __all__ = [
-    "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "FAILURES", "GIVE_UP", "INSERT", "INSERT_HOSTS",
+    "BUSIEST_HOSTS", "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "FAILURES", "GIVE_UP", "INSERT", "INSERT_HOSTS",
     "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
     "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_LASTMODS", "STORE_COUNTS", "STORE_ROBOTS", "TOO_DEEP_HOSTS",
-    "TOP_PRIORITIES", "create_or_upgrade",
+    "TOP_PRIORITIES", "check_schema", "create_or_upgrade",
 ]
 
 #: The version of the tables below, kept in ``meta``.  A file of an older
@@ -197,6 +197,15 @@ SELECT json_group_array(h.value) FROM json_each(?1) AS h JOIN hosts ON hosts.ori
 WHERE NOT EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id AND state = 'waiting' AND depth <= ?2)
 """
 
+# status: the ?1 hosts with the most waiting rows (a walk of urls_host_queue, which holds only those),
+# as the PostgreSQL frontier's BUSIEST_HOSTS has them.
+BUSIEST_HOSTS = """
+SELECT hosts.origin, q.n FROM (
+    SELECT host_id, COUNT(*) AS n FROM urls WHERE state = 'waiting' GROUP BY host_id ORDER BY n DESC LIMIT ?1
+) AS q JOIN hosts ON hosts.id = q.host_id
+ORDER BY q.n DESC, hosts.origin
+"""
+
 # The rows per state, counted: only when the stored counts turn out wrong.
 COUNT_ROWS = "SELECT json_group_object(state, n) FROM (SELECT state, COUNT(*) AS n FROM urls GROUP BY state)"
 
@@ -329,7 +338,7 @@ def create_or_upgrade(conn: sqlite3.Connection, path: str, clock: Callable[[], f
         )
         version = 1
     else:
-        version = _check_schema(conn, path, tables)
+        version = check_schema(conn, path, tables)
     if version == SCHEMA_VERSION:
         return
     conn.create_function("host_key", 1, _stored_host_key, deterministic=True)
@@ -346,8 +355,9 @@ def _stored_host_key(url: str) -> str:
     return host_key(url) if "//" in url else url
 
 
-def _check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:
-    """The schema version of a file that is a frontier this code can read (maybe after an upgrade)."""
+def check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:
+    """The schema version of a file that is a frontier this code can read (maybe after an upgrade),
+    whose tables are ``tables``; FrontierError (naming ``path``) for any other file."""
     if "meta" not in tables:
         raise FrontierError(
             f"{path} is a SQLite database but not a niofetcher frontier (it has no meta table)"

@@ -62,6 +62,11 @@ WAL never makes them wait for the crawler, nor the crawler for them.
 before it reads anything (see ``lock.py``): a second opener gets
 :class:`FrontierLocked` and changes nothing.
 
+*Reading from outside.*  :func:`crawl_status` (``niofetcher status --db``) reads
+a file through a read-only connection of its own, without the owner's lock:
+a crawl may be running on it.  WAL lets it read the last commit while the
+crawler goes on writing; it never writes, and never creates a missing file.
+
 *Batched commits, errors, threads.*  See ``transactions.py``: ``complete()``,
 ``complete_many()`` and ``fail()`` commit in batches, every other method before
 it returns; a failed statement rolls the open transaction back and raises one
@@ -75,6 +80,7 @@ import json
 import os
 import sqlite3
 import time
+import urllib.parse
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 
@@ -82,6 +88,7 @@ from ...urls import host_key, normalize_url
 from .base import (
     ROBOTS_SECONDS,
     STATES,
+    CrawlStatus,
     FrontierError,
     FrontierURL,
     StoredRobots,
@@ -96,6 +103,7 @@ from .claims import DEEPEST, HostQueues, Row
 from .lock import FrontierLocked, OwnerLock, path_problem
 from .recent import RecentURLs
 from .schema import (
+    BUSIEST_HOSTS,
     COMPLETE,
     COMPLETE_MANY,
     COUNT_ROWS,
@@ -117,13 +125,20 @@ from .schema import (
     SET_LASTMODS,
     STORE_COUNTS,
     STORE_ROBOTS,
+    check_schema,
     create_or_upgrade,
 )
 from .transactions import Transactions
 from .wal import LogCheckpointer
 
-__all__ = ["SCHEMA_VERSION", "STATES", "Frontier", "FrontierError", "FrontierLocked", "FrontierURL", "normalize_url"]
+__all__ = [
+    "SCHEMA_VERSION", "STATES", "Frontier", "FrontierError", "FrontierLocked", "FrontierURL", "crawl_status",
+    "normalize_url",
+]
 
+# The oldest schema version crawl_status() reads: the first with hosts and stored counts (an older
+# file is upgraded by the next crawl that opens it, which a reader may not do).
+_STATUS_SINCE_VERSION = 3
 
 
 class Frontier(Transactions):
@@ -708,3 +723,43 @@ class Frontier(Transactions):
             return f"<Frontier {self.path!r} closed>"
         counts = " ".join(f"{state}={n}" for state, n in self._counts.items())
         return f"<Frontier {self.path!r} {counts}>"
+
+
+def crawl_status(path: str | os.PathLike[str], *, top: int = 10) -> CrawlStatus:
+    """Read where the crawl in the SQLite file ``path`` stands: its URLs per state (as its last
+    commit stored them) and the ``top`` hosts with the most URLs waiting, in one snapshot.
+
+    It reads only, through a read-only connection, and takes no lock: a crawl may be running on
+    the file (see "Reading from outside" above).  The result is the PostgreSQL frontier's
+    :class:`~niofetcher.crawl.frontier.base.CrawlStatus`, without workers and without owners.
+
+    Raises:
+        FrontierError: one line naming ``path``: it is missing or cannot be read, is not SQLite,
+            is not a niofetcher frontier, is damaged, or is of a schema version this code does
+            not read.
+    """
+
+    check_int("top", top, 1)
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FrontierError(f"{path} does not exist")
+    if os.path.isdir(path):
+        raise FrontierError(f"{path} is a directory")
+    # mode=ro: SQLite never creates the file, and refuses to write to it.
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=10.0, isolation_level=None)) as conn:
+            conn.execute("BEGIN")  # one snapshot: the counts and the hosts of the same commit
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            version = check_schema(conn, path, tables)
+            if version < _STATUS_SINCE_VERSION:
+                raise FrontierError(f"{path} has frontier schema version {version}, which status does not read: "
+                                    f"a crawl run on it upgrades it to version {SCHEMA_VERSION}")
+            (counts,) = conn.execute(COUNTS).fetchone()
+            stored = json.loads(counts)
+            busiest: list[tuple[str, int, str | None]] = [
+                (str(host), int(n), None) for host, n in conn.execute(BUSIEST_HOSTS, (top,))]
+    except sqlite3.DatabaseError as exc:  # "file is not a database", "unable to open database file", ...
+        what = "is not a SQLite database" if "not a database" in str(exc) else f"cannot be read: {exc}"
+        raise FrontierError(f"{path} {what}") from None
+    return CrawlStatus({state: int(stored.get(state, 0)) for state in STATES}, [], busiest)
