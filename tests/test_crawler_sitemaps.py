@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_cli_crawl import crawl as cli_crawl
 
 from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler, CrawlSummary, sitemaps
 from niofetcher.crawl.frontier import FrontierURL
@@ -84,6 +85,39 @@ def test_robots_sitemap_lines_and_a_sitemap_behind_a_404(tmp_path: Path) -> None
     assert summary.errors == {"http_404": 1}  # the missing sitemap, a result like any 404
     missing = next(page for page in pages if page.url.endswith("/missing.xml"))
     assert missing.parent == site.base_urls[0] + "robots.txt"
+
+
+@pytest.mark.timeout(30)
+def test_a_probe_of_sitemap_xml_that_finds_none_is_done_and_no_error(tmp_path: Path) -> None:
+    """The crawl's own guess at /sitemap.xml, answered 404, is an answer: done with its status, counted
+    ``missing``, not an error (before, an ``http_404`` in the errors of every site without one)."""
+    with TestSite(pages=3) as site:
+        summary, pages = crawl(tmp_path, site)
+    assert summary.errors == {} and summary.counts["error"] == 0
+    assert summary.counts["done"] == len(site.page_urls()) + 1
+    assert summary.sitemaps == {"missing": 1}
+    probe = site.base_urls[0] + "sitemap.xml"
+    assert [page.result.status for page in pages if page.url == probe] == [404]  # handed over like any fetch
+    with contextlib.closing(sqlite3.connect(tmp_path / "crawl.sqlite")) as conn:
+        row = conn.execute("SELECT state, status, error FROM urls WHERE url = ?", (probe,)).fetchone()
+    assert row == ("done", 404, None)
+
+
+@pytest.mark.timeout(60)
+def test_crawl_command_with_sitemaps_and_fail_on_error_exits_0_on_a_site_without_a_sitemap(tmp_path: Path) -> None:
+    with TestSite(pages=3) as site:
+        done = cli_crawl(site.base_urls[0], tmp_path / "crawl.sqlite", "--sitemaps", "--fail-on-error",
+                         "--parse-mode", "thread")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "crawl complete" in done.stdout and "failed URLs" not in done.stdout
+
+
+@pytest.mark.timeout(30)
+def test_a_sitemap_robots_txt_names_at_sitemap_xml_that_is_missing_is_an_error(tmp_path: Path) -> None:
+    """The same URL, named by robots.txt: no guess, but a broken promise of the site's."""
+    with TestSite(pages=3, robots_sitemaps=["/sitemap.xml"]) as site:
+        summary, _ = crawl(tmp_path, site)
+    assert summary.errors == {"http_404": 1} and summary.sitemaps == {}
 
 
 def test_robots_txt_disallow_holds_for_sitemaps(tmp_path: Path) -> None:
@@ -217,6 +251,40 @@ def test_a_redirected_sitemap_may_list_what_its_first_url_could() -> None:
     [target] = maps.entries(claimed(root), moved, None, {})
     found = maps.entries(claimed(target), fetched(target[0], urlset(["http://h.test/a", "http://x.test/b"])), None, {})
     assert [url for url, *_ in found] == ["http://h.test/a"]
+
+
+def answered(url: str, status: int, body: bytes = b"", headers: list[tuple[str, str]] | None = None) -> FetchResult:
+    return FetchResult(URLBean(url), url, url, status=status, body=body, headers=headers or [])
+
+
+def test_a_probe_redirected_to_a_404_or_answered_with_a_page_found_no_sitemap() -> None:
+    errors: Counter[str] = Counter()
+    maps = Sitemaps(SCOPE, ["http://h.test/"], errors)
+    [root] = maps.roots()
+    probe = claimed(root)
+    soft_404 = answered(root[0], 200, b"<html><body>Not found</body></html>")
+    assert maps.entries(probe, soft_404, None, {}) == [] and not maps.found_none(probe, soft_404)  # a 200 is done
+    moved = answered(root[0], 301, headers=[("Location", "/sitemap_index.xml")])
+    [target] = maps.entries(probe, moved, None, {})
+    gone = answered(target[0], 404)
+    assert maps.found_none(claimed(target), gone) and maps.entries(claimed(target), gone, None, {}) == []
+    assert maps.report == {"missing": 2} and errors == {}
+    assert not maps.found_none(probe, answered(root[0], 429)) and not maps.found_none(probe, answered(root[0], 503))
+
+
+def test_sitemap_xml_named_by_robots_txt_or_as_a_page_is_no_probe() -> None:
+    errors: Counter[str] = Counter()
+    maps = Sitemaps(SCOPE, ["http://h.test/"], errors)
+    [root] = maps.roots()
+    named = maps.from_robots(next(iter(maps._origins)), RobotsRules(sitemaps=("http://h.test/sitemap.xml",)))
+    assert [url for url, *_ in named] == [root[0]]
+    assert not maps.found_none(claimed(root), answered(root[0], 404))
+    maps.entries(claimed(root), answered(root[0], 200, b"<html>Not found</html>"), None, {})
+    assert errors == {"sitemap_invalid": 1} and maps.report == {"read": 1, "invalid": 1, "urls": 0}
+    page = FrontierURL(root[0], 0, 0, 1, None)  # /sitemap.xml as a seed or a link: a page
+    fresh = Sitemaps(SCOPE, ["http://h.test/"], Counter())
+    fresh.roots()
+    assert not fresh.found_none(page, answered(root[0], 404))
 
 
 # -- the reader ----------------------------------------------------------------

@@ -20,11 +20,16 @@ class CrawlRun(NamedTuple):
     interrupted: bool  # a signal stopped it (rather than the end of the crawl or its page budget)
 
 
-def run_crawl(config: CrawlConfig, output: PageWriter | None, progress: str = "auto", finished_before: int = 0) -> CrawlRun:
+def run_crawl(
+    config: CrawlConfig, output: PageWriter | None, progress: str = "auto", finished_before: int = 0,
+    stop_grace: float | None = None,
+) -> CrawlRun:
     """Run a crawl in a thread while this one shows progress; Ctrl-C or SIGTERM stops it gracefully.
 
     ``finished_before``: the URLs done or failed in the frontier before this run (a resumed crawl),
-    so that the rate shown is this run's.
+    so that the rate shown is this run's.  ``stop_grace``: how long a stop lets fetches in flight
+    finish before it gives them back to the frontier (``Crawler.stop(grace)``; None: as long as
+    they take).
 
     The signals are taken by a handler (StopSignals), not as a KeyboardInterrupt
     out of ``Thread.join()``: on CPython before 3.13 a join interrupted that
@@ -52,8 +57,9 @@ def run_crawl(config: CrawlConfig, output: PageWriter | None, progress: str = "a
 
     def stop() -> None:
         interrupted.set()
-        crawler.stop()
-        display.note("stopping: letting fetches in flight finish (Ctrl-C again to abandon them)")
+        crawler.stop(stop_grace)
+        within = "" if stop_grace is None else f" for up to {stop_grace:g} s"
+        display.note(f"stopping: letting fetches in flight finish{within} (Ctrl-C again to abandon them)")
 
     thread = threading.Thread(target=crawl, name="niofetcher-crawl")
     with StopSignals(stop, "niofetcher: abandoned; rerun with the same --db to resume"):

@@ -48,6 +48,20 @@ with ``on_page``); a URL waiting for a retry delay keeps it alive.
 Politeness: robots.txt is fetched per (scheme, host, port) through the
 fetcher itself before the first page of that origin, and read as RFC 9309
 says; the URLs of an origin wait until it is settled (``robots_gate.py``).
+
+Stopping: ``stop(grace)`` starts nothing new and lets what is in flight finish
+for ``grace`` seconds; then the coordinator returns and run() shuts the
+fetcher down without waiting, the path a failure takes: each fetch still in
+flight, robots.txt's too, comes back ``cancelled`` and goes back to 'waiting'
+with its attempt not counted, and so do the URLs held for their robots.txt.
+Pages fetched by then are still parsed, delivered and recorded.  A service
+manager kills a process that takes too long to stop (Docker after 10 s):
+an unanswered fetch must not hold the stop for its read timeout.
+
+Credentials: a seed's ``user:pass@`` is taken out of it as the Crawler is
+made (``self.config.seeds`` are bare); every request to that seed's origin,
+robots.txt included, carries the ``Authorization`` it stands for, and no other
+origin's does -- a redirect is followed as a link, a request of its own.
 """
 
 from __future__ import annotations
@@ -59,12 +73,12 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from ..errors import ErrorKind
 from ..fetcher import NIOFetcher
 from ..models import URLBean
-from ..urls import Origin, normal_host, parse_target
+from ..urls import Origin, parse_target, split_credentials
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
 from .frontier import Frontier, FrontierBackend, FrontierError, FrontierURL
 from .inflight import InProgress, windows
@@ -84,15 +98,20 @@ class Crawler:
         self, config: CrawlConfig, on_page: Callable[[CrawledPage], None] | None = None,
         output: CrawlOutput | None = None,
     ) -> None:
+        seeds, self._credentials = _take_credentials(config.seeds)
+        if self._credentials:  # the frontier, the records and the logs get the seeds without them
+            config = dataclasses.replace(config, seeds=seeds)
         self.config = config
         self.on_page = on_page
         self.output = output
         self._stop = threading.Event()
+        self._stop_deadline: float | None = None  # time.monotonic() when a stop's grace ends
+        # Bare hosts: CrawlConfig read each allowed domain as its host (urls.domain_host).
         domains = config.allowed_domains
         if domains is None:
             domains = [parse_target(seed).origin.host for seed in config.seeds]
         self._scope = LinkScope(
-            domains=tuple(normal_host(d.lstrip(".")) for d in domains), include=tuple(config.include),
+            domains=tuple(domains), include=tuple(config.include),
             exclude=tuple(config.exclude), follow_nofollow=config.follow_nofollow,
         )
         self._pipeline = Pipeline(config, self._scope)
@@ -100,7 +119,7 @@ class Crawler:
         self._active: Counter[Origin] = Counter()  # URLs of each origin in the fetcher or after it
         self._robots = RobotsGate(
             config.fetcher.user_agent, config.max_attempts, config.max_crawl_delay,
-            busy=self._active.__contains__, stopping=self._stop,
+            busy=self._active.__contains__, stopping=self._stop, headers=self._headers,
         )
         self._window, per_host = windows(
             config.fetcher.max_connections, config.fetcher.max_connections_per_host, config.fetcher.host_delay
@@ -116,8 +135,20 @@ class Crawler:
 
     # -- any thread -----------------------------------------------------------
 
-    def stop(self) -> None:
-        """Graceful stop, from any thread: in-flight fetches finish, the rest stays waiting for a resume."""
+    def stop(self, grace: float | None = None) -> None:
+        """Graceful stop, from any thread: nothing new starts, the rest stays waiting for a resume.
+
+        Fetches in flight may finish within ``grace`` seconds (None: however long they take); those
+        still in flight then are cancelled and go back to 'waiting' without counting an attempt,
+        as do URLs still waiting for their robots.txt.  A second call may shorten the grace, never
+        lengthen it.
+        """
+        if grace is not None:
+            if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not grace >= 0:
+                raise ValueError(f"grace must be a non-negative number of seconds or None, not {grace!r}")
+            deadline = time.monotonic() + grace
+            if self._stop_deadline is None or deadline < self._stop_deadline:
+                self._stop_deadline = deadline
         self._stop.set()
         fetcher = self._fetcher
         if fetcher is not None:
@@ -180,11 +211,11 @@ class Crawler:
                     try:
                         with _cleaning_up_after(error):
                             self._stop.set()
-                            pipeline.wind_down(fetcher, parser)
+                            pipeline.wind_down(fetcher, parser, abandon=self._grace_over())
                             if recording:
                                 self._drain_reports(frontier, fetcher)
                     finally:
-                        if self._in_progress:  # only after a failure: give them back, nothing fetched is lost
+                        if self._in_progress:  # a failure, or a stop's grace ran out: give them back
                             with _cleaning_up_after(error):
                                 frontier.release(list(self._in_progress))
                             self._in_progress.clear()
@@ -252,12 +283,19 @@ class Crawler:
                 if due is None:
                     return  # nothing waiting, nothing in progress: the crawl is complete
                 wait = min(1.0, max(0.0, due - time.time()))
+            elif self._grace_over():
+                return  # run() cancels what is still in flight and gives it back, no attempt counted
             else:
                 wait = 0.2 if robots_due is None else min(0.2, max(0.0, robots_due - time.monotonic()))
             try:
                 reports = [self._reports.get(timeout=wait)]
             except queue.Empty:
                 reports = []
+
+    def _grace_over(self) -> bool:
+        """Whether a stop's grace for the fetches in flight has run out."""
+        deadline = self._stop_deadline
+        return deadline is not None and time.monotonic() >= deadline
 
     def _layer(self, frontier: FrontierBackend) -> int | None:
         """With max_depth, the deepest depth that may be claimed now: the crawl goes breadth-first in
@@ -343,7 +381,7 @@ class Crawler:
                     frontier.fail(item.url, refusal, retry=False)
                     self._errors["robots_unavailable" if rules.refusal else "robots_disallowed"] += 1
                     continue
-            beans.append(URLBean(item.url, priority=item.priority,
+            beans.append(URLBean(item.url, priority=item.priority, headers=self._headers(origin),
                                  meta={"frontier": item, "origin": origin, "lastmod": item.lastmod}))
         if not beans:
             return
@@ -356,6 +394,12 @@ class Crawler:
             for bean in refused:
                 self._in_progress.pop(bean.url)
             frontier.release([bean.url for bean in refused])  # stopping: the URLs wait for a resume
+
+    def _headers(self, origin: Origin) -> dict[str, str]:
+        """The headers of a request to ``origin``: the Authorization a seed's ``user:pass@`` stands for,
+        to that seed's origin only (a redirect elsewhere is a link of another origin: it gets none)."""
+        authorization = self._credentials.get(origin)
+        return {"Authorization": authorization} if authorization is not None else {}
 
     @staticmethod
     def _gate(frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
@@ -413,7 +457,9 @@ class Crawler:
                 if page.final:
                     self._finished += 1
                     self._bytes += len(page.result.body)
-                if page.final and not page.failure and (page.result.ok or is_redirect(page.result)):
+                if page.final and not page.failure and (
+                    page.result.ok or is_redirect(page.result) or self._no_sitemap_there(page)
+                ):
                     completed.append((page.item.url, page.result.status))
                 else:
                     self._record_failure(page, frontier)
@@ -435,6 +481,10 @@ class Crawler:
             return []
         return [(url, depth, page.item.url, 0) for url in self._scope.after_headers(page.result, page.followed)]
 
+    def _no_sitemap_there(self, page: Page) -> bool:
+        """Whether ``page`` is a sitemap probe's 4xx: an answer (no sitemap there), not a failure."""
+        return self._sitemaps is not None and self._sitemaps.found_none(page.item, page.result)
+
     def _record_failure(self, page: Page, frontier: FrontierBackend) -> None:
         result = page.result
         url = page.item.url
@@ -450,6 +500,22 @@ class Crawler:
         else:
             self._errors[result.error.value if result.error is not None else f"http_{result.status}"] += 1
             frontier.fail(url, error_text(result), status=result.status, retry=False)
+
+
+def _take_credentials(seeds: Sequence[str]) -> tuple[list[str], dict[Origin, str]]:
+    """The seeds without their ``user:pass@``, and the Authorization value it stands for, by origin:
+    the password is sent to that origin, and kept out of the frontier, the records and the logs.
+    Seeds of one origin that give different credentials: the first seed's are used."""
+    bare_seeds: list[str] = []
+    credentials: dict[Origin, str] = {}
+    for seed in seeds:
+        bare, authorization = split_credentials(seed)
+        bare_seeds.append(bare)
+        if authorization is not None:
+            origin = parse_target(bare).origin
+            if credentials.setdefault(origin, authorization) != authorization:
+                log.warning("seeds give %s different credentials (user:pass@): the first seed's are used", origin)
+    return bare_seeds, credentials
 
 
 @contextlib.contextmanager

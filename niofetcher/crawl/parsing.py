@@ -136,9 +136,12 @@ class ParseExecutor:
             return
         future.add_done_callback(lambda finished: self._job_done(job, finished, done))
 
-    def shutdown(self) -> None:
-        """Wait until every job submitted is parsed and handed to its ``done``, and stop the workers."""
-        self._executor.shutdown(wait=True)
+    def shutdown(self, cancel_pending: bool = False) -> None:
+        """Wait until every job submitted is parsed and handed to its ``done``, and stop the workers.
+
+        ``cancel_pending``: the jobs no worker has started yet are dropped instead, and their
+        ``done`` is never called (a crawl whose stop's grace ran out gives their pages back)."""
+        self._executor.shutdown(wait=True, cancel_futures=cancel_pending)
 
     def __enter__(self) -> ParseExecutor:
         return self
@@ -152,6 +155,8 @@ class ParseExecutor:
     ) -> None:
         # exception(), not result() in a try: raising it again would tie the exception, through the
         # frames of its traceback, to the pool's pipes (a cycle only the garbage collector breaks).
+        if future.cancelled():  # shutdown(cancel_pending=True): its pages are given back, not parsed
+            return
         try:
             exc = future.exception()
             if exc is not None:  # BrokenProcessPool: a parse process died; parse_pages itself raises for nothing

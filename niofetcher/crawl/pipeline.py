@@ -122,15 +122,20 @@ class Pipeline:
 
         return threading.Thread(target=guarded, name=name)
 
-    def wind_down(self, fetcher: NIOFetcher, parser: ParseExecutor) -> None:
-        """Stop fetching, and let every page fetched so far reach :attr:`reports` (the crawl is stopping)."""
+    def wind_down(self, fetcher: NIOFetcher, parser: ParseExecutor, abandon: bool = False) -> None:
+        """Stop fetching, and let every page fetched so far reach :attr:`reports` (the crawl is stopping).
+
+        ``abandon``: a stop's grace has run out, and the pages waiting for a parse worker are dropped
+        instead of parsed: a long queue of them must not hold the stop.  They never reach
+        :attr:`reports`; the crawl gives them back to the frontier with what else is in progress.
+        """
         fetcher.shutdown(wait=False)  # whatever was not fetched yet comes back cancelled
         self._fetcher_closed.set()
         pump, deliverers = self._threads[:1], self._threads[1:]  # none, should the pump have failed to start
         try:
             for thread in pump:
                 thread.join()
-            parser.shutdown()  # every job submitted is parsed, and its pages handed over
+            parser.shutdown(cancel_pending=abandon)  # every job submitted (not dropped) is parsed, and handed over
         finally:
             # Even when a second Ctrl-C breaks the wait above: a delivery thread left waiting
             # for its sentinel would keep the interpreter from ever exiting.

@@ -35,7 +35,7 @@ from typing import NamedTuple
 from ..errors import ErrorKind
 from ..fetcher import NIOFetcher
 from ..models import FetchResult, URLBean
-from ..urls import Origin, host_key, normalize_url
+from ..urls import Origin, host_key, normalize_url, parse_target
 from .frontier import FrontierBackend, FrontierURL
 from .frontier.base import ROBOTS_SECONDS
 from .policy import error_text, retry_after
@@ -89,13 +89,18 @@ class RobotsGate:
         max_crawl_delay: the longest Crawl-delay applied, in seconds.
         busy: whether an origin has URLs in progress (its rules are never aged out then).
         stopping: set when the crawl stops: no robots.txt is fetched from then on.
+        headers: the headers of a request to an origin (its credentials): robots.txt is asked for
+            as the origin's pages are -- a site behind Basic auth answers 401 otherwise -- and each
+            redirect hop gets its own origin's.
     """
 
     def __init__(
         self, user_agent: str, max_attempts: int, max_crawl_delay: float,
         busy: Callable[[Origin], bool], stopping: threading.Event,
+        headers: Callable[[Origin], dict[str, str]] = lambda origin: {},
     ) -> None:
         self._user_agent = user_agent
+        self._headers = headers
         self._max_attempts = max_attempts
         self._max_crawl_delay = max_crawl_delay
         self._stop = stopping
@@ -202,7 +207,8 @@ class RobotsGate:
         return given_back
 
     def _fetch(self, origin: Origin, url: str, hops: int, fetcher: NIOFetcher) -> list[FrontierURL]:
-        bean = URLBean(url, priority=_ROBOTS_PRIORITY, meta={"robots": origin, "hops": hops})
+        bean = URLBean(url, priority=_ROBOTS_PRIORITY, headers=self._headers(parse_target(url).origin),
+                       meta={"robots": origin, "hops": hops})
         if self._stop.is_set() or not fetcher.register(bean):
             return self._give_back(origin)
         return []

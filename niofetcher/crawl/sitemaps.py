@@ -20,6 +20,18 @@ URLs they list at depth 1, with the sitemap as their parent, as the links of a s
 ``max_depth=1`` the seeds, their links and every page of the sitemaps.  Depth 0 for the listed
 URLs would make a sitemap of a million pages a million seeds, and ``max_depth`` meaningless.
 
+*Probes.*  A seed host's ``/sitemap.xml`` is a guess the crawl makes, not a URL anyone gave it:
+most sites have none there.  A probe that finds none -- a 4xx answer (but a 408 or a 429, which
+say "not now"), or a page that is no sitemap (a soft 404) -- is ``done`` with that status (its
+record kept like any fetch's), counted ``missing`` in the report and not as an error:
+``--fail-on-error`` must not fail a healthy site.  A redirect of a probe leads to a probe.  A
+sitemap that robots.txt or an index names is no guess, nor is a seed or a link that happens to be
+``/sitemap.xml`` (a page, then): its 404 is an error as any URL's; so is a probe's 5xx or network
+error, after its retries: the site is not well there.  (A probe is known in the run that adds it:
+a resumed run adds the seeds' probes again, and robots.txt answers read back from the frontier
+do not name their sitemaps again, so a named ``/sitemap.xml`` left waiting by an earlier run is
+taken for a probe.)
+
 *Bounds.*  A sitemap is read up to :data:`MAX_BYTES` uncompressed and :data:`MAX_URLS` entries
 (sitemaps.org's own limits): a larger one is cut there, and the cut is logged and counted
 (``CrawlSummary.sitemaps["cut"]``), never silent.  A gzip sitemap is known by its magic bytes, not
@@ -83,6 +95,7 @@ MAX_NESTING = 2
 MAX_PER_HOST = 1000
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_NOT_NOW = frozenset((408, 429))  # a 4xx that does not say "no sitemap here": Request Timeout, Too Many Requests
 _KINDS = {"urlset": "url", "sitemapindex": "sitemap"}  # root element -> its entries' element
 Entry = tuple[str, int, str | None, int]  # a frontier entry: (url, depth, parent, priority)
 _ABSOLUTE = re.compile(r"https?://", re.IGNORECASE)
@@ -227,9 +240,9 @@ class Sitemaps:
 
     Only the coordinator's thread calls it.  ``report`` counts what happened: sitemap files
     ``read``, ``urls`` added from them, ``invalid`` ones, ``cut`` ones, indexes ``too_deep``,
-    sitemaps left out as ``too_many`` for their host, and entries left out as ``foreign``
-    (outside what their sitemap may list, below); an invalid sitemap also counts one
-    ``sitemap_invalid`` in ``errors`` (the crawl's error counts).
+    sitemaps left out as ``too_many`` for their host, entries left out as ``foreign``
+    (outside what their sitemap may list, below), and probes that found no sitemap, ``missing``;
+    an invalid sitemap also counts one ``sitemap_invalid`` in ``errors`` (the crawl's error counts).
 
     What a sitemap may list (sitemaps.org, "Sitemap file location" and "Sitemaps & Cross
     Submits"; Google's index rules): the URLs under its own directory -- ``/catalog/sitemap.xml``
@@ -249,6 +262,7 @@ class Sitemaps:
         # A sitemap's index nesting (0 for a root) and the URL prefixes it may list besides its own
         # directory, by its URL in normal form (the form a claimed URL has).
         self._known: dict[str, tuple[int, tuple[str, ...]]] = {}
+        self._probes: set[str] = set()  # sitemaps the crawl made up itself (see "Probes"), in normal form
         self._per_host: Counter[str] = Counter()
         self.report: Counter[str] = Counter()
 
@@ -258,8 +272,15 @@ class Sitemaps:
         return item.priority == SITEMAP_PRIORITY
 
     def roots(self) -> list[Entry]:
-        """The frontier entries of each seed host's ``/sitemap.xml`` (when in scope)."""
-        return self._added([f"{origin}/sitemap.xml" for origin in self._origins], 0, None, 0, ())
+        """The frontier entries of each seed host's ``/sitemap.xml`` (when in scope): probes."""
+        return self._added([f"{origin}/sitemap.xml" for origin in self._origins], 0, None, 0, (), probe=True)
+
+    def found_none(self, item: FrontierURL, result: FetchResult) -> bool:
+        """Whether ``result`` is a probe's 4xx: no sitemap there, which is an answer, not a failure
+        (the URL is done, not an error).  Not a 408 or a 429, which say "not now" rather than "none"."""
+        status = result.status
+        return (self.is_sitemap(item) and item.url in self._probes and result.error is None
+                and status is not None and 400 <= status < 500 and status not in _NOT_NOW)
 
     def from_robots(self, origin: Origin, rules: RobotsRules | None) -> list[Entry]:
         """The frontier entries of the ``Sitemap:`` lines of a seed host's robots.txt, once a run
@@ -280,12 +301,18 @@ class Sitemaps:
         url = item.url
         # Unknown: left waiting by an earlier run, which knew who named it; its own host vouches.
         level, vouched = self._known.get(url, (MAX_NESTING, (_directory(host_key(url) + "/"),)))
+        probe = url in self._probes
         if is_redirect(result):
             target = absolute_url(result.header("location") or "", result.url)
-            return self._added([target] if target else [], item.depth, url, level, (*vouched, _directory(url)))
+            return self._added([target] if target else [], item.depth, url, level, (*vouched, _directory(url)), probe)
         if not result.ok:
+            if self.found_none(item, result):
+                self.report["missing"] += 1
             return []
         sitemap = read_sitemap(result.body)
+        if probe and not sitemap.kind:  # a soft 404: no sitemap here
+            self.report["missing"] += 1
+            return []
         self.report["read"] += 1
         if sitemap.cut:
             self.report["cut"] += 1
@@ -335,10 +362,11 @@ class Sitemaps:
         return listed
 
     def _added(
-        self, urls: list[str], depth: int, parent: str | None, level: int, vouched: tuple[str, ...]
+        self, urls: list[str], depth: int, parent: str | None, level: int, vouched: tuple[str, ...], probe: bool = False,
     ) -> list[Entry]:
         """Frontier entries for sitemap files: in scope, within the per-host cap, their level and
-        what vouches for them kept (added up when a sitemap is named twice)."""
+        what vouches for them kept (added up when a sitemap is named twice).  ``probe``: made up by
+        the crawl; a sitemap named by anyone (robots.txt, an index) is none, even if made up too."""
         entries: list[Entry] = []
         for url in dict.fromkeys(normal for normal in map(_normal, urls) if normal is not None):
             if not self._scope.in_scope(url):
@@ -346,6 +374,8 @@ class Sitemaps:
             known = self._known.get(url)
             if known is not None:
                 self._known[url] = (known[0], tuple(dict.fromkeys((*known[1], *vouched))))
+                if not probe:
+                    self._probes.discard(url)
             else:
                 host = host_key(url)
                 if self._per_host[host] >= MAX_PER_HOST:
@@ -355,6 +385,8 @@ class Sitemaps:
                     continue
                 self._per_host[host] += 1
                 self._known[url] = (level, vouched)
+                if probe:
+                    self._probes.add(url)
             entries.append((url, depth, parent, SITEMAP_PRIORITY))
         return entries
 
