@@ -1,7 +1,8 @@
 """How ``niofetcher fetch`` and ``crawl`` end and what they say (issue 14, items 1-5; docs/cli.md).
 
-- A run that ended exits 0, whatever its URLs answered (a 404, a robots.txt or
-  --deny-private refusal); ``--fail-on-error`` makes a failed URL exit 1.
+- A run that ended exits 0, whatever its URLs answered (a 404, a robots.txt
+  refusal), unless not one page could be fetched (tests/test_cli_files.py);
+  ``--fail-on-error`` makes a failed URL exit 1.
 - The summary lists the first failed URLs of the run with why; a policy
   refusal (--deny-private) is tried once, not ``--max-attempts`` times.
 - ``--max-pages`` reached says "page budget of N reached", not "rerun to
@@ -65,12 +66,14 @@ def test_fetch_exits_0_on_a_404_and_1_with_fail_on_error() -> None:
 
 @pytest.mark.timeout(60)
 def test_a_deny_private_refusal_is_tried_once_and_named_in_the_summary(tmp_path: Path) -> None:
-    """Without the rule the URL is fetched --max-attempts times, a retry delay apart, to the same refusal."""
+    """Without the rule the URL is fetched --max-attempts times, a retry delay apart, to the same refusal.
+    The seed refused, the crawl fetched nothing: exit status 1, and why in one line."""
     db = tmp_path / "c.sqlite"
     with TestSite(hosts=1, pages=1) as site:
         done = crawl(site.base_urls[0], db, "--deny-private", "--no-robots", "--max-attempts", "3")
         assert site.counters().accepted == 0
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("niofetcher: error: not one page could be fetched: 1 connect_error; first: ")
     with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("SELECT state, attempts FROM urls").fetchall() == [("error", 1)]
     assert f"    {site.base_urls[0]}  connect_error: address 127.0.0.1 is in denied network" in done.stdout

@@ -124,8 +124,9 @@ def test_the_checker_sees_a_wrong_import(tmp_path: Path) -> None:
     ]
 
 
-def test_the_fetch_command_does_not_load_the_crawler() -> None:
-    """``niofetcher fetch`` pays only for the fetcher: no parser, robots.txt, progress bar, WARC library or SQLite."""
+def modules_loaded_by_fetch(*options: str) -> tuple[str, list[str]]:
+    """Run ``niofetcher fetch`` on a page of a test site with ``options``, in a fresh interpreter: its exit
+    status and the modules it loaded of the crawler, the crawl command and the libraries only a crawl needs."""
     heavy = ("bs4", "lxml", "protego", "tqdm", "warcio", "sqlite3", "_sqlite3")
     with TestSite(hosts=1, pages=2) as site:
         url = f"{site.base_urls[0]}page/1"
@@ -133,10 +134,23 @@ def test_the_fetch_command_does_not_load_the_crawler() -> None:
             "import sys, contextlib, io\n"
             "from niofetcher.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
-            f"    status = main(['fetch', {url!r}])\n"
+            f"    status = main(['fetch', {url!r}, *{list(options)!r}])\n"
             f"print(status, sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r}"
             " or m.startswith(('niofetcher.crawl', 'niofetcher.cli.crawl'))))\n"
         )
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
         assert site.counters().requests == 1
-    assert done.stdout.strip() == "0 []"
+    status, _, loaded = done.stdout.strip().partition(" ")
+    return status, ast.literal_eval(loaded)
+
+
+def test_the_fetch_command_does_not_load_the_crawler() -> None:
+    """``niofetcher fetch`` pays only for the fetcher: no parser, robots.txt, progress bar, WARC library or SQLite."""
+    assert modules_loaded_by_fetch() == ("0", [])
+
+
+def test_fetch_warc_loads_the_warc_library_and_still_not_the_crawler(tmp_path: Path) -> None:
+    """``fetch --warc`` writes its records with cli/warc.py, the one home of crawl's too, which needs warcio alone."""
+    status, loaded = modules_loaded_by_fetch("--warc", str(tmp_path / "fetched.warc.gz"))
+    assert status == "0"
+    assert "warcio" in loaded and [name for name in loaded if not name.startswith("warcio")] == []

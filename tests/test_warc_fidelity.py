@@ -12,8 +12,8 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.warcwriter import WARCWriter
 
 from niofetcher import FetcherConfig, NIOFetcher
-from niofetcher.cli.output import _exchange_records
 from niofetcher.cli.records import record
+from niofetcher.cli.warc import exchange_records
 from niofetcher.testing import ForwardProxy, TestSite
 
 RAW = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Name: caf\xc3\xa9\r\n\r\nok"
@@ -29,7 +29,7 @@ def raw_once(sock: socket.socket, info: ConnInfo) -> None:
 def warc_of(exchange: object) -> bytes:
     buffer = io.BytesIO()
     writer = WARCWriter(buffer, gzip=False)
-    for rec in _exchange_records(writer, exchange):  # type: ignore[arg-type]
+    for rec in exchange_records(writer, exchange):  # type: ignore[arg-type]
         writer.write_record(rec)
     return buffer.getvalue()
 

@@ -6,14 +6,16 @@ import argparse
 import contextlib
 import os
 import sqlite3
+import sys
 import time
+from collections.abc import Sequence
 
-from ..crawl import CrawlConfig
+from ..crawl import CrawlConfig, CrawlSummary
 from ..crawl.frontier import Frontier, FrontierBackend, FrontierError
 from .args import config_from, urls_from
 from .errors import CommandFailed, UsageError
-from .output import PageWriter, ResumeError
-from .progress import print_summary, run_crawl
+from .output import SQLITE_SIDE_FILES, PageWriter, ResumeError, check_distinct_files, open_error, writes_to_stdout
+from .progress import CrawlRun, print_summary, run_crawl
 
 #: How many of a run's failed URLs the summary lists.
 FAILURES_SHOWN = 5
@@ -21,7 +23,8 @@ FAILURES_SHOWN = 5
 
 def run(args: argparse.Namespace) -> int:
     """Crawl (or resume the crawl in ``--db`` or ``--frontier``) and print its summary; exit status 0
-    once it ran to its end or its budget, or with ``--fail-on-error`` 1 when URLs failed in this run."""
+    once it ran to its end or its budget, or with ``--fail-on-error`` 1 when URLs failed in this run.
+    CommandFailed (exit status 1) after the summary when it tried URLs and not one got a response."""
     seeds = urls_from(args, args.seeds)
     # A WARC holds each exchange as it went over the wire, which the fetcher keeps only when asked.
     fetcher_config = config_from(args, host_delay=args.delay, record_exchanges=args.warc is not None)
@@ -34,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.links and args.out is None:
         raise UsageError("--links puts the links in the --out records: give --out FILE too")
     db = args.db if args.db is not None else "crawl.sqlite"
+    check_distinct_files(args.out, args.warc, db if args.frontier is None else None)
     try:
         config = CrawlConfig(
             seeds=seeds, max_pages=args.max_pages, max_depth=args.max_depth,
@@ -61,12 +65,11 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         if created:  # made by the check above: a crawl that does not start leaves nothing behind
             _remove_frontier(db)
-        option = "--out" if exc.filename == args.out else "--warc"
-        raise UsageError(f"cannot write {option} {exc.filename}: {exc.strerror or exc}") from None
+        raise open_error(exc, args.out) from None
     started = time.time()
     try:
         with writer:
-            ran = run_crawl(config, writer, args.progress, finished_before)
+            ran = run_crawl(config, writer, args.progress, finished_before, stop_grace=args.stop_grace)
     except ResumeError as exc:
         raise UsageError(str(exc)) from None
     except FrontierError as exc:  # a statement on --db failed (a full disk, an I/O error); it names the file
@@ -76,8 +79,30 @@ def run(args: argparse.Namespace) -> int:
     except RuntimeError as exc:  # the crawl could not go on: its fetcher loop or one of its threads died
         raise CommandFailed(str(exc)) from None
     failures = _first_failures(args, db, started) if ran.summary.errors else []
-    print_summary(ran, args.max_pages, failures)
+    # Records on standard output: the summary goes to standard error, out of the pipe.
+    stdout_taken = writes_to_stdout(args.out) or writes_to_stdout(args.warc)
+    print_summary(ran, args.max_pages, failures, file=sys.stderr if stdout_taken else sys.stdout)
+    if _fetched_nothing(ran):
+        raise CommandFailed(_why_nothing_was_fetched(ran.summary, failures))
     return 1 if args.fail_on_error and ran.summary.errors else 0
+
+
+def _fetched_nothing(ran: CrawlRun) -> bool:
+    """Whether URLs were finished in this run and not one of them got an HTTP response: every seed
+    unreachable, every robots.txt unavailable.  Not a run that had nothing to do (a finished crawl run
+    again), nor one a signal stopped: they did not try; nor one that robots.txt refused: its answer
+    came."""
+    summary = ran.summary
+    tried = summary.pages + summary.errors.get("robots_unavailable", 0)
+    answered = summary.responses + summary.errors.get("robots_disallowed", 0)
+    return not ran.interrupted and tried > 0 and answered == 0
+
+
+def _why_nothing_was_fetched(summary: CrawlSummary, failures: Sequence[tuple[str, str]]) -> str:
+    """The one line for a crawl that fetched nothing: how its URLs failed, and the first of them."""
+    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(summary.errors.items()))
+    first = f"; first: {failures[0][0]} ({failures[0][1]})" if failures else ""
+    return f"not one page could be fetched: {kinds}{first}"
 
 
 def _check_database(path: str) -> dict[str, int]:
@@ -102,7 +127,7 @@ def _check_database(path: str) -> dict[str, int]:
 
 def _remove_frontier(path: str) -> None:
     """Remove a frontier file this run created, and what SQLite keeps beside it."""
-    for name in (path, f"{path}-wal", f"{path}-shm"):
+    for name in (path, *(f"{path}{suffix}" for suffix in SQLITE_SIDE_FILES)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
 

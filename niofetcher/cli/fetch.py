@@ -1,18 +1,19 @@
 """The ``fetch`` command: fetch URLs, print one line per result, and with ``--out`` a JSON record per result
-(the schema of ``crawl --out``: records.py)."""
+(the schema of ``crawl --out``: records.py), with ``--warc`` its request and response records (as ``crawl
+--warc`` writes them: warc.py)."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-from typing import TYPE_CHECKING, TextIO
+import sys
+from typing import TYPE_CHECKING
 
 from ..fetcher import NIOFetcher
-from ..models import FetchResult
+from ..models import FetchResult, URLBean
+from ..urls import split_credentials
 from .args import config_from, urls_from
 from .errors import UsageError
-from .records import record
+from .output import ResultWriter, check_distinct_files, open_error, writes_to_stdout
 from .signals import StopSignals
 
 if TYPE_CHECKING:
@@ -23,51 +24,38 @@ def run(args: argparse.Namespace) -> int:
     """Fetch the URLs (``args.urls``, then ``--seeds-file``'s); exit status 0, or with ``--fail-on-error``
     1 when any result is not ``ok``: a 404 is a result, not a failure of the command."""
     urls = urls_from(args, args.urls)
-    config = config_from(args)
+    # A WARC holds each exchange as it went over the wire, which the fetcher keeps only when asked.
+    config = config_from(args, record_exchanges=args.warc is not None)
     if args.links and args.out is None:
         raise UsageError("--links puts the links in the --out records: give --out FILE too")
-    out = _open_output(args.out)
-    failures = 0
+    check_distinct_files(args.out, args.warc)
+    # Records on standard output: the lines for a person go to standard error, out of the pipe.
+    lines = sys.stderr if writes_to_stdout(args.out) or writes_to_stdout(args.warc) else sys.stdout
     try:
-        with StopSignals(_interrupt, "niofetcher: abandoned"), NIOFetcher(config) as fetcher:
-            for url in urls:
-                fetcher.register(url)
-            for result in fetcher.results():
-                failures += not result.ok
-                if out is not None:  # first: a result printed is a result in the file
-                    links = _page_links(result) if args.links else None
-                    _write_line(out, args.out, json.dumps(record(result, links, args.links)))
-                print(_result_line(result), flush=True)
-    finally:
-        if out is not None:
-            # Every line was flushed as it was written; one that could not be is already being raised.
-            with contextlib.suppress(OSError):
-                out.close()
+        files = ResultWriter(args.out, args.warc, config.user_agent, list_links=args.links)
+    except OSError as exc:
+        raise open_error(exc, args.out) from None
+    failures = 0
+    with files, StopSignals(_interrupt, "niofetcher: abandoned"), NIOFetcher(config) as fetcher:
+        fetcher.register_many(_bean(url) for url in urls)
+        for result in fetcher.results():
+            failures += not result.ok
+            # First: a result printed is a result in the files.
+            files.write(result, _page_links(result) if args.links else None)
+            print(_result_line(result), file=lines, flush=True)
     return 1 if failures and args.fail_on_error else 0
+
+
+def _bean(url: str) -> URLBean:
+    """``url`` to fetch, its ``user:pass@`` sent as Basic auth instead: the URL that is printed and
+    recorded (a result's, a WARC record's) then carries no password."""
+    bare, authorization = split_credentials(url)
+    return URLBean(bare, headers={"Authorization": authorization} if authorization is not None else {})
 
 
 def _interrupt() -> None:
     """SIGTERM (and SIGINT) in ``fetch``: unwind as Ctrl-C does, shutting the fetcher down."""
     raise KeyboardInterrupt
-
-
-def _open_output(path: str | None) -> TextIO | None:
-    if path is None:
-        return None
-    try:
-        # Line-buffered: a line is in the file when the result is printed, and a write that
-        # fails (a full disk) fails there, naming the file, not at close.  Appended to, as
-        # crawl --out is: a file of results is never thrown away by the next run.
-        return open(path, "a", encoding="utf-8", buffering=1)
-    except OSError as exc:
-        raise UsageError(f"cannot write --out {path}: {exc.strerror or exc}") from None
-
-
-def _write_line(out: TextIO, path: str, line: str) -> None:
-    try:
-        out.write(line + "\n")
-    except OSError as exc:  # flushing: the error of the file descriptor, which names no file
-        raise OSError(exc.errno, exc.strerror, path) from None
 
 
 def _result_line(result: FetchResult) -> str:

@@ -1,43 +1,145 @@
-"""The crawl command's files: JSONL (``--out``) and WARC (``--warc``), each page's records in them exactly once."""
+"""The commands' output files: ``--out`` (JSONL) and ``--warc`` of ``crawl`` and ``fetch``.
+
+A crawl's records are in its files exactly once (PageWriter); ``fetch``
+appends each result's (ResultWriter).  Either may be ``-`` (standard output)
+or any other file that is not a regular one -- a pipe, a FIFO, a terminal --:
+a *stream*, written as it comes and never cut back (see _OutputFile).  Before
+anything is opened, check_distinct_files() refuses two options naming one
+file.
+
+``fetch`` imports this module too, so nothing here loads the crawler, nor
+warcio unless a WARC file is written (tests/test_layers.py).
+"""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import socket
+import stat
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from warcio.recordloader import ArcWarcRecord
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
+from .errors import UsageError
+from .records import page_record, record
 
-from .._version import __version__
-from ..crawl import CrawledPage
-from ..models import Exchange, FetchResult
-from ..urls import parse_target
-from .records import page_record
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing's own from Python 3.11
 
-#: Left out of a rebuilt response head, whose body is the decoded one (see _as_delivered).
-_NOT_WITH_DECODED_BODY = frozenset(("content-encoding", "transfer-encoding", "content-length"))
+    from ..crawl import CrawledPage
+    from ..crawl.parse import PageLinks
+    from ..models import FetchResult
+    from .warc import WarcRecords
+
+#: What ``--out -`` (or ``--warc -``) names: standard output.
+STDOUT = "-"
+#: The files SQLite keeps beside a database (its write-ahead log, its shared memory, its rollback journal).
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
-class _WireHead(StatusAndHeaders):  # type: ignore[misc]  # warcio has no type hints
-    """An HTTP head written back as the bytes that went over the wire (latin-1), where warcio's
-    own would percent-encode every value that is not ASCII (a UTF-8 Location, a filename)."""
+def check_distinct_files(out: str | None, warc: str | None, db: str | None = None) -> None:
+    """Raise UsageError when ``--out``, ``--warc`` and the SQLite ``--db`` (with the files SQLite keeps
+    beside it) name one file between them: each would overwrite, cut back or corrupt the other.
 
-    def compute_headers_buffer(self, header_filter: object = None) -> None:
-        self.headers_buff = self.to_str(header_filter).encode("latin-1") + b"\r\n"
+    Done before anything is opened, so that the refusal touches nothing.  Two names are one file when
+    they reach the same inode -- through ``./``, ``..``, a symlink or a hard link -- or, for a file
+    not there yet, resolve to the same path; ``-`` is whatever standard output is.
+    """
+    named = [(f"--out {out}", out), (f"--warc {warc}", warc)]
+    if db is not None:
+        named.append((f"--db {db}", db))
+        named += [(f"--db {db} (its SQLite file {db}{suffix})", f"{db}{suffix}") for suffix in SQLITE_SIDE_FILES]
+    seen: dict[tuple[object, ...], str] = {}
+    for option, path in named:
+        if path is None:
+            continue
+        identity = _identity(path)
+        if identity in seen:
+            raise UsageError(f"{seen[identity]} and {option} are the same file: give each its own")
+        seen[identity] = option
+
+
+def writes_to_stdout(path: str | None) -> bool:
+    """Whether ``path`` (an --out or --warc) is standard output, by name (``-``, ``/dev/stdout``) or as
+    the file it was redirected to: then the command's own lines go to standard error instead."""
+    return path is not None and (path == STDOUT or _identity(path) == _identity(STDOUT))
+
+
+def _identity(path: str) -> tuple[object, ...]:
+    """What makes two names one file: the device and inode of a file that is there, else its resolved path."""
+    try:
+        # Standard output by its descriptor: "-" names no file, and "/dev/stdout" is another name of it.
+        status = os.fstat(1) if path == STDOUT else os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path)) if path != STDOUT else ("stdout",)
+    return ("inode", status.st_dev, status.st_ino)
+
+
+def open_error(exc: OSError, out: str | None) -> UsageError:
+    """The one line for an ``--out`` or ``--warc`` file (``exc.filename``) that cannot be opened."""
+    option = "--out" if exc.filename == out else "--warc"
+    return UsageError(f"cannot write {option} {exc.filename}: {exc.strerror or exc}")
 
 
 class ResumeError(Exception):
     """Raised by PageWriter.restore() when an output file is not what the frontier recorded of it."""
 
 
-class PageWriter:
+class _OutputFiles:
+    """An ``--out`` and a ``--warc`` file, each optional, open until close().
+
+    The WARC file starts with a warcinfo record, written with the first records into an empty file
+    (so not again when a command appends to it); then each result's records (WarcRecords).  Raises
+    OSError when a file cannot be opened.  ``sync``: fsync each write (see _OutputFile).
+    """
+
+    def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str, *, list_links: bool,
+                 obey_robots: bool, sync: bool) -> None:
+        self._list_links = list_links  # --links: each JSONL record lists its page's links
+        self._out: _OutputFile | None = None
+        self._warc: _OutputFile | None = None
+        self._warc_records: WarcRecords | None = None
+        self._warcinfo = b""
+        try:
+            if out_path:
+                self._out = _OutputFile("--out", out_path, sync)
+            if warc_path:
+                from .warc import WarcRecords  # here: warcio only for a command that writes a WARC
+
+                self._warc = _OutputFile("--warc", warc_path, sync)
+                self._warc_records = WarcRecords(user_agent, gzip=warc_path.endswith(".gz"))
+                self._warcinfo = self._warc_records.warcinfo(os.path.basename(warc_path), obey_robots)
+        except OSError:
+            self.close()
+            raise
+
+    def _warc_data(self, result: FetchResult) -> bytes:
+        """The WARC records of a result, b"" without --warc."""
+        return self._warc_records.of(result) if self._warc_records is not None else b""
+
+    def _append(self, file: _OutputFile, data: bytes) -> None:
+        if file is self._warc and file.end == 0:
+            data = self._warcinfo + data  # a new (or emptied) WARC file starts with it
+        file.append(data)
+
+    def close(self) -> None:
+        """Close the files (what was written is already in them); a second call does nothing."""
+        for file in (self._out, self._warc):
+            if file is not None:
+                file.close()
+        self._out = self._warc = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class PageWriter(_OutputFiles):
     """The crawl's JSONL (``--out``) and WARC (``--warc``) files, each page's records in them exactly once.
 
     A CrawlOutput: the delivery threads prepare() each page's records in
@@ -48,43 +150,23 @@ class PageWriter:
     the records of pages whose outcome the last run never recorded (it was
     killed, or its disk filled up, in between).  So every URL the frontier
     calls done has one record, and none has two, however the last run ended.
-    A file with no recorded offset (a new crawl) is appended to.
+    A file with no recorded offset (a new crawl, or another --out on a rerun)
+    is appended to; a resume cut back to nothing writes the warcinfo record again.
 
-    The WARC file starts with a warcinfo record, written with the first batch
-    into an empty file (so not again when a crawl appends or resumes; a resume
-    cut back to nothing writes it again).  Then each exchange the fetcher
-    recorded (``FetcherConfig(record_exchanges=True)``, which a crawl writing a
-    WARC needs) is a response record and a request record pointing at it with
-    WARC-Concurrent-To: the request as sent, the response as received, its
-    Content-Encoding kept.  A complete result without recorded exchanges is
-    written as it was delivered (see _as_delivered).  A .gz file gets a gzip
-    member per record, as warcio writes it.  Raises OSError when a file cannot
-    be opened.
+    A stream (standard output, a pipe) has no offset: what a run sent down it
+    cannot be taken back, so the records of a batch whose outcomes a killed
+    run never recorded are sent again by the next run.
     """
 
     def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str, *, list_links: bool = False,
                  obey_robots: bool = True, per_worker: bool = False) -> None:
-        self._user_agent = user_agent
         # A crawl shared by workers (--frontier) keeps each worker's files' lengths apart, by the
-        # machine and the file's absolute path; a crawl of one process keeps "out" and "warc", so
-        # that its files can move with its --db.
+        # machine and the file's path.  A crawl of one process (--db) leaves the machine out: a
+        # container's host name changes at each restart, and its files are the same.
         self._machine = socket.gethostname() if per_worker else None
-        self._list_links = list_links  # --links: each JSONL record lists its page's links
-        self._warc_gzip = bool(warc_path and warc_path.endswith(".gz"))
-        self._warcinfo = b""
         self._lock = threading.Lock()
         self._prepared: dict[str, tuple[bytes, bytes]] = {}  # URL -> (its JSONL line, its WARC records)
-        self._out: _OutputFile | None = None
-        self._warc: _OutputFile | None = None
-        try:
-            if out_path:
-                self._out = _OutputFile("--out", out_path)
-            if warc_path:
-                self._warc = _OutputFile("--warc", warc_path)
-                self._warcinfo = self._warcinfo_record(os.path.basename(warc_path), obey_robots)
-        except OSError:
-            self.close()
-            raise
+        super().__init__(out_path, warc_path, user_agent, list_links=list_links, obey_robots=obey_robots, sync=True)
 
     @property
     def writes(self) -> bool:
@@ -92,35 +174,42 @@ class PageWriter:
         return self._out is not None or self._warc is not None
 
     def _files(self) -> dict[str, _OutputFile]:
-        """The open files by their checkpoint key, in the order of a prepared record's parts."""
-        files = {key: file for key, file in (("out", self._out), ("warc", self._warc)) if file is not None}
-        if self._machine is None:
-            return files
-        return {f"{key} {self._machine}:{os.path.abspath(file.path)}": file for key, file in files.items()}
+        """The files whose length is checkpointed, by their key: "out" or "warc", then where the file is.
+
+        Known by the file's resolved absolute path, never by the option alone: a rerun with another
+        --out then starts that file instead of cutting it to the length of the last one, and a symlink
+        pointed elsewhere is not taken for the file it used to name.  Keys written by older versions
+        ("out", "warc") are never applied: nothing proves that the file named now is the one they
+        measured.  A stream has no key: it cannot be cut back."""
+        machine = f"{self._machine}:" if self._machine is not None else ""
+        return {f"{key} {machine}{file.resolved}": file
+                for key, file in (("out", self._out), ("warc", self._warc)) if file is not None and not file.is_stream}
 
     def prepare(self, page: CrawledPage) -> None:
         """A delivery thread: build the page's records; they are written when its batch is committed."""
-        line = (json.dumps(page_record(page, self._list_links)) + "\n").encode("utf-8") if self._out is not None else b""
-        warc = self._warc_records(page.result) if self._warc is not None else b""
+        line = _json_line(page_record(page, self._list_links)) if self._out is not None else b""
+        records = (line, self._warc_data(page.result))
         with self._lock:
-            self._prepared[page.url] = (line, warc)
+            self._prepared[page.url] = records
 
     def commit(self, urls: Sequence[str]) -> dict[str, int]:
         """The coordinator: write the prepared records of ``urls``, in that order, fsync, and return the
-        end offset of each file.  When a write fails (a full disk) every file is cut back to where it was,
-        so that it holds no record of a page whose outcome is not recorded, and the OSError is raised."""
+        end offset of each file.  When a write fails (a full disk, a reader gone) every file is cut back
+        to where it was, so that it holds no record of a page whose outcome is not recorded, and the
+        OSError is raised."""
         with self._lock:
             records = [self._prepared.pop(url) for url in urls if url in self._prepared]
-        files = (self._out, self._warc)
+        batch = [(file, b"".join(record[part] for record in records))
+                 for part, file in enumerate((self._out, self._warc)) if file is not None]
+        # Streams last: a batch that a file could not take is then sent nowhere, since a stream
+        # cannot take anything back.
+        batch.sort(key=lambda entry: entry[0].is_stream)
         written: list[tuple[_OutputFile, int]] = []  # and where each stood before this batch
         try:
-            for part, file in enumerate(files):
-                data = b"".join(record[part] for record in records)
-                if file is not None and data:
-                    if file is self._warc and file.end == 0:
-                        data = self._warcinfo + data  # a new (or emptied) WARC file starts with it
+            for file, data in batch:
+                if data:
                     written.append((file, file.end))
-                    file.append(data)
+                    self._append(file, data)
         except OSError:
             # Back to before the batch, the files that took it whole too: its outcomes will not be
             # recorded, so a record of it in one file would be a second one after the resume.
@@ -143,100 +232,31 @@ class PageWriter:
             if offset is not None:
                 file.truncate(offset)
 
-    def _warcinfo_record(self, filename: str, obey_robots: bool) -> bytes:
-        """The warcinfo record that opens the file: the software and the settings a reader asks about."""
-        buffer = io.BytesIO()
-        writer = WARCWriter(buffer, gzip=self._warc_gzip)
-        writer.write_record(writer.create_warcinfo_record(filename, {
-            "software": f"niofetcher/{__version__}",
-            "format": "WARC File Format 1.0",
-            "conformsTo": "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.0/",
-            "http-header-user-agent": self._user_agent,
-            "robots": "obey" if obey_robots else "ignore",  # Heritrix's words for robots.txt honoured or not
-        }))
-        return buffer.getvalue()
 
-    def _warc_records(self, result: FetchResult) -> bytes:
-        """The records of every exchange of ``result``, as the bytes that go into the file.  Nothing for
-        a response that failed before its end (a body too large, a timeout): the fetcher recorded no
-        exchange of it, and what it delivered would be a record of an empty body."""
-        exchanges = result.exchanges
-        if not exchanges and result.status is not None and result.error is None:
-            exchanges = [_as_delivered(result, self._user_agent)]
-        buffer = io.BytesIO()
-        writer = WARCWriter(buffer, gzip=self._warc_gzip)
-        for exchange in exchanges:
-            for record in _exchange_records(writer, exchange):
-                writer.write_record(record)
-        return buffer.getvalue()
+class ResultWriter(_OutputFiles):
+    """The files of ``fetch``: each result's JSONL record (``--out``) and WARC records (``--warc``),
+    appended as it comes, as ``crawl`` writes them.
 
-    def close(self) -> None:
-        """Close the files (what was committed is already on disk); a second call does nothing."""
-        for file in (self._out, self._warc):
-            if file is not None:
-                file.close()
-        self._out = self._warc = None
-
-    def __enter__(self) -> PageWriter:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
-
-def _exchange_records(writer: WARCWriter, exchange: Exchange) -> tuple[ArcWarcRecord, ArcWarcRecord]:
-    """The response record of ``exchange`` and its request record, which points at it (WARC-Concurrent-To).
-
-    The payload is stored with its Content-Encoding, as Heritrix and wget store it and replay tools
-    (pywb) expect.  Its chunked framing is not, where those two keep the bytes as they came: h11 takes
-    it off, and Transfer-Encoding goes from the stored head with it.  So the payload is the entity body
-    whatever the framing was -- what WARC 1.1 (6.3.2) means by the payload, and one content has one
-    WARC-Payload-Digest whether it came chunked or not -- and the record is one that pywb and warcio
-    read as it is: they de-chunk a payload only when the stored head says Transfer-Encoding: chunked.
+    Written through at once (no buffer of its own), not fsynced: a fetch keeps no checkpoint that a
+    file must agree with.  Its warcinfo record says robots.txt is ignored: a fetch reads none.
     """
-    response_head = _WireHead(
-        f"{exchange.status} {exchange.reason}".strip(),
-        [(k, v) for k, v in exchange.response_headers if k.lower() != "transfer-encoding"],
-        protocol=f"HTTP/{exchange.http_version}",
-    )
-    # Lengths given: without them warcio copies each payload into a temporary file it never closes.
-    response = writer.create_warc_record(
-        exchange.url, "response", payload=io.BytesIO(exchange.payload), length=len(exchange.payload),
-        http_headers=response_head,
-        warc_headers_dict={"WARC-Type": "response", "WARC-Date": _warc_date(exchange.received_at)},
-    )
-    request_head = _WireHead(f"{exchange.method} {exchange.target} HTTP/1.1", exchange.request_headers,
-                                    is_http_request=True)
-    request = writer.create_warc_record(
-        exchange.url, "request", payload=io.BytesIO(exchange.request_body), length=len(exchange.request_body),
-        http_headers=request_head, warc_headers_dict={
-            "WARC-Type": "request",
-            "WARC-Date": _warc_date(exchange.sent_at),
-            "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID"),
-        },
-    )
-    return response, request
+
+    def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str, *,
+                 list_links: bool = False) -> None:
+        super().__init__(out_path, warc_path, user_agent, list_links=list_links, obey_robots=False, sync=False)
+
+    def write(self, result: FetchResult, links: PageLinks | None) -> None:
+        """Append ``result``'s records; ``links``: its page as parsed (``--links``), else None."""
+        if self._out is not None:
+            self._append(self._out, _json_line(record(result, links, self._list_links)))
+        data = self._warc_data(result)
+        if self._warc is not None and data:
+            self._append(self._warc, data)
 
 
-def _as_delivered(result: FetchResult, user_agent: str) -> Exchange:
-    """The final hop of a result whose exchanges the fetcher did not record, rebuilt from what it delivered:
-    the decoded body, so its head has no Content-Encoding or Transfer-Encoding and the decoded length as
-    Content-Length, and a request of Host and User-Agent, all that is known of it."""
-    target = parse_target(result.final_url)
-    headers = [(k, v) for k, v in result.headers if k.lower() not in _NOT_WITH_DECODED_BODY]
-    headers.append(("Content-Length", str(len(result.body))))
-    return Exchange(
-        url=result.final_url, method=result.bean.method, target=target.path,
-        request_headers=[("Host", target.host_header), ("User-Agent", user_agent)], request_body=b"",
-        http_version="1.1", status=result.status or 0, reason=result.reason, response_headers=headers,
-        payload=result.body, sent_at=result.fetched_at - result.elapsed, received_at=result.fetched_at,
-    )
-
-
-def _warc_date(when: float) -> str:
-    """A WARC/1.0 date: UTC, to the second."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+def _json_line(fields: dict[str, object]) -> bytes:
+    """A record as its line in a JSONL file."""
+    return (json.dumps(fields) + "\n").encode("utf-8")
 
 
 class _OutputFile:
@@ -244,18 +264,36 @@ class _OutputFile:
 
     ``end`` is its committed length.  Every OSError names the file as the user gave it (the option and
     the path), since an error of a write or an fsync names none.
+
+    A *stream* -- standard output (``-``) or any file that is not a regular one: a pipe, a FIFO, a
+    terminal, a socket -- is written as it comes: never fsynced (a pipe refuses fsync with EINVAL),
+    never cut back, and kept out of the crawl's checkpoint (PageWriter._files), since what went down
+    it cannot be taken back.  ``sync``: fsync each write to a regular file, as a crawl does before it
+    records the outcomes the records belong to.
     """
 
-    def __init__(self, option: str, path: str) -> None:
+    def __init__(self, option: str, path: str, sync: bool = True) -> None:
         self.option = option
         self.path = path
-        self.existed = os.path.exists(path)
-        self._handle = open(path, "ab", buffering=0)  # noqa: SIM115 - open for the crawl's life, closed by close()
-        self.end = os.fstat(self._handle.fileno()).st_size
+        self.name = "standard output" if path == STDOUT else path  # as errors name it
+        # Resolved once, as opened: a symlink pointed elsewhere while the command runs changes nothing.
+        self.resolved = os.path.realpath(path)
+        self.existed = path == STDOUT or os.path.exists(path)
+        if path == STDOUT:
+            # Its descriptor, not sys.stdout: records go out as whole writes, past any text buffer.
+            self._handle = open(1, "ab", buffering=0, closefd=False)  # noqa: SIM115 - closed by close()
+        else:
+            self._handle = open(path, "ab", buffering=0)  # noqa: SIM115 - open for the command's life, closed by close()
+        status = os.fstat(self._handle.fileno())
+        regular = stat.S_ISREG(status.st_mode)
+        # "-" is a stream even when the shell sent it to a file: that file has no name here to key it by.
+        self.is_stream = path == STDOUT or not regular
+        self._sync = sync and not self.is_stream
+        self.end = status.st_size if regular else 0
         self._unusable: OSError | None = None  # set when a failed batch could not be cut away
 
     def append(self, data: bytes) -> None:
-        """Write all of ``data`` at the end and fsync; ``end`` moves only once it is on disk."""
+        """Write all of ``data`` at the end (fsynced with ``sync``); ``end`` moves only once it is there."""
         if self._unusable is not None:
             raise self._unusable
         try:
@@ -263,14 +301,18 @@ class _OutputFile:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]  # a write may take only a part
-            os.fsync(fd)
+            if self._sync:
+                os.fsync(fd)
         except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, self.path) from None
+            raise type(exc)(exc.errno, exc.strerror, self.name) from None
         self.end += len(data)
 
     def cut_back(self, offset: int) -> None:
         """After a failed batch: drop what was written of it.  Should even that fail, the file takes no
-        more records: appended after the leftovers, they would sit where no offset says."""
+        more records: appended after the leftovers, they would sit where no offset says.  A stream
+        keeps what it was sent."""
+        if self.is_stream:
+            return
         try:
             os.ftruncate(self._handle.fileno(), offset)
         except OSError as exc:

@@ -186,6 +186,8 @@ class CrawlSummary:
     stopped: bool  # URLs are still waiting (stop() or max_pages): rerun with the same db_path to go on
     # With CrawlConfig.sitemaps: sitemap files read, URLs added from them, invalid, cut (see Sitemaps).
     sitemaps: dict[str, int] = field(default_factory=dict)
+    # Of ``pages``, those an HTTP response came for (any status): none with every seed unreachable.
+    responses: int = 0
 
     @property
     def pages_per_second(self) -> float:

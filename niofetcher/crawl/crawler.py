@@ -127,6 +127,7 @@ class Crawler:
         self._in_progress = InProgress(per_host)  # claimed, not yet recorded
         self._started = 0.0
         self._finished = 0
+        self._responses = 0
         self._bytes = 0
         self._errors: Counter[str] = Counter()
         self._counts: dict[str, int] = {}
@@ -224,7 +225,7 @@ class Crawler:
         return CrawlSummary(
             counts=dict(self._counts), errors=dict(self._errors), pages=self._finished, bytes=self._bytes,
             seconds=time.monotonic() - self._started, stopped=stopped,
-            sitemaps=dict(self._sitemaps.report) if self._sitemaps is not None else {},
+            sitemaps=dict(self._sitemaps.report) if self._sitemaps is not None else {}, responses=self._responses,
         )
 
     def _coordinate(self, frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
@@ -456,6 +457,7 @@ class Crawler:
                     del active[origin]
                 if page.final:
                     self._finished += 1
+                    self._responses += page.result.status is not None
                     self._bytes += len(page.result.body)
                 if page.final and not page.failure and (
                     page.result.ok or is_redirect(page.result) or self._no_sitemap_there(page)
