@@ -25,6 +25,8 @@ refuses, by         ValueError (a non-str    ValueError; TypeError for    None (
                     broken IPv6 literal, a                                (``% ^ | < >``); but it %-encodes
                     host with a space, a                                  NUL and keeps the host ".", which
                     control, ``/ \ @ [ ]``,                               the other two refuse
+                    a ``\`` anywhere in the
+                    authority,
                     a name IDNA cannot
                     encode, NUL, a lone
                     surrogate
@@ -40,7 +42,7 @@ IPv6 literal        Origin.host bare, Host   in brackets, lower case      in bra
                     header in brackets
 port                Origin: explicit; Host   default dropped, any other   as written (``:80`` stays)
                     header: default dropped  as a number (``:08080``)
-userinfo            not in Host or target    kept, %-encoded as a path    kept as written
+userinfo            not in Host or target    dropped: never stored        kept as written
 path                at least "/"             =                            =
 dot segments        removed (RFC 3986        =                            removed from a relative href
                     5.2.4); ``%2E`` is no                                 (urljoin); kept in an absolute one
@@ -128,7 +130,6 @@ class _Parts(NamedTuple):
     """A URL taken apart by the general path, every rule applied."""
 
     scheme: str
-    userinfo: str  # with its "@", or ""
     host: str  # normal_host(): A-labels, no IPv6 brackets
     port: int | None
     target: str  # path and query, as a request line carries them
@@ -190,12 +191,12 @@ def check_url_characters(url: str) -> None:
     line argument; stored, it would make the crawl database unreadable.
     """
     if "\x00" in url:
-        raise ValueError(f"URL contains a NUL character: {url!r}")
+        raise ValueError(f"URL contains a NUL character: {shown_url(url)!r}")
     if not url.isascii():
         try:
             url.encode("utf-8")
         except UnicodeEncodeError:
-            raise ValueError(f"URL is not valid Unicode (it holds a lone surrogate): {url!r}") from None
+            raise ValueError(f"URL is not valid Unicode (it holds a lone surrogate): {shown_url(url)!r}") from None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -402,7 +403,7 @@ def _normalize_split(url: str) -> str:
     host = bracketed(parts.host)
     if parts.port is not None and parts.port != DEFAULT_PORTS[parts.scheme]:
         host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{parts.userinfo}{host}{parts.target}"
+    return f"{parts.scheme}://{host}{parts.target}"
 
 
 def _split(url: str) -> _Parts:
@@ -412,24 +413,25 @@ def _split(url: str) -> _Parts:
         parts = urlsplit(url.strip(C0_CONTROL_OR_SPACE))
         port = parts.port
     except ValueError as exc:
-        raise ValueError(f"malformed URL {url!r}: {exc}") from None
+        raise ValueError(f"malformed URL {shown_url(url)!r}: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS:
-        raise ValueError(f"only absolute http:// and https:// URLs are supported, not {url!r}")
+        raise ValueError(f"only absolute http:// and https:// URLs are supported, not {shown_url(url)!r}")
+    if "\\" in parts.netloc:
+        # Browsers end the authority at a "\" (``http://u:p@a\x@b/`` goes to ``a``), urlsplit at
+        # the last "@" (to ``b``): refused rather than sent to a host the page did not mean.
+        raise ValueError(f"URL has a \\ in its authority: {shown_url(url)!r}")
     host = parts.hostname or ""  # lower-cased, without the IPv6 brackets
     if ":" not in host:  # an IPv6 literal is no name
         try:
             host = normal_host(host)
         except ValueError as exc:
-            raise ValueError(f"URL has an invalid host: {url!r}: {exc}") from None
+            raise ValueError(f"URL has an invalid host: {shown_url(url)!r}: {exc}") from None
     if not host:
-        raise ValueError(f"URL has no host: {url!r}")
+        raise ValueError(f"URL has no host: {shown_url(url)!r}")
     if _bad_host_char(host) or not host.isascii():
-        raise ValueError(f"URL has an invalid host: {url!r}")
-    userinfo, at, _ = parts.netloc.rpartition("@")
-    if userinfo and _needs_encoding(userinfo):
-        userinfo = quote(userinfo, safe=_REQUEST_LINE_SAFE)
-    return _Parts(scheme, f"{userinfo}{at}", host, port, _path_and_query(parts.path or "/", parts.query))
+        raise ValueError(f"URL has an invalid host: {shown_url(url)!r}")
+    return _Parts(scheme, host, port, _path_and_query(parts.path or "/", parts.query))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -743,7 +745,7 @@ def domain_host(entry: str) -> str:
         name = text[2:] if wildcard else text.removeprefix(".")
         return _domain_name(_entry_host(name), wildcard)
     except ValueError as exc:
-        raise ValueError(f"allowed domain {entry!r}: {exc} (give example.com, *.example.com, "
+        raise ValueError(f"allowed domain {shown_url(entry)!r}: {exc} (give example.com, *.example.com, "
                          "host:port or a URL)") from None
 
 
@@ -790,7 +792,8 @@ def _domain_name(host: str, wildcard: bool) -> str:
     if ":" in host:  # an IPv6 address, checked by its reader
         if wildcard:
             raise ValueError("*. stands for the names below a domain, and an address has none")
-        return host.lower()
+        # Its one written form (RFC 5952): [0:0:0:0:0:0:0:1] allows the host that a seed [::1] has.
+        return ipaddress.IPv6Address(host).compressed
     if "*" in host:
         raise ValueError("a * stands only in front, for the names below a domain: *.example.com")
     host = normal_host(host)  # ValueError for a name IDNA cannot encode
@@ -846,7 +849,7 @@ def parse_proxy(url: str) -> Proxy:
     if any(c in url for c in "\x00\t\n\r"):
         raise ValueError("holds a control character")
     parts = urlsplit(url.strip())
-    shown = _without_password(url)
+    shown = shown_url(url)
     if parts.scheme.lower() != "http":
         raise ValueError(f"only http:// proxies are supported, not {shown!r}")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
@@ -889,7 +892,7 @@ def split_credentials(url: str) -> tuple[str, str | None]:
     if not sep:
         return url, None
     end = len(rest)
-    for delimiter in "/?#":
+    for delimiter in "/\\?#":  # a "\\" ends an http(s) authority too, as browsers read it
         found = rest.find(delimiter)
         if found >= 0:
             end = min(end, found)
@@ -898,17 +901,25 @@ def split_credentials(url: str) -> tuple[str, str | None]:
     if not at:
         return url, None
     user, _, password = userinfo.partition(":")
-    return f"{scheme}{sep}{hostport}{rest[end:]}", _basic(user, password)
+    bare = f"{scheme}{sep}{hostport}{rest[end:]}"
+    # "http://@h/" and "http://:@h/" carry no credentials: browsers send no header for them.
+    return bare, _basic(user, password) if user or password else None
 
 
-def _without_password(url: str) -> str:
-    """``url`` with the password of its userinfo masked, for an error message."""
+#: The longest URL an error message repeats: a line of a seeds file may be megabytes long.
+_SHOWN_LENGTH = 200
+
+
+def shown_url(url: str) -> str:
+    """``url`` as an error message may repeat it: the password of a userinfo masked (``user:***@``),
+    and cut to 200 characters.  The password is taken to end at the last "@" of the whole URL,
+    where a URL's rules end it earlier: a password may hold an unescaped "@" or "/", and a message
+    that masks a little too much is better than one that shows a little of a password."""
     scheme, sep, rest = url.partition("://")
-    # The last "@": a password may hold an unescaped one (or a "/"), and urlsplit takes the host after it.
     userinfo, at, hostport = rest.rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{hostport}"
+    if at and ":" in userinfo:
+        url = f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{hostport}"
+    return url if len(url) <= _SHOWN_LENGTH else url[:_SHOWN_LENGTH] + "..."
 
 
 class NoProxy:

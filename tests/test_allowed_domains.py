@@ -37,6 +37,10 @@ ACCEPTED = {
     "[::1]:8080": "::1",
     "::1": "::1",
     "[2001:DB8::1]:80": "2001:db8::1",
+    # IPv6 in its one written form (RFC 5952), the form a seed's host has: a long one narrows nothing.
+    "[0:0:0:0:0:0:0:1]:18083": "::1",
+    "http://[0:0:0:0:0:0:0:1]:8/": "::1",
+    "2001:0db8:0000::0001": "2001:db8::1",
     "http://127.0.0.1:8080/x": "127.0.0.1",
     "HTTPS://user:pw@Example.com/a?b#c": "example.com",
     "http://[::1]:8080/": "::1",

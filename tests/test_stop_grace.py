@@ -186,6 +186,38 @@ def test_a_queue_of_parse_jobs_does_not_hold_a_stop_whose_grace_ran_out(
     assert {row["attempts"] for row in frontier_rows(config.db_path).values() if row["state"] == "waiting"} == {0}
 
 
+@pytest.mark.timeout(60)
+def test_a_queue_of_pages_for_a_slow_on_page_does_not_hold_a_stop_whose_grace_ran_out(tmp_path: Path) -> None:
+    """Once the grace is over, only the on_page calls already running are waited for: the batches
+    queued for the delivery threads are given back, not shown first.  Counted, not timed."""
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    def slow_on_page(page: object) -> None:
+        with lock:
+            calls["n"] += 1
+        time.sleep(0.1)  # an embedding program's slow step: a database write, an upload
+
+    with TestSite(hosts=2, pages=400, max_seconds=60) as site:
+        config = crawl_config(tmp_path, [site.base_urls[0]], fetcher=FetcherConfig(max_connections_per_host=8))
+        crawler = Crawler(config, on_page=slow_on_page)
+        thread, outcome = run_in_thread(crawler)
+        try:
+            # Pages fetched and parsed far faster than on_page takes them: batches queue up.
+            assert wait_until(lambda: site.counters().requests > calls["n"] + 50, timeout=30)
+            crawler.stop(grace=0)
+            shown_at_stop = calls["n"]
+            thread.join(MARGIN)
+        finally:
+            thread.join()
+    fetched = site.counters().requests
+    # The calls running at the stop end; another may start before the stop reaches its thread.
+    assert calls["n"] - shown_at_stop <= 2 * config.parse_workers < fetched - shown_at_stop
+    summary = outcome["summary"]
+    assert summary.stopped and summary.counts["processing"] == 0
+    assert {row["attempts"] for row in frontier_rows(config.db_path).values() if row["state"] == "waiting"} == {0}
+
+
 @pytest.mark.timeout(10)
 def test_stop_refuses_a_grace_that_is_no_number_of_seconds(tmp_path: Path) -> None:
     crawler = Crawler(crawl_config(tmp_path, ["http://127.0.0.1:9/"]))

@@ -150,7 +150,7 @@ def test_bad_urls_raise(url: object) -> None:
         ("http://example.com/a%2Fb?x=%41&x=B", "http://example.com/a%2Fb?x=%41&x=B"),
         ("http://[::1]:80/x", "http://[::1]/x"),
         ("https://[2001:DB8::1]:8443", "https://[2001:db8::1]:8443/"),
-        ("http://user:Pass@Example.com:80/", "http://user:Pass@example.com/"),
+        ("http://user:Pass@Example.com:80/", "http://example.com/"),  # credentials are never stored
         ("  http://example.com/x  ", "http://example.com/x"),
         # The new ones: IDNA hosts, UTF-8 escapes, dot segments.
         ("http://EXAMPLE.com/a/../\u00fcn\u00ef", "http://example.com/%C3%BCn%C3%AF"),
@@ -167,7 +167,7 @@ def test_bad_urls_raise(url: object) -> None:
         ("http://h/..?x=/../", "http://h/?x=/../"),  # the query keeps its dots
         ("http://h/.well-known/a", "http://h/.well-known/a"),
         ("http://h/%2E%2E/a", "http://h/%2E%2E/a"),  # escapes stay as they are
-        ("http://\u00fcser:p\u00e4ss@h/", "http://%C3%BCser:p%C3%A4ss@h/"),
+        ("http://\u00fcser:p\u00e4ss@h/", "http://h/"),
     ],
 )
 def test_normalize_url(url: str, expected: str) -> None:
@@ -378,8 +378,8 @@ THE_TABLE = [
     ("http://h:0080/x", ("http://h:80", "h", "/x"), "http://h/x", "http://h:0080/x"),
     ("http://h:08080/x", ("http://h:8080", "h:8080", "/x"), "http://h:8080/x", "http://h:08080/x"),
     # userinfo: never sent, kept in the stored form (escaped) and by absolute_url (as written)
-    ("http://User:Pass@H/x", ("http://h:80", "h", "/x"), "http://User:Pass@h/x", "http://User:Pass@h/x"),
-    ("http://\u00fcser@h/", ("http://h:80", "h", "/"), "http://%C3%BCser@h/", "http://\u00fcser@h/"),
+    ("http://User:Pass@H/x", ("http://h:80", "h", "/x"), "http://h/x", "http://User:Pass@h/x"),
+    ("http://\u00fcser@h/", ("http://h:80", "h", "/"), "http://h/", "http://\u00fcser@h/"),
     # fragment and empty query dropped; tab inside removed, C0 and space at the ends stripped
     ("http://h/x#frag", ("http://h:80", "h", "/x"), "http://h/x", "http://h/x"),
     ("http://h/x?", ("http://h:80", "h", "/x"), "http://h/x", "http://h/x"),
@@ -443,7 +443,9 @@ def test_absolute_links_land_in_the_stored_form_of_their_url(parts: tuple[str, s
     assert absolute.startswith(("http://", "https://")) and "#" not in absolute
     assert _absolute(absolute) == absolute
     if _normal(absolute) == REFUSED:
-        assert normal == REFUSED and (urlsplit(absolute).hostname or "").strip(".") == "", url  # the host "."
+        # the host ".", or a "\" in the authority, which browsers read as the end of it: never stored
+        netloc = urlsplit(absolute).netloc
+        assert normal == REFUSED and ((urlsplit(absolute).hostname or "").strip(".") == "" or "\\" in netloc), url
         return
     assert _target(absolute) == _target(_normal(absolute))
     if normal != REFUSED and not _ONLY_ABSOLUTE_ENCODES(url.partition("#")[0]):

@@ -22,7 +22,7 @@ from rawserver import http_response
 from test_http_behaviour import fetch, head_lines, moved, routes, values
 
 from niofetcher import FetcherConfig, NIOFetcher, URLBean
-from niofetcher.urls import split_credentials
+from niofetcher.urls import parse_target, split_credentials
 
 # "p%40ss" is "p@ss" once percent-decoded, as a user must write an "@" in a password.
 BASIC = "Basic " + base64.b64encode(b"user:p@ss").decode("ascii")
@@ -96,3 +96,33 @@ def test_an_at_sign_in_the_path_is_no_userinfo(no_leaks: Any, raw_server: MakeSe
     assert result.status == 200
     (seen,) = app.seen
     assert values(seen.head, "authorization") == []
+
+
+@pytest.mark.parametrize("url", [
+    "http://user:s3cret@h:99999/", "ftp://user:s3cret@h/", "http://user:s3cret@/x", "http://user:s3cret@h\x00/",
+    "http://user:s3cret@a\\x@127.0.0.1/",
+])
+def test_an_error_about_a_url_never_repeats_its_password(url: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_target(url)
+    assert "s3cret" not in str(refused.value) and "user:***@" in str(refused.value)
+
+
+def test_an_error_repeats_at_most_200_characters_of_a_url() -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_target("ftp://h/" + "x" * 5_000_000)  # a line of a seeds file may be megabytes long
+    assert len(str(refused.value)) < 300
+
+
+def test_a_backslash_ends_the_authority_as_browsers_read_it() -> None:
+    # A browser sends u:secret to 127.0.0.2 (path /x@127.0.0.1/a); urlsplit would go to 127.0.0.1 with them.
+    url = "http://u:secret@127.0.0.2:9\\x@127.0.0.1:18082/a"
+    bare, authorization = split_credentials(url)
+    assert bare == "http://127.0.0.2:9\\x@127.0.0.1:18082/a" and authorization is not None
+    with pytest.raises(ValueError, match="in its authority"):
+        parse_target(bare)  # so the credentials go nowhere: the URL is refused
+
+
+@pytest.mark.parametrize("url", ["http://@h/", "http://:@h/"])
+def test_an_empty_userinfo_is_no_credentials(url: str) -> None:
+    assert split_credentials(url) == ("http://h/", None)

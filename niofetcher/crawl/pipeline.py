@@ -81,6 +81,7 @@ class Pipeline:
         self.reports: queue.SimpleQueue[Report] = queue.SimpleQueue()  # read by the coordinator only
         self._deliveries: queue.SimpleQueue[list[Page] | None] = queue.SimpleQueue()  # None: stop
         self._fetcher_closed = threading.Event()  # set once every result has been delivered
+        self._abandoned = threading.Event()  # a stop's grace ran out: no more on_page calls
         self._on_page: Callable[[CrawledPage], None] | None = None
         self._output: CrawlOutput | None = None
         self._delivering = False  # whether pages go through delivery threads (someone will see them)
@@ -125,10 +126,14 @@ class Pipeline:
     def wind_down(self, fetcher: NIOFetcher, parser: ParseExecutor, abandon: bool = False) -> None:
         """Stop fetching, and let every page fetched so far reach :attr:`reports` (the crawl is stopping).
 
-        ``abandon``: a stop's grace has run out, and the pages waiting for a parse worker are dropped
-        instead of parsed: a long queue of them must not hold the stop.  They never reach
-        :attr:`reports`; the crawl gives them back to the frontier with what else is in progress.
+        ``abandon``: a stop's grace has run out, and the pages waiting for a parse worker or for
+        ``on_page`` are dropped instead: a long queue of them, or a slow ``on_page``, must not hold
+        the stop.  Only the ``on_page`` calls already running are waited for.  The pages dropped
+        never reach :attr:`reports`; the crawl gives them back to the frontier with what else is in
+        progress, and a resumed crawl fetches them again.
         """
+        if abandon:
+            self._abandoned.set()
         fetcher.shutdown(wait=False)  # whatever was not fetched yet comes back cancelled
         self._fetcher_closed.set()
         pump, deliverers = self._threads[:1], self._threads[1:]  # none, should the pump have failed to start
@@ -137,6 +142,8 @@ class Pipeline:
                 thread.join()
             parser.shutdown(cancel_pending=abandon)  # every job submitted (not dropped) is parsed, and handed over
         finally:
+            if abandon:
+                _drop_all(self._deliveries)
             # Even when a second Ctrl-C breaks the wait above: a delivery thread left waiting
             # for its sentinel would keep the interpreter from ever exiting.
             for _ in deliverers:
@@ -219,6 +226,8 @@ class Pipeline:
         on_page, output = self._on_page, self._output
         while (pages := self._deliveries.get()) is not None:
             for page in pages:
+                if self._abandoned.is_set():
+                    break  # the batch is not reported: run() gives its URLs back
                 if page.failure:
                     continue
                 crawled = CrawledPage(page.result, page.item.depth, page.item.parent, page.links)
@@ -231,7 +240,17 @@ class Pipeline:
                         continue
                 if output is not None:
                     output.prepare(crawled)
-            self.reports.put(pages)
+            else:
+                self.reports.put(pages)
+
+
+def _drop_all(batches: queue.SimpleQueue[list[Page] | None]) -> None:
+    """Take every batch still waiting for a delivery thread out of ``batches``, unseen."""
+    while True:
+        try:
+            batches.get_nowait()
+        except queue.Empty:
+            return
 
 
 def _body_size(page: Page) -> int:
