@@ -56,6 +56,8 @@ def test_status_of_a_finished_crawl_counts_its_urls_and_changes_nothing(tmp_path
     before = digest(db)
     shown = niofetcher("status", "--db", str(db), "--top", "5")
     assert shown.returncode == 0, shown.stderr
+    # Not even SQLite's -wal and -shm, which a user who may not write the directory could not make.
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith("crawl.sqlite")) == ["crawl.sqlite"]
     lines = shown.stdout.splitlines()
     assert lines[0] == f"crawl {db}"
     counts = shown_counts(shown.stdout)

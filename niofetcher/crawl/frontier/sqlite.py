@@ -65,7 +65,8 @@ before it reads anything (see ``lock.py``): a second opener gets
 *Reading from outside.*  :func:`crawl_status` (``niofetcher status --db``) reads
 a file through a read-only connection of its own, without the owner's lock:
 a crawl may be running on it.  WAL lets it read the last commit while the
-crawler goes on writing; it never writes, and never creates a missing file.
+crawler goes on writing; it never writes, and never creates a missing file,
+nor SQLite's -wal and -shm beside a file no crawl has open.
 
 *Batched commits, errors, threads.*  See ``transactions.py``: ``complete()``,
 ``complete_many()`` and ``fail()`` commit in batches, every other method before
@@ -745,8 +746,12 @@ def crawl_status(path: str | os.PathLike[str], *, top: int = 10) -> CrawlStatus:
         raise FrontierError(f"{path} does not exist")
     if os.path.isdir(path):
         raise FrontierError(f"{path} is a directory")
-    # mode=ro: SQLite never creates the file, and refuses to write to it.
-    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+    # mode=ro: SQLite never creates the file, and refuses to write to it.  With no log beside the
+    # file, no crawl has it open (a crawl's connection keeps its -wal until it closes): immutable=1
+    # then reads it without the -shm and -wal that even a read-only reader of a WAL file creates,
+    # which a user who may not write the directory cannot (and which it would leave behind).
+    immutable = "" if os.path.exists(f"{path}-wal") else "&immutable=1"
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro{immutable}"
     try:
         with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=10.0, isolation_level=None)) as conn:
             conn.execute("BEGIN")  # one snapshot: the counts and the hosts of the same commit
