@@ -134,6 +134,7 @@ class Connection:
         "last_activity",
         "loop",
         "owner",
+        "peer",
         "proxy",
         "requests_done",
         "reuse_deadline",
@@ -158,6 +159,7 @@ class Connection:
         self.state = RESOLVING
         self.interest = 0
         self.sock: socket.socket | None = None
+        self.peer: str | None = None  # "ip:port" connected to (a proxy's, through one): FetchResult.peer
         self.transport: Transport | None = None
         self.http = ClientHTTP11(config.max_header_size, config.max_body_size, config.decode_content,
                                  config.record_exchanges)
@@ -278,6 +280,7 @@ class Connection:
     def _on_tcp_connected(self) -> None:
         sock = self.sock
         assert sock is not None
+        self.peer = _address_text(self._addresses[self._address_index - 1][1])  # the address just connected
         if self.slot.origin.scheme == "https":
             if self.proxy is not None:
                 self._start_tunnel(self.proxy)
@@ -495,7 +498,7 @@ class Connection:
         self.task = None
         self.requests_done += 1
         if self.config.record_exchanges:  # the engine copies them into the result
-            task.exchanges = (*task.exchanges, self.http.exchange(task.url))
+            task.exchanges = (*task.exchanges, self.http.exchange(task.url, self.peer))
         transport = self.transport
         if type(transport) is TLSTransport and not self._session_saved:
             # TLS 1.3 tickets arrive after the handshake, so the session is taken after
@@ -626,6 +629,10 @@ class Connection:
         self.task = None
         self.close()
         if task is not None:
+            if self.config.record_exchanges:  # a response cut off after its head is archived as far as it came
+                cut = self.http.cut_exchange(task.url, self.peer, failure.kind)
+                if cut is not None:
+                    task.exchanges = (*task.exchanges, cut)
             self.owner.exchange_failed(self, task, failure, False, head if head is not None else self.http.head())
 
     def close(self) -> None:

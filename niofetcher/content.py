@@ -82,6 +82,11 @@ class BodyBuffer:
         """The body as received, given ``body`` from finish(): it is that body unless it was decoded."""
         return body if self._received is None else b"".join(self._received)
 
+    def received_so_far(self) -> bytes:
+        """The bytes received before the response failed, as received when they were kept (else the body
+        so far, the same bytes unless it was decoded).  A chunk that would have passed the limit is not in it."""
+        return b"".join(self._received if self._received is not None else self._chunks)
+
     def room(self) -> int:
         """How many more decoded bytes fit, plus one, so that overflow is detectable."""
         return self._limit - self._size + 1

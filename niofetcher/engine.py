@@ -397,7 +397,7 @@ class Engine:
         self._keep_or_close(conn)
         location = _header(response.headers, "location") if status in REDIRECT_STATUSES else None
         if location is not None and self.config.follow_redirects:
-            self._redirect(task, status, location)
+            self._redirect(task, status, location, conn)
         else:
             self._finish(task, status, response.reason, response.headers, response.body, conn=conn)
         conn.carried = None  # routed: a later fault on this connection is not this task's
@@ -493,24 +493,25 @@ class Engine:
 
     # -- redirects and results ----------------------------------------------
 
-    def _redirect(self, task: Task, status: int, location: str) -> None:
+    def _redirect(self, task: Task, status: int, location: str, conn: Connection) -> None:
+        """Requeue ``task`` for the hop to ``location``, or end it when that hop may not be taken."""
         url, scheme = redirect_url(location, task.url)
         if scheme not in ("http", "https"):
             failure = FetchFailure(ErrorKind.PROTOCOL_ERROR, f"redirect to a non-http(s) URL: {url}")
-            self._finish_error(task, failure, status=status)
+            self._finish_error(task, failure, conn, status)
             return
         if len(task.redirects) >= self.config.max_redirects:
             detail = f"more than max_redirects={self.config.max_redirects}"
-            self._finish_error(task, FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, detail), status=status)
+            self._finish_error(task, FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, detail), conn, status)
             return
         if url == task.bean.url or any(url == seen for _, seen in task.redirects):
             loop = FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, f"redirect loop at {url}")
-            self._finish_error(task, loop, status=status)
+            self._finish_error(task, loop, conn, status)
             return
         try:
             target = parse_target(url)
         except ValueError as exc:
-            self._finish_error(task, FetchFailure(ErrorKind.PROTOCOL_ERROR, f"bad redirect: {exc}"), status=status)
+            self._finish_error(task, FetchFailure(ErrorKind.PROTOCOL_ERROR, f"bad redirect: {exc}"), conn, status)
             return
         task.redirects = [*task.redirects, (status, url)]
         if status == 303 or (status in (301, 302) and task.method == "POST"):
@@ -551,6 +552,7 @@ class Engine:
             error_detail=failure.detail if failure else "",
             refused=failure.refused if failure else False,
             fetched_at=time.time(),
+            peer=conn.peer if conn is not None else None,
             exchanges=[*task.exchanges],
         )
         self._finished.append(result)

@@ -82,6 +82,7 @@ class ClientHTTP11:
         "_body",
         "_decode",
         "_h11",
+        "_head_request",
         "_max_body",
         "_max_head",
         "_payload",
@@ -109,6 +110,7 @@ class ClientHTTP11:
         # Set anew by each response before exchange() reads them, so never reset.
         self._wire_head: tuple[str, list[tuple[str, str]]] | None = None
         self._payload = b""
+        self._head_request = False  # the request in progress is a HEAD: its answer's Content-Length has no body
         self._reset()
 
     def _reset(self) -> None:
@@ -130,6 +132,7 @@ class ClientHTTP11:
             end = conn.send(_END_OF_MESSAGE)
         except h11.LocalProtocolError as exc:
             raise FetchFailure(ErrorKind.PROTOCOL_ERROR, f"cannot send request: {exc}") from None
+        self._head_request = method == "HEAD"
         if self._record:
             self._sent = (method, target, headers, body, time.time())
         return head + data + end
@@ -182,15 +185,34 @@ class ClientHTTP11:
         except h11.RemoteProtocolError as exc:
             raise self._translate(exc, eof=not data) from None
 
-    def exchange(self, url: str) -> Exchange:
+    def exchange(self, url: str, peer: str | None) -> Exchange:
         """The complete exchange, as it went over the wire, when recording (``record``); call it
-        before next_cycle(), which forgets it."""
-        sent, wire_head, response = self._sent, self._wire_head, self.response
-        assert sent is not None and wire_head is not None and response is not None, "no recorded exchange"
-        method, target, headers, body, sent_at = sent
+        before next_cycle(), which forgets it.  ``peer``: the "ip:port" it went to."""
+        response = self.response
+        assert response is not None, "no complete response"
         payload = self._payload
+        self._payload = b""
+        return self._recorded(url, peer, response.status, response.reason, payload, None)
+
+    def cut_exchange(self, url: str, peer: str | None, error: ErrorKind) -> Exchange | None:
+        """The exchange of a response that ``error`` cut off after its head, with the payload that arrived
+        before it; None when recording is off, no head came, or the response was complete."""
+        status = self.status
+        # The wire head is kept only when recording.
+        if status is None or self._wire_head is None or self.response is not None:
+            return None
+        buffer = self._body
+        payload = buffer.received_so_far() if buffer is not None else b""
+        return self._recorded(url, peer, status, self.reason, payload, error)
+
+    def _recorded(
+        self, url: str, peer: str | None, status: int, reason: str, payload: bytes, error: ErrorKind | None
+    ) -> Exchange:
+        sent, wire_head = self._sent, self._wire_head
+        assert sent is not None and wire_head is not None, "no recorded exchange"
+        method, target, headers, body, sent_at = sent
         # Forgotten now: an idle connection must not pin its last response (and request body).
-        self._sent, self._wire_head, self._payload = None, None, b""
+        self._sent, self._wire_head = None, None
         # h11's validated Headers keep each name as it was given, in raw_items(); a plain list is as given.
         request_headers = [
             (name.decode("latin-1"), value.decode("latin-1")) for name, value in headers.raw_items()
@@ -202,8 +224,8 @@ class ClientHTTP11:
             url = split_credentials(url)[0]
         return Exchange(
             url=url, method=method, target=target, request_headers=request_headers, request_body=body,
-            http_version=wire_head[0], status=response.status, reason=response.reason,
-            response_headers=wire_head[1], payload=payload, sent_at=sent_at, received_at=time.time(),
+            http_version=wire_head[0], status=status, reason=reason, response_headers=wire_head[1],
+            payload=payload, sent_at=sent_at, received_at=time.time(), peer=peer, error=error,
         )
 
     def _check_head_size(self, event: h11.Response | h11.InformationalResponse) -> None:
@@ -225,15 +247,40 @@ class ClientHTTP11:
         self.headers = headers
         if self._record:  # a copy: a UTF-8 Location is rewritten below, the record keeps what came
             self._wire_head = (event.http_version.decode("ascii"), headers[:])
-        encoding = None
+        encoding = length = None
         for index, (name, value) in enumerate(headers):
             size = len(name)
             if size == 16 and name.lower() == "content-encoding":
                 encoding = value
+            elif size == 14 and name.lower() == "content-length":
+                length = value  # h11 checked it: digits, one value
             elif size == 8 and not value.isascii() and name.lower() == "location":
                 # Latin-1 gave back every byte as one character: undo it and read the URL as UTF-8.
                 headers[index] = (name, decode_location(value.encode("latin-1")))
         self._body = BodyBuffer(encoding, self._max_body, self._decode, self._record)
+        if length is not None and int(length) > self._max_body and self._announces_body(event.status_code):
+            raise FetchFailure(
+                ErrorKind.TOO_LARGE, f"Content-Length {length} exceeds max_body_size ({self._max_body} bytes)"
+            )
+
+    def _announces_body(self, status: int) -> bool:
+        """Whether a Content-Length in this response's head is the length of a body that follows.
+
+        Not for an answer to HEAD, nor a 204 or 304 (the length of what a GET would have had), nor
+        with Transfer-Encoding, which frames the body instead (RFC 9112 6.3).
+
+        A Content-Encoding does not matter, by choice.  The length is then the compressed one and the
+        limit is on the decoded body, but gzip, deflate and brotli store data that does not compress as
+        it is, so a stream decodes to at least its own length bar its framing (a gzip header and
+        trailer, 5 bytes per 64 KiB stored block): a length over the limit is one the decoded body
+        passes too.  What could come out under it is a body within its framing of the limit, or one
+        padded with what a decoder skips (a long gzip file name, bytes after the stream): refused
+        here, as Scrapy's DOWNLOAD_MAXSIZE refuses it, rather than waited for.  When exchanges are
+        recorded the body as received is held to the limit anyway (BodyBuffer).
+        """
+        if self._head_request or status == 204 or status == 304:
+            return False
+        return not any(name.lower() == "transfer-encoding" for name, _ in self.headers)
 
     def _translate(self, exc: h11.RemoteProtocolError, eof: bool) -> FetchFailure:
         if eof:

@@ -47,6 +47,11 @@ class Exchange(NamedTuple):
     server sent it: its Content-Encoding kept (gzip stays gzip), its chunked
     framing (Transfer-Encoding) removed, as h11 hands the body over.
 
+    A response that failed after its head (the server closed early, a
+    timeout, a body over ``max_body_size``) is recorded too, with ``error``
+    set: its payload is what arrived before the failure, at most
+    ``max_body_size`` bytes (a WARC writes it with WARC-Truncated).
+
     A NamedTuple rather than a frozen dataclass, as http11's Response: making
     the class at import takes 2.6M instructions, the dataclass about 7M.
     """
@@ -63,12 +68,21 @@ class Exchange(NamedTuple):
     response_headers: list[tuple[str, str]]  # as received, in order (latin-1), Transfer-Encoding included
     payload: bytes
     sent_at: float  # wall-clock (unix) time at which the request was sent
-    received_at: float  # wall-clock (unix) time at which the response was complete
+    received_at: float  # wall-clock (unix) time at which the response was complete (or failed)
+    peer: str | None = None  # "ip:port" this hop's response came from, as FetchResult.peer
+    error: ErrorKind | None = None  # None: complete; else what cut the response off
 
 
 @dataclass(slots=True, eq=False)
 class FetchResult:
-    """The outcome of one registration: exactly one per accepted ``register()``."""
+    """The outcome of one registration: exactly one per accepted ``register()``.
+
+    ``peer`` is the address the response came from, ``"ip:port"`` (an IPv6
+    address in brackets: ``"[::1]:8080"``), the one connected to for the
+    final hop; None when no connection was made (a failed name lookup, a
+    refused connect).  Through a proxy it is the proxy's address: the origin's
+    is known only to the proxy.
+    """
 
     bean: URLBean
     url: str
@@ -87,6 +101,7 @@ class FetchResult:
     error_detail: str = ""
     refused: bool = False  # the fetcher's own settings forbade it (deny_networks, allowed_ports)
     fetched_at: float = 0.0  # wall-clock (unix) time at which the result was complete
+    peer: str | None = None  # "ip:port" the response came from (see above)
     exchanges: list[Exchange] = field(default_factory=list)  # FetcherConfig.record_exchanges: every hop's
     _text: str | None = field(default=None, repr=False)
 

@@ -289,7 +289,8 @@ def test__a_recorded_exchange_is_what_went_over_the_wire(validated: bool) -> Non
     response = pair.respond(200, [("Content-Encoding", "gzip"), ("Location", b"/caf\xc3\xa9")], packed)
     before = time.time()
     assert pair.feed(response, 7)[-1]
-    exchange = pair.client.exchange("http://a.test/p?q=1")
+    exchange = pair.client.exchange("http://a.test/p?q=1", "[::1]:8080")
+    assert (exchange.peer, exchange.error) == ("[::1]:8080", None)
     assert pair.client.body == b"hello " * 100
     assert (exchange.method, exchange.target, exchange.request_headers, exchange.request_body) == ("GET", "/p?q=1", sent, b"")
     assert (exchange.http_version, exchange.status, exchange.payload) == ("1.1", 200, packed)
@@ -297,3 +298,53 @@ def test__a_recorded_exchange_is_what_went_over_the_wire(validated: bool) -> Non
     assert exchange.response_headers == [("Content-Encoding", "gzip"), ("Location", "/caf\xc3\xa9"),
                                          ("Transfer-Encoding", "chunked")]
     assert exchange.sent_at <= before <= exchange.received_at
+
+
+def test__a_content_length_over_max_body_size_fails_with_the_head() -> None:
+    """too_large as soon as the head says so: no body byte has come, and none is waited for."""
+    pair = Pair(max_body_size=1000)
+    pair.request()
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 1001\r\nContent-Encoding: gzip\r\n\r\n"
+    failure = failure_of(pair.client, head)
+    assert failure.kind is ErrorKind.TOO_LARGE and "Content-Length 1001" in failure.detail
+    assert pair.client.head() is not None and pair.client.head().status == 200  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("method", "response"), [
+    ("GET", b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 1000),  # at the limit exactly
+    # The length of what a GET would bring: no body follows.
+    ("HEAD", b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n"),
+    ("GET", b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5000\r\n\r\n"),
+    # The chunks frame the body, not the length (RFC 9112 6.3).
+    ("GET", b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"),
+], ids=["at-the-limit", "HEAD", "304", "chunked"])
+def test__a_content_length_of_no_body_over_the_limit_is_no_failure(method: str, response: bytes) -> None:
+    pair = Pair(max_body_size=1000)
+    pair.request(method)
+    assert pair.client.receive(response)
+
+
+def test__a_response_cut_off_after_its_head_is_recorded_as_far_as_it_came() -> None:
+    pair = Pair(record=True)
+    pair.request()
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"
+    pair.client.receive(head + b"partial")
+    failure = failure_of(pair.client, b"")  # the server closes 93 bytes early
+    assert failure.kind is ErrorKind.CONNECTION_CLOSED
+    cut = pair.client.cut_exchange("http://u:p@a.test/", "127.0.0.1:80", failure.kind)
+    assert cut is not None
+    assert (cut.url, cut.status, cut.payload, cut.peer, cut.error) == (
+        "http://a.test/", 200, b"partial", "127.0.0.1:80", ErrorKind.CONNECTION_CLOSED)
+    assert cut.response_headers == [("Content-Length", "100")]
+
+
+def test__a_cut_exchange_is_none_without_a_head_or_after_a_complete_response() -> None:
+    pair = Pair(record=True)
+    pair.request()
+    assert pair.client.cut_exchange("http://a.test/", None, ErrorKind.READ_TIMEOUT) is None  # no head yet
+    assert pair.client.receive(pair.respond(200, [("Content-Length", "2")], b"ok"))
+    assert pair.client.cut_exchange("http://a.test/", None, ErrorKind.READ_TIMEOUT) is None
+    unrecorded = Pair(record=False)
+    unrecorded.request()
+    unrecorded.client.receive(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab")
+    assert unrecorded.client.cut_exchange("http://a.test/", None, ErrorKind.READ_TIMEOUT) is None

@@ -181,9 +181,13 @@ def test_a_resumed_or_appended_warc_keeps_its_one_warcinfo_first(tmp_path: Path)
                               "--progress", "none")
     for run in (first, resumed, appended):
         assert run.returncode == 0, run.stderr
-    kinds = [record.rec_type for record, _ in records(warc)]
+    read = [record for record, _ in records(warc)]
+    kinds = [record.rec_type for record in read]
     assert kinds[0] == "warcinfo" and kinds.count("warcinfo") == 1
     assert kinds.count("response") == kinds.count("request") == 9 + 9  # two crawls of the 9 pages
+    # The resumed and the appending crawl wrote no warcinfo: their records point at the one that opens the file.
+    opening = read[0].rec_headers.get_header("WARC-Record-ID")
+    assert {record.rec_headers.get_header("WARC-Warcinfo-ID") for record in read[1:]} == {opening}
     assert_warcio_checks_and_indexes(warc, len(kinds))
 
 

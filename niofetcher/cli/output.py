@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 #: What ``--out -`` (or ``--warc -``) names: standard output.
 STDOUT = "-"
+#: Standard output as a file to open for reading (Linux reopens the file it is, when it is one).
+_STDOUT_FILE = "/dev/stdout"
 #: The files SQLite keeps beside a database (its write-ahead log, its shared memory, its rollback journal).
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
@@ -91,8 +93,9 @@ class _OutputFiles:
     """An ``--out`` and a ``--warc`` file, each optional, open until close().
 
     The WARC file starts with a warcinfo record, written with the first records into an empty file
-    (so not again when a command appends to it); then each result's records (WarcRecords).  Raises
-    OSError when a file cannot be opened.  ``sync``: fsync each write (see _OutputFile).
+    (so not again when a command appends to it); then each result's records (WarcRecords), which point
+    at the warcinfo record that opens the file, this one's or the one it had.  Raises OSError when a
+    file cannot be opened.  ``sync``: fsync each write (see _OutputFile).
     """
 
     def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str, *, list_links: bool,
@@ -101,7 +104,6 @@ class _OutputFiles:
         self._out: _OutputFile | None = None
         self._warc: _OutputFile | None = None
         self._warc_records: WarcRecords | None = None
-        self._warcinfo = b""
         try:
             if out_path:
                 self._out = _OutputFile("--out", out_path, sync)
@@ -109,19 +111,29 @@ class _OutputFiles:
                 from .warc import WarcRecords  # here: warcio only for a command that writes a WARC
 
                 self._warc = _OutputFile("--warc", warc_path, sync)
-                self._warc_records = WarcRecords(user_agent, gzip=warc_path.endswith(".gz"))
-                self._warcinfo = self._warc_records.warcinfo(os.path.basename(warc_path), obey_robots)
+                self._warc_records = WarcRecords(user_agent, warc_path.endswith(".gz"),
+                                                 os.path.basename(warc_path), obey_robots)
+                self._find_warcinfo()
         except OSError:
             self.close()
             raise
+
+    def _find_warcinfo(self) -> None:
+        """Point the WARC records at the warcinfo record that opens the file as it is now: again after a
+        resume has cut it back."""
+        file, records = self._warc, self._warc_records
+        if file is not None and records is not None:
+            # "-" sent to a file by the shell: that file is read back through the descriptor's name.
+            records.open_onto(_STDOUT_FILE if file.path == STDOUT else file.resolved, file.end)
 
     def _warc_data(self, result: FetchResult) -> bytes:
         """The WARC records of a result, b"" without --warc."""
         return self._warc_records.of(result) if self._warc_records is not None else b""
 
     def _append(self, file: _OutputFile, data: bytes) -> None:
-        if file is self._warc and file.end == 0:
-            data = self._warcinfo + data  # a new (or emptied) WARC file starts with it
+        records = self._warc_records
+        if file is self._warc and file.end == 0 and records is not None:
+            data = records.warcinfo + data  # a new (or emptied) WARC file starts with it
         file.append(data)
 
     def close(self) -> None:
@@ -231,6 +243,7 @@ class PageWriter(_OutputFiles):
             offset = offsets.get(key)
             if offset is not None:
                 file.truncate(offset)
+        self._find_warcinfo()
 
 
 class ResultWriter(_OutputFiles):

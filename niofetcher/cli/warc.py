@@ -10,16 +10,29 @@ from __future__ import annotations
 import io
 import time
 
+from warcio.archiveiterator import ArchiveIterator
+from warcio.exceptions import ArchiveLoadFailed
 from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from .._version import __version__
+from ..errors import ErrorKind
 from ..models import Exchange, FetchResult
 from ..urls import parse_target
 
 #: Left out of a rebuilt response head, whose body is the decoded one (see _as_delivered).
 _NOT_WITH_DECODED_BODY = frozenset(("content-encoding", "transfer-encoding", "content-length"))
+
+#: The WARC-Truncated reason (its words in WARC 1.0 and 1.1) of a response cut off by each failure: past a
+#: configured limit, past a timeout, a dropped connection.  Any other (a malformed rest, a shutdown) is
+#: "unspecified".
+_TRUNCATED = {
+    ErrorKind.TOO_LARGE: "length",
+    ErrorKind.READ_TIMEOUT: "time",
+    ErrorKind.TIMEOUT: "time",
+    ErrorKind.CONNECTION_CLOSED: "disconnect",
+}
 
 
 class _WireHead(StatusAndHeaders):  # type: ignore[misc]  # warcio has no type hints
@@ -36,46 +49,79 @@ class WarcRecords:
     Each exchange the fetcher recorded (``FetcherConfig(record_exchanges=True)``)
     is a response record and a request record pointing at it with
     WARC-Concurrent-To: the request as sent (the fetcher keeps credentials out
-    of what it records), the response as received, its Content-Encoding kept.
+    of what it records), the response as received, its Content-Encoding kept;
+    a response cut off after its head, as far as it came, with WARC-Truncated.
     A complete result without recorded exchanges is written as it was
     delivered (see _as_delivered).  ``gzip``: a gzip member per record, as
     warcio writes a ``.warc.gz``.
+
+    Every record but the warcinfo carries WARC-Warcinfo-ID, the WARC-Record-ID
+    of the warcinfo record that opens the file it goes into (``warcinfo_id``,
+    see open_onto), and WARC-IP-Address, the address its exchange went to.
     """
 
-    def __init__(self, user_agent: str, gzip: bool) -> None:
+    def __init__(self, user_agent: str, gzip: bool, filename: str, obey_robots: bool) -> None:
         self.user_agent = user_agent
         self.gzip = gzip
+        #: The warcinfo record that opens a file these records start: the software and the settings a
+        #: reader asks about.
+        self.warcinfo, self._own_warcinfo_id = self._new_warcinfo(filename, obey_robots)
+        self.warcinfo_id: str | None = self._own_warcinfo_id
 
-    def warcinfo(self, filename: str, obey_robots: bool) -> bytes:
-        """The warcinfo record that opens the file: the software and the settings a reader asks about."""
+    def _new_warcinfo(self, filename: str, obey_robots: bool) -> tuple[bytes, str]:
         buffer = io.BytesIO()
         writer = WARCWriter(buffer, gzip=self.gzip)
-        writer.write_record(writer.create_warcinfo_record(filename, {
+        record = writer.create_warcinfo_record(filename, {
             "software": f"niofetcher/{__version__}",
             "format": "WARC File Format 1.0",
             "conformsTo": "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.0/",
             "http-header-user-agent": self.user_agent,
             "robots": "obey" if obey_robots else "ignore",  # Heritrix's words for robots.txt honoured or not
-        }))
-        return buffer.getvalue()
+        })
+        writer.write_record(record)
+        return buffer.getvalue(), record.rec_headers.get_header("WARC-Record-ID")
+
+    def open_onto(self, path: str, size: int) -> None:
+        """Before any record is made: point the records at the warcinfo record that opens the file they
+        go into, ``size`` bytes at ``path`` now.  An empty file starts with this writer's own warcinfo.
+        A file with records in it already (a crawl resumed, or appended to another's file) gets no
+        warcinfo of its own, so its first record is read back; when that is no warcinfo (a file begun
+        by another tool) or cannot be read, the records carry no WARC-Warcinfo-ID."""
+        self.warcinfo_id = self._own_warcinfo_id if size == 0 else opening_warcinfo_id(path)
 
     def of(self, result: FetchResult) -> bytes:
         """The records of every exchange of ``result``, as the bytes that go into the file.  Nothing for
-        a response that failed before its end (a body too large, a timeout): the fetcher recorded no
-        exchange of it, and what it delivered would be a record of an empty body."""
+        a response that failed without any exchange recorded (or none at all): what it delivered would
+        be a record of an empty body."""
         exchanges = result.exchanges
         if not exchanges and result.status is not None and result.error is None:
             exchanges = [_as_delivered(result, self.user_agent)]
         buffer = io.BytesIO()
         writer = WARCWriter(buffer, gzip=self.gzip)
         for exchange in exchanges:
-            for record in exchange_records(writer, exchange):
+            for record in exchange_records(writer, exchange, self.warcinfo_id):
                 writer.write_record(record)
         return buffer.getvalue()
 
 
-def exchange_records(writer: WARCWriter, exchange: Exchange) -> tuple[ArcWarcRecord, ArcWarcRecord]:
-    """The response record of ``exchange`` and its request record, which points at it (WARC-Concurrent-To).
+def opening_warcinfo_id(path: str) -> str | None:
+    """The WARC-Record-ID of the warcinfo record that opens the WARC file at ``path``; None when its first
+    record is another kind, or the file is no WARC that can be read."""
+    try:
+        with open(path, "rb") as stream:
+            first = next(iter(ArchiveIterator(stream)), None)
+            if first is None or first.rec_type != "warcinfo":
+                return None
+            return first.rec_headers.get_header("WARC-Record-ID")  # type: ignore[no-any-return]
+    except (OSError, ArchiveLoadFailed, ValueError):
+        return None
+
+
+def exchange_records(
+    writer: WARCWriter, exchange: Exchange, warcinfo_id: str | None = None
+) -> tuple[ArcWarcRecord, ArcWarcRecord]:
+    """The response record of ``exchange`` and its request record, which points at it (WARC-Concurrent-To);
+    both point at the file's warcinfo record when ``warcinfo_id`` is given.
 
     The payload is stored with its Content-Encoding, as Heritrix and wget store it and replay tools
     (pywb) expect.  Its chunked framing is not, where those two keep the bytes as they came: h11 takes
@@ -89,11 +135,18 @@ def exchange_records(writer: WARCWriter, exchange: Exchange) -> tuple[ArcWarcRec
         [(k, v) for k, v in exchange.response_headers if k.lower() != "transfer-encoding"],
         protocol=f"HTTP/{exchange.http_version}",
     )
+    shared = {}
+    if exchange.peer is not None:
+        shared["WARC-IP-Address"] = _ip_of(exchange.peer)
+    if warcinfo_id is not None:
+        shared["WARC-Warcinfo-ID"] = warcinfo_id
+    response_fields = {"WARC-Type": "response", "WARC-Date": _warc_date(exchange.received_at), **shared}
+    if exchange.error is not None:  # the payload is what came before the response was cut off
+        response_fields["WARC-Truncated"] = _TRUNCATED.get(exchange.error, "unspecified")
     # Lengths given: without them warcio copies each payload into a temporary file it never closes.
     response = writer.create_warc_record(
         exchange.url, "response", payload=io.BytesIO(exchange.payload), length=len(exchange.payload),
-        http_headers=response_head,
-        warc_headers_dict={"WARC-Type": "response", "WARC-Date": _warc_date(exchange.received_at)},
+        http_headers=response_head, warc_headers_dict=response_fields,
     )
     request_head = _WireHead(f"{exchange.method} {exchange.target} HTTP/1.1", exchange.request_headers,
                              is_http_request=True)
@@ -103,6 +156,7 @@ def exchange_records(writer: WARCWriter, exchange: Exchange) -> tuple[ArcWarcRec
             "WARC-Type": "request",
             "WARC-Date": _warc_date(exchange.sent_at),
             "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID"),
+            **shared,
         },
     )
     return response, request
@@ -120,7 +174,14 @@ def _as_delivered(result: FetchResult, user_agent: str) -> Exchange:
         request_headers=[("Host", target.host_header), ("User-Agent", user_agent)], request_body=b"",
         http_version="1.1", status=result.status or 0, reason=result.reason, response_headers=headers,
         payload=result.body, sent_at=result.fetched_at - result.elapsed, received_at=result.fetched_at,
+        peer=result.peer,
     )
+
+
+def _ip_of(peer: str) -> str:
+    """The address alone of an "ip:port", as WARC-IP-Address holds it: an IPv6 one without its brackets."""
+    address = peer.rpartition(":")[0]
+    return address[1:-1] if address.startswith("[") else address
 
 
 def _warc_date(when: float) -> str:
