@@ -10,6 +10,10 @@
   are used up, the host's URLs end 'error' with the reason.
 - Crawl-delay is honoured up to ``max_crawl_delay`` and capped beyond it
   (logged once per host); the first page follows robots.txt without a delay.
+- The file is read as RFC 9309 and Google's parser read it (a BOM skipped,
+  an unknown line ending no group, the user agent matched by its product
+  token), through a crawl too; the cases of Google's own tests are in
+  test_robots_rulebook.py.
 
 The server's request log (``TestSite(log_requests=True)``) is the proof of
 what was requested and when.
@@ -35,6 +39,7 @@ from rawserver import ConnInfo, http_response, read_request
 from niofetcher import FetcherConfig
 from niofetcher.crawl import CrawlConfig, Crawler, CrawlSummary
 from niofetcher.crawl.frontier.base import ROBOTS_SECONDS
+from niofetcher.crawl.robots import DISALLOWED
 from niofetcher.testing import TestSite
 
 ROBOTS = "/robots.txt"
@@ -179,6 +184,66 @@ def test_a_robots_txt_that_cannot_be_reached_is_a_complete_disallow_until_it_can
     summary = Crawler(config).run()
     assert paths[:2] == [ROBOTS, ROBOTS] and sorted(paths[2:]) == ["/", "/public"]
     assert summary.counts["done"] == 2 and summary.errors == {"robots_disallowed": 1}
+
+
+# -- the file, read as RFC 9309 and Google's parser read it (tests/test_robots_rulebook.py) ------------
+
+
+def serve_site(raw_server: MakeServer, robots: bytes, pages: list[str]) -> tuple[int, list[str]]:
+    """A site serving ``robots`` as /robots.txt and a home page that links to ``pages``; its port,
+    and the paths it was asked for, as they come."""
+    paths: list[str] = []
+    lock = threading.Lock()
+    home = "".join(f'<a href="{page}">{page}</a>' for page in pages).encode()
+
+    def handle(sock: Any, info: ConnInfo) -> None:
+        head = read_request(sock, info)
+        if head is None:
+            return
+        path = head.decode("latin-1").split(" ")[1]
+        with lock:
+            paths.append(path)
+        if path == ROBOTS:
+            sock.sendall(http_response(200, robots, [("Content-Type", "text/plain")], close=True))
+        else:
+            sock.sendall(http_response(200, home if path == "/" else b"ok", [("Content-Type", "text/html")],
+                                       close=True))
+
+    return raw_server(handle, max_seconds=30).port, paths
+
+
+@pytest.mark.timeout(30)
+def test_a_crawl_obeys_the_groups_as_google_reads_them(
+    tmp_path: Path, raw_server: MakeServer, no_leaks: LeakBaseline
+) -> None:
+    """Two sites, one crawl as niofetcher/1.0.  The first names niofetcher in two groups: one after
+    a UTF-8 BOM, one whose user-agent lines an unknown line separates.  The second names only
+    crawlers whose names start or extend niofetcher's, and '*'.  Read by Protego alone, the BOM
+    lost the first group and the unknown line emptied the second (/bom and /unknown-line were
+    fetched), and "User-agent: niofetch" applied to niofetcher (/niofetch-group was refused,
+    /star fetched)."""
+    named = (b"\xef\xbb\xbfUser-agent: niofetcher\nDisallow: /bom\n\n"
+             b"User-agent: niofetcher\nUnknown-Field: unknown\nUser-agent: somebot\nDisallow: /unknown-line\n\n"
+             b"User-agent: *\nDisallow: /star\n")
+    unnamed = (b"User-agent: niofetch\nDisallow: /niofetch-group\n\n"
+               b"User-agent: niofetcherX\nDisallow: /niofetcherx-group\n\n"
+               b"User-agent: *\nDisallow: /star\n")
+    pages = ["/bom", "/unknown-line", "/niofetch-group", "/niofetcherx-group", "/star"]
+    named_port, named_paths = serve_site(raw_server, named, pages)
+    unnamed_port, unnamed_paths = serve_site(raw_server, unnamed, pages)
+    config = CrawlConfig(seeds=[f"http://127.0.0.1:{port}/" for port in (named_port, unnamed_port)],
+                         db_path=str(tmp_path / "crawl.sqlite"), parse_mode="thread",
+                         fetcher=FetcherConfig(user_agent="niofetcher/1.0"))
+    summary = Crawler(config).run()
+    # niofetcher's own groups apply, both of them, and not the '*' group.
+    assert sorted(named_paths) == sorted([ROBOTS, "/", "/niofetch-group", "/niofetcherx-group", "/star"])
+    # No group names niofetcher: '*' applies, and neither the group of a shorter name nor a longer.
+    assert sorted(unnamed_paths) == sorted([ROBOTS, "/", "/bom", "/unknown-line", "/niofetch-group",
+                                            "/niofetcherx-group"])
+    refused = {url for url, (state, error) in rows(tmp_path).items() if error == DISALLOWED}
+    assert refused == {f"http://127.0.0.1:{named_port}{path}" for path in ("/bom", "/unknown-line")} | {
+        f"http://127.0.0.1:{unnamed_port}/star"}
+    assert summary.counts["done"] == 9 and summary.errors == {"robots_disallowed": 3}
 
 
 # -- Crawl-delay (case 11) ---------------------------------------------------------------------

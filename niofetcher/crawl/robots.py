@@ -4,7 +4,7 @@ Nothing here fetches.  The crawler fetches ``/robots.txt`` through its own
 fetcher (with the fetcher's redirects turned off, like every crawler fetch)
 and asks :func:`interpret` what the answer means:
 
-- 2xx: the rules it holds (RFC 9309 2.3.1.1), parsed by Protego;
+- 2xx: the rules it holds for the crawler (RFC 9309 2.3.1.1): see "Reading the file" below;
 - a redirect (301, 302, 303, 307, 308 with a Location): fetch the target,
   even on another host, and use what it says for the *first* origin
   (2.3.1.2: "crawlers SHOULD follow at least five consecutive redirects,
@@ -23,6 +23,35 @@ and asks :func:`interpret` what the answer means:
 Of a 2xx, the first :data:`MAX_ROBOTS_BYTES` are parsed (RFC 9309 2.5: a
 parsing limit of at least 500 KiB), cut at a line's end.
 
+Reading the file.  Protego matches paths well (percent-encoding, ``*`` and
+``$``, the longest match, an allowed ``index.html`` allowing its directory)
+but reads groups otherwise than RFC 9309 and Google's reference parser
+(google/robotstxt; its ``robots_test.cc`` cases are in the suite,
+tests/data/robotstxt/): a UTF-8 byte order mark makes the first line unknown
+and so loses the first group, often ``User-agent: *``; an unknown line
+(``Foo: bar``) ends a group, so ``User-agent: A``, ``Foo: bar``,
+``User-agent: *``, ``Disallow: /`` leaves A free (RFC 9309 2.1 and 2.2.4:
+only a rule ends a group); and ``User-agent: Foo`` applies to a crawler named
+``FooBot``.  So the groups are read here, as Google's parser reads them, and
+Protego is given only the records of the group that applies, under one
+``User-agent: *``, to match paths against:
+
+- a UTF-8 BOM, or the start of one, before the first line is skipped;
+- a group is its user-agent lines and what follows them up to the next
+  user-agent line that comes after an Allow, a Disallow or a Crawl-delay;
+  Sitemap lines belong to no group; a line before the first user-agent line
+  is in none;
+- the crawler's product token is its User-Agent up to the first ``/`` or
+  space (RFC 9309 2.2.1), and a group applies when one of its user-agent
+  values names it: the value's leading letters, digits, ``-`` and ``_``
+  (``FooBot/1.0`` and ``FooBot Images`` name ``foobot``, as Google reads
+  them), compared case-insensitively and whole; every group that names it
+  applies, and when none does, every ``*`` group;
+- a colon left out (``Disallow /x``) is assumed, as Protego and Google do.
+
+Protego then holds only that group's rules, which also makes a large file
+of many groups cheaper to keep (:attr:`RobotsRules.weight` counts them).
+
 :class:`RobotsTable` keeps the outcome per origin for a day at most (RFC 9309
 2.4: a cached robots.txt SHOULD NOT be used for longer), bounded by what the
 parsed rules hold (a parser keeps about 270 bytes a rule line, so a count of
@@ -35,6 +64,7 @@ which keeps it for the rest of its day, or fetches it again.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -54,9 +84,9 @@ __all__ = [
 
 #: Redirects followed from ``/robots.txt`` to the file (RFC 9309 2.3.1.2: at least five).
 MAX_REDIRECTS = 5
-#: The rule lines of robots.txt (not blank, not a comment) that weigh one unit of a
-#: :class:`RobotsTable`'s capacity: a parser holds about 800 bytes and then 270 a rule line, so a
-#: unit holds 2.7 KB at most (a file of 7 rule lines).
+#: The rule lines kept of a robots.txt (those of the group that applies, and the Sitemap lines) that
+#: weigh one unit of a :class:`RobotsTable`'s capacity: a parser holds about 800 bytes and then 270 a
+#: rule line, so a unit holds 2.7 KB at most (a file of 7 rule lines).
 LINES_PER_UNIT = 8
 #: The bytes of robots.txt that are parsed (RFC 9309 2.5: "at least 500 kibibytes").
 MAX_ROBOTS_BYTES = 500 * 1024
@@ -69,7 +99,7 @@ _REDIRECTS = frozenset((301, 302, 303, 307, 308))
 class RobotsRules:
     """What one origin's robots.txt allows."""
 
-    parser: Protego | None = None  # None: everything is allowed
+    parser: Protego | None = None  # the group that applies, as one '*' group; None: everything is allowed
     refusal: str = ""  # not "": nothing is allowed, for this reason (robots.txt stayed unreachable)
     crawl_delay: float | None = None  # seconds, as the file says (the crawler caps it)
     sitemaps: tuple[str, ...] = ()  # its Sitemap: lines, as written (any user agent's: they are global)
@@ -117,12 +147,12 @@ def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | 
     if result.error is not None or status is None or status >= 500 or status == 429:
         return None
     if 200 <= status < 300:
-        text = decode_text(parsed_part(result.body), result.header("content-type"))
-        parser = Protego.parse(text)
+        text = decode_text(_without_bom(parsed_part(result.body)), result.header("content-type"))
+        records = _records_for(text, _product_token(user_agent))
+        parser = Protego.parse("\n".join(records))
         delay = parser.crawl_delay(user_agent)
-        rules = sum(1 for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
         return RobotsRules(parser, crawl_delay=float(delay) if delay else None, sitemaps=tuple(parser.sitemaps),
-                           weight=1 + rules // LINES_PER_UNIT)
+                           weight=1 + len(records) // LINES_PER_UNIT)
     if status in _REDIRECTS and hops < MAX_REDIRECTS:
         target = absolute_url(result.header("location") or "", result.url)
         if target is not None:
@@ -132,6 +162,88 @@ def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | 
                 return ALLOW_ALL
             return Redirect(target, hops + 1)
     return ALLOW_ALL  # 4xx, too many redirects, a redirect to nowhere (and 1xx/3xx oddities): unavailable
+
+
+def _product_token(user_agent: str) -> str:
+    """The name a crawler goes by in robots.txt (RFC 9309 2.2.1), lower-cased: its User-Agent up to
+    the first ``/`` or space (``niofetcher/1.2 (+https://...)`` goes by ``niofetcher``)."""
+    return _TOKEN_END.split(user_agent.strip(), maxsplit=1)[0].lower()
+
+
+_BOM = b"\xef\xbb\xbf"
+_TOKEN_END = re.compile(r"[/\s]")
+# A user-agent value names a crawler by its leading letters, digits, '-' and '_': what ends the name.
+# Google's parser takes letters, '-' and '_' (RFC 9309's identifier); digits are taken too so that
+# a value "Bot2" does not name a crawler "Bot".
+_AGENT_NAME_END = re.compile(r"[^A-Za-z0-9_-]")
+# The fields that shape groups, by every name Protego reads them by (its accepted misspellings
+# too), to one spelling; Protego reads the others itself, within the group.
+_FIELDS = {
+    "user-agent": "user-agent", "useragent": "user-agent", "user agent": "user-agent",
+    "allow": "allow",
+    **dict.fromkeys(("disallow", "dissallow", "dissalow", "disalow", "diasllow", "disallaw"), "disallow"),
+    "crawl-delay": "crawl-delay", "crawl delay": "crawl-delay",
+    "sitemap": "sitemap", "sitemaps": "sitemap", "site-map": "sitemap",
+}
+# The records that end a group: RFC 9309's rules, and Crawl-delay, which Google's parser does not
+# read (to it, an unknown line) but niofetcher does, as Bing's and Yandex's crawlers do.  Read so,
+# "User-agent: bingbot", "Crawl-delay: 10", "User-agent: *", "Disallow: /x" is two groups, as
+# its author means; as one, the crawl would wait the 10 s meant for Bing.
+_RULES = frozenset(("allow", "disallow", "crawl-delay"))
+
+
+def _without_bom(body: bytes) -> bytes:
+    """``body`` without the UTF-8 byte order mark before its first line; a partial one (its first
+    one or two bytes) is skipped too, as Google's parser does."""
+    for size in (3, 2, 1):
+        if body.startswith(_BOM[:size]):
+            return body[size:]
+    return body
+
+
+def _record(line: str) -> tuple[str, str] | None:
+    """The field (lower-cased, one spelling for the fields of :data:`_FIELDS`) and the value of a
+    line of robots.txt; None for a blank line, a comment and a line that is no record."""
+    line = line.partition("#")[0].strip()
+    name, colon, value = line.partition(":")
+    name = name.rstrip().lower()
+    field = _FIELDS.get(name)
+    if field is not None:
+        return field, value.strip()
+    words = line.split(None, 1)  # "Disallow /x": a colon left out ("Sitemap http://..." too)
+    if len(words) == 2 and words[0].lower() in _FIELDS:
+        return _FIELDS[words[0].lower()], words[1]
+    return (name, value.strip()) if colon and name else None
+
+
+def _records_for(text: str, token: str) -> list[str]:
+    """The robots.txt for Protego: the records of the groups that apply to the crawler ``token``
+    (else of the ``*`` groups) under one ``user-agent: *``, and every Sitemap line."""
+    ours: list[str] = []  # the records of the groups that name the crawler ...
+    anyone: list[str] = []  # ... and of the '*' groups, used when no group names it
+    sitemaps: list[str] = []
+    in_ours = in_anyone = named = ended = False
+    for line in text.splitlines():
+        record = _record(line)
+        if record is None:
+            continue
+        field, value = record
+        if field == "user-agent":
+            if ended:  # a user-agent line after a rule starts the next group
+                in_ours = in_anyone = ended = False
+            if value == "*" or value.startswith(("* ", "*\t")):  # Google: "* anything" is '*' too
+                in_anyone = True
+            elif token and _AGENT_NAME_END.split(value, maxsplit=1)[0].lower() == token:
+                in_ours = named = True
+        elif field == "sitemap":
+            sitemaps.append(f"sitemap: {value}")
+        else:
+            ended = ended or field in _RULES  # other records ("Foo: bar", Request-rate) end no group
+            if in_ours:
+                ours.append(f"{field}: {value}")
+            if in_anyone:
+                anyone.append(f"{field}: {value}")
+    return ["user-agent: *", *(ours if named else anyone), *sitemaps]
 
 
 class RobotsTable:
