@@ -44,7 +44,7 @@ from rawserver import (
     truncated_body,
     wait_for_eof,
 )
-from warcio.archiveiterator import ArchiveIterator
+from test_warc import records
 from warcio.recordloader import ArcWarcRecord
 from warcio.warcwriter import WARCWriter
 
@@ -61,17 +61,6 @@ def fetch_all(config: FetcherConfig, urls: list[str]) -> dict[str, FetchResult]:
         for url in urls:
             fetcher.register(url)
         return {result.url: result for result in fetcher.results()}
-
-
-def read_warc(path: Path) -> list[tuple[ArcWarcRecord, bytes]]:
-    """Every record with its payload as stored, each record's digests checked on the way."""
-    read = []
-    with open(path, "rb") as stream:
-        for record in ArchiveIterator(stream, check_digests=True):
-            payload = record.raw_stream.read()
-            assert record.digest_checker.passed is not False, record.digest_checker.problems
-            read.append((record, payload))
-    return read
 
 
 def assert_warcio_checks(path: Path, count: int) -> None:
@@ -141,7 +130,7 @@ def test_every_record_points_at_the_warcinfo_that_opens_the_file_and_names_its_a
             with ResultWriter(None, str(warc), "ua/1") as writer:
                 for result in results.values():
                     writer.write(result, None)
-    read = read_warc(warc)
+    read = records(warc)
     info = read[0][0]
     assert info.rec_type == "warcinfo" and header(info, "WARC-Warcinfo-ID") is None
     rest = [record for record, _ in read[1:]]
@@ -169,9 +158,9 @@ def delivered(url: str, peer: str | None = "[::1]:8080") -> FetchResult:
 def test_a_resume_that_cut_the_file_to_nothing_points_at_its_own_new_warcinfo(tmp_path: Path) -> None:
     warc = tmp_path / "crawl.warc"
     written(warc, delivered("http://a.test/1"))
-    first_info = header(read_warc(warc)[0][0], "WARC-Record-ID")
+    first_info = header(records(warc)[0][0], "WARC-Record-ID")
     written(warc, delivered("http://a.test/2"), offsets={f"warc {warc.resolve()}": 0})
-    read = read_warc(warc)
+    read = records(warc)
     assert [record.rec_type for record, _ in read] == ["warcinfo", "response", "request"]
     info = header(read[0][0], "WARC-Record-ID")
     assert info != first_info
@@ -188,7 +177,7 @@ def test_a_file_begun_without_a_warcinfo_gets_no_warcinfo_id(tmp_path: Path) -> 
         writer.write_record(writer.create_warc_record("http://a.test/0", "resource", payload=io.BytesIO(b"x"),
                                                       length=1))
     written(warc, delivered("http://a.test/1", peer=None))
-    read = read_warc(warc)
+    read = records(warc)
     assert [record.rec_type for record, _ in read] == ["resource", "response", "request"]
     assert [header(record, "WARC-Warcinfo-ID") for record, _ in read] == [None] * 3
     assert [header(record, "WARC-IP-Address") for record, _ in read] == [None] * 3
@@ -219,7 +208,7 @@ def test_a_response_cut_off_after_its_head_is_archived_as_far_as_it_came(tmp_pat
     with ResultWriter(None, str(warc), "ua/1") as writer:
         for result in results.values():
             writer.write(result, None)
-    read = read_warc(warc)
+    read = records(warc)
     responses = {header(record, "WARC-Target-URI"): (record, payload) for record, payload in read
                  if record.rec_type == "response"}
     assert len(read) == 1 + 2 * len(cases)  # a request record for each too

@@ -289,6 +289,18 @@ def _skip(name: str, number: int, why: str) -> None:
     print(f"niofetcher: {name}:{number}: {why}; line skipped", file=sys.stderr, flush=True)
 
 
+def check_frontier_options(args: argparse.Namespace) -> None:
+    """A crawl's frontier as ``crawl`` and ``status`` take it: ``--db`` (SQLite) or ``--frontier``
+    (PostgreSQL) with its ``--crawl``, not both.  Raises UsageError."""
+    if args.frontier is not None and args.db is not None:
+        raise UsageError("give --db (a SQLite frontier) or --frontier (a PostgreSQL one), not both")
+    if args.crawl is not None and args.frontier is None:
+        raise UsageError("--crawl names a crawl in a --frontier database: give --frontier too (a --db file "
+                         "holds one crawl)")
+    if args.frontier is not None and args.crawl is None:
+        raise UsageError("--frontier needs --crawl NAME: the crawl's name in that database")
+
+
 def _check_url(url: str, where: str) -> None:
     try:
         parse_target(url)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ..crawl import CrawlConfig, CrawlSummary
 from ..crawl.frontier import Frontier, FrontierBackend, FrontierError
-from .args import config_from, urls_from
+from .args import check_frontier_options, config_from, urls_from
 from .errors import CommandFailed, UsageError
 from .output import SQLITE_SIDE_FILES, PageWriter, ResumeError, check_distinct_files, open_error, writes_to_stdout
 from .progress import CrawlRun, print_summary, run_crawl
@@ -28,12 +28,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = urls_from(args, args.seeds)
     # A WARC holds each exchange as it went over the wire, which the fetcher keeps only when asked.
     fetcher_config = config_from(args, host_delay=args.delay, record_exchanges=args.warc is not None)
-    if args.frontier is not None and args.db is not None:
-        raise UsageError("give --db (a SQLite frontier) or --frontier (a PostgreSQL one), not both")
-    if args.crawl is not None and args.frontier is None:
-        raise UsageError("--crawl names a crawl in a --frontier database: give --frontier too")
-    if args.frontier is not None and args.crawl is None:
-        raise UsageError("--frontier needs --crawl NAME: the crawl's name in that database")
+    check_frontier_options(args)
     if args.links and args.out is None:
         raise UsageError("--links puts the links in the --out records: give --out FILE too")
     db = args.db if args.db is not None else "crawl.sqlite"

@@ -7,6 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ..crawl.frontier import FrontierError
+from .args import check_frontier_options
 from .errors import UsageError
 
 if TYPE_CHECKING:
@@ -28,12 +29,7 @@ def _check_where(args: argparse.Namespace) -> None:
     """Exactly one frontier: a --db, or a --frontier with its --crawl."""
     if args.db is None and args.frontier is None:
         raise UsageError("status needs --db FILE (a SQLite crawl) or --frontier URL --crawl NAME (a PostgreSQL one)")
-    if args.db is not None and args.frontier is not None:
-        raise UsageError("give --db (a SQLite frontier) or --frontier (a PostgreSQL one), not both")
-    if args.crawl is not None and args.frontier is None:
-        raise UsageError("--crawl names a crawl in a --frontier database: a --db file holds one crawl")
-    if args.frontier is not None and args.crawl is None:
-        raise UsageError("--frontier needs --crawl NAME: the crawl's name in that database")
+    check_frontier_options(args)
 
 
 def _print_sqlite(path: str, top: int) -> None:
