@@ -8,7 +8,12 @@ none of them imports another to name it.
 The header policy is here too.  Every request carries the configuration's
 headers (User-Agent, Accept, Accept-Encoding when decoding, then the user's),
 overridden by the bean's own, with Host first and Content-Length added for a
-body that has no framing of its own.  A URL registered with ``user:pass@``
+body that has no framing of its own, and for an empty one where the method
+gives content a meaning (POST, PUT, PATCH: ``Content-Length: 0``, as RFC 9110
+8.6 asks of a user agent, and as servers that refuse such a request without
+a length expect).  A configuration header given an empty value is not sent:
+it takes that default away, as curl's ``-H 'Accept:'`` does (Scrapy's handler
+sends only the headers Scrapy asks for).  A URL registered with ``user:pass@``
 sends them as ``Authorization: Basic`` (as curl and browsers do), unless the
 configuration or the bean gives an Authorization header of its own; the
 request line and Host never carry them.  A redirect to another origin drops
@@ -47,6 +52,8 @@ from .models import Exchange, URLBean
 from .urls import NoProxy, Origin, Proxy, Target, parse_proxy, split_credentials
 
 IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
+# Methods that give request content a meaning (RFC 9110 9.3.3-4, RFC 5789): an empty body is announced.
+CONTENT_METHODS = frozenset(("POST", "PUT", "PATCH"))
 HOST_HEADERS_CACHE = 4096  # Host headers whose validated request headers are kept
 _CROSS_ORIGIN_DROPPED = frozenset(("authorization", "cookie", "proxy-authorization"))
 _BODY_HEADERS = frozenset(("content-length", "content-type", "content-encoding", "transfer-encoding"))
@@ -179,10 +186,10 @@ class Task:
                 # Plain http goes to the proxy as it is, so each request carries the credentials
                 # (an https request goes inside the tunnel: the CONNECT carried them).
                 headers = {**headers, "proxy-authorization": ("Proxy-Authorization", proxy.authorization)}
-            if headers is defaults.headers and not self.body:
+            if headers is defaults.headers and not self.body and self.method not in CONTENT_METHODS:
                 wire = defaults.for_host(host_header)
             else:
-                wire = validated_headers(_header_list(host_header, headers, self.body))
+                wire = validated_headers(_header_list(host_header, headers, self.body, self.method))
             self._wire_headers = wire
         return wire
 
@@ -221,7 +228,8 @@ class RequestDefaults:
 
     @classmethod
     def from_config(cls, config: FetcherConfig) -> RequestDefaults:
-        """User-Agent, Accept and (when decoding) Accept-Encoding, then the configuration's own headers."""
+        """User-Agent, Accept and (when decoding) Accept-Encoding, then the configuration's own headers;
+        one of those given an empty value is left out."""
         headers = {
             "user-agent": ("User-Agent", config.user_agent),
             "accept": ("Accept", "*/*"),
@@ -229,7 +237,10 @@ class RequestDefaults:
         if config.decode_content:
             headers["accept-encoding"] = ("Accept-Encoding", ACCEPT_ENCODING)
         for name, value in config.headers.items():
-            headers[name.lower()] = (name, value)
+            if value:
+                headers[name.lower()] = (name, value)
+            else:
+                headers.pop(name.lower(), None)
         return cls(headers, *config.proxy_route())
 
     def route(self, host: str) -> Proxy | None:
@@ -245,7 +256,7 @@ class RequestDefaults:
         if wire is None:
             if len(self._by_host) >= HOST_HEADERS_CACHE:  # a crawl of many hosts: keep it small, not clever
                 self._by_host.clear()
-            wire = self._by_host[host_header] = validated_headers(_header_list(host_header, self.headers, b""))
+            wire = self._by_host[host_header] = validated_headers(_header_list(host_header, self.headers, b"", "GET"))
         return wire
 
 
@@ -258,9 +269,11 @@ def _with_credentials(url: str, headers: dict[str, tuple[str, str]]) -> dict[str
     return {**headers, "authorization": ("Authorization", authorization)}
 
 
-def _header_list(host_header: str, headers: dict[str, tuple[str, str]], body: bytes) -> list[tuple[str, str]]:
+def _header_list(
+    host_header: str, headers: dict[str, tuple[str, str]], body: bytes, method: str,
+) -> list[tuple[str, str]]:
     wire = [("Host", host_header)]
     wire.extend(pair for key, pair in headers.items() if key != "host")
-    if body and "content-length" not in headers and "transfer-encoding" not in headers:
+    if (body or method in CONTENT_METHODS) and "content-length" not in headers and "transfer-encoding" not in headers:
         wire.append(("Content-Length", str(len(body))))
     return wire

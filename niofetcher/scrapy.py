@@ -37,25 +37,37 @@ Settings.  ``CONCURRENT_REQUESTS`` becomes ``max_connections``,
 ``CONCURRENT_REQUESTS_PER_DOMAIN`` ``max_connections_per_host``,
 ``DOWNLOAD_TIMEOUT`` ``request_timeout`` (the connect and read timeouts are
 kept within it), ``DOWNLOAD_MAXSIZE`` ``max_body_size``, ``USER_AGENT``
-``user_agent`` (the request's own User-Agent, which Scrapy's
-UserAgentMiddleware sets, wins) and ``DOWNLOAD_VERIFY_CERTIFICATES``
-``verify_tls``; ``NIOFETCHER_CONFIG``, a dict of FetcherConfig fields, sets
-anything else and overrides those.  Two fields are not the handler's to
-change: redirects are Scrapy's RedirectMiddleware's (``follow_redirects``
-is False) and Content-Encoding is Scrapy's HttpCompressionMiddleware's
-(``decode_content`` is False).  The body goes up as it came, with its
-Content-Encoding header, exactly as Scrapy's own handler hands it over, so
-it is decoded once, by the middleware that sent the Accept-Encoding it
-answers (zstd included), with its own decoded-size check; and
-``DOWNLOAD_MAXSIZE`` counts the bytes received, as in Scrapy.
+``user_agent`` (what a CONNECT to a proxy says) and
+``DOWNLOAD_VERIFY_CERTIFICATES`` ``verify_tls``; ``NIOFETCHER_CONFIG``, a
+dict of FetcherConfig fields, sets anything else and overrides those.  A
+``DOWNLOAD_TLS_MIN_VERSION`` or ``_MAX_VERSION`` that names no TLS version
+is refused as Scrapy refuses it (the fetcher does not honour them yet).
+Two fields are not the handler's to change: redirects are Scrapy's
+RedirectMiddleware's (``follow_redirects`` is False) and Content-Encoding is
+Scrapy's HttpCompressionMiddleware's (``decode_content`` is False).  The
+body goes up as it came, with its Content-Encoding header, exactly as
+Scrapy's own handler hands it over, so it is decoded once, by the
+middleware that sent the Accept-Encoding it answers (zstd included), with
+its own decoded-size check; and ``DOWNLOAD_MAXSIZE`` counts the bytes
+received, as in Scrapy.
+
+Headers.  A request carries the headers Scrapy gives it and no other: the
+fetcher's own User-Agent and Accept are taken away (FetcherConfig.headers
+with empty values), as Scrapy's UserAgentMiddleware and
+DefaultHeadersMiddleware set those; a header set to None is not sent; an
+empty POST says ``Content-Length: 0``.  The response's ``protocol`` is
+"HTTP/1.1", its ``ip_address`` the address it came from.
 
 A request's ``download_timeout``, ``download_maxsize``, ``download_warnsize``
 and ``download_fail_on_dataloss`` meta keys are honoured where they are
 stricter than the fetcher's configuration (a shorter timeout is the
 handler's own deadline: the fetch it gives up on runs to its end in the
-fetcher, within the configured timeouts, and its result is dropped).  The
-``headers_received`` and ``bytes_received`` signals are not sent: niofetcher
-hands over whole responses.
+fetcher, within the configured timeouts, and its result is dropped).  A
+body past a size limit is logged and cancelled in Scrapy's words
+("Expected to receive N bytes which is larger than download max size ...",
+by the Content-Length when the head gives one).  The ``headers_received``
+and ``bytes_received`` signals are not sent: niofetcher hands over whole
+responses.
 
 Proxies.  ``request.meta["proxy"]`` (set by the spider or by Scrapy's
 HttpProxyMiddleware) becomes ``URLBean.proxy``: a proxy URL, or direct when
@@ -69,7 +81,8 @@ header without a proxy is dropped.
 
 Errors are mapped by ``ErrorKind`` (never by reading messages) onto the
 exceptions Scrapy's RetryMiddleware retries (``RETRY_EXCEPTIONS``): see
-``EXCEPTIONS``.
+``EXCEPTIONS``.  A URL that is not http or https is Scrapy's
+UnsupportedURLSchemeError.
 """
 
 from __future__ import annotations
@@ -78,6 +91,7 @@ import asyncio
 import base64
 import binascii
 import dataclasses
+import ipaddress
 import logging
 import time
 import weakref
@@ -95,6 +109,7 @@ try:
         NotConfigured,
         NotSupported,
         ResponseDataLossError,
+        UnsupportedURLSchemeError,
     )
     from scrapy.http import Headers
     from scrapy.responsetypes import responsetypes
@@ -144,6 +159,13 @@ FIXED = {
 }
 
 _PROXY_AUTHORIZATION = b"Proxy-Authorization"
+_SCHEMES = ("http", "https")
+#: FetcherConfig.headers that take the fetcher's default User-Agent and Accept away (an empty value
+#: does): Scrapy's own handler sends the headers the request has, and UserAgentMiddleware and
+#: DefaultHeadersMiddleware put those two on it.
+_NO_DEFAULT_HEADERS = {"User-Agent": "", "Accept": ""}
+#: The TLS versions DOWNLOAD_TLS_MIN_VERSION and DOWNLOAD_TLS_MAX_VERSION may name, as Scrapy reads them.
+_TLS_VERSIONS = ("TLSv1.0", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 
 
 def fetcher_config(settings: BaseSettings) -> FetcherConfig:
@@ -151,8 +173,9 @@ def fetcher_config(settings: BaseSettings) -> FetcherConfig:
 
     Raises:
         ValueError: a NIOFETCHER_CONFIG key that is no FetcherConfig field, or one the handler
-            fixes, or a value FetcherConfig refuses.
+            fixes, or a value FetcherConfig refuses; a TLS version setting Scrapy refuses too.
     """
+    _check_tls_versions(settings)
     defaults = FetcherConfig()
     mapped: dict[str, Any] = {"follow_redirects": False, "decode_content": False}
     # Scrapy's zeros mean "no limit"; FetcherConfig's limits are positive, so its defaults stay.
@@ -177,7 +200,20 @@ def fetcher_config(settings: BaseSettings) -> FetcherConfig:
             raise ValueError(f"NIOFETCHER_CONFIG may not set {name}: {FIXED[name]}")
         if name not in fields:
             raise ValueError(f"NIOFETCHER_CONFIG: {name!r} is no FetcherConfig field")
-    return FetcherConfig(**{**mapped, **overrides})
+    headers = {**_NO_DEFAULT_HEADERS, **overrides.get("headers", {})}
+    return FetcherConfig(**{**mapped, **overrides, "headers": headers})
+
+
+def _check_tls_versions(settings: BaseSettings) -> None:
+    """Refuse a DOWNLOAD_TLS_MIN_VERSION or _MAX_VERSION that is no TLS version, as Scrapy does.
+
+    The fetcher does not honour them (docs/scrapy.md says why); a typo fails here all the same,
+    so that a project's settings mean the same with either handler.
+    """
+    for name in ("DOWNLOAD_TLS_MIN_VERSION", "DOWNLOAD_TLS_MAX_VERSION"):
+        value = settings.get(name)
+        if value is not None and value not in _TLS_VERSIONS:
+            raise ValueError(f"Unknown {name} value: {value}")
 
 
 class _SharedFetcher:
@@ -236,10 +272,18 @@ class NIOFetcherDownloadHandler(BaseDownloadHandler):  # type: ignore[misc,unuse
         self.config = shared.config
         self._warnsize = settings.getint("DOWNLOAD_WARNSIZE")
         self._fail_on_dataloss = settings.getbool("DOWNLOAD_FAIL_ON_DATALOSS")
+        self._dataloss_warned = False  # Scrapy says once per handler how to keep broken responses
         self._auth_encoding = settings.get("HTTPPROXY_AUTH_ENCODING") or "latin-1"
 
     async def download_request(self, request: Request) -> Response:
-        """Fetch ``request`` and return its Response, or raise the exception its error kind maps to."""
+        """Fetch ``request`` and return its Response, or raise the exception its error kind maps to.
+
+        Raises:
+            UnsupportedURLSchemeError: a URL that is not http or https.
+        """
+        scheme = urlsplit(request.url).scheme
+        if scheme not in _SCHEMES:
+            raise UnsupportedURLSchemeError(f"niofetcher fetches http and https URLs, not {scheme}: {request.url}")
         fetcher = await self._shared.started()
         bean = self.bean_for(request)
         timeout = request.meta.get("download_timeout")
@@ -276,47 +320,75 @@ class NIOFetcherDownloadHandler(BaseDownloadHandler):  # type: ignore[misc,unuse
         if proxy:
             proxy = self._proxy_url(proxy, authorization)
         # One str per field: the values of a repeated request header joined as RFC 9110 allows.
+        # A header set to None has no values: Scrapy sends nothing for it.
         fields = {
             name.decode("latin-1"): ", ".join(value.decode("latin-1") for value in values)
             for name, values in headers.items()
-            if name.lower() != b"proxy-authorization"
+            if values and name.lower() != b"proxy-authorization"
         }
         return URLBean(request.url, method=request.method, headers=fields, body=request.body, proxy=proxy)
 
     def response_for(self, request: Request, result: FetchResult) -> Response:
         """The Response of a FetchResult, of the class its headers and body call for (HtmlResponse...).
 
+        Its ``protocol`` is "HTTP/1.1" (what niofetcher speaks) and its ``ip_address`` the peer's.
+
         Raises:
             The exception of ``EXCEPTIONS`` for an error result; ResponseDataLossError for a
             response cut short (unless ``DOWNLOAD_FAIL_ON_DATALOSS`` is off); DownloadCancelledError
-            for a body past the request's ``download_maxsize``.
+            for a body past ``max_body_size`` (``DOWNLOAD_MAXSIZE``) or the request's ``download_maxsize``.
         """
         flags = None
+        if result.error is ErrorKind.TOO_LARGE:
+            raise self._cancelled(request, result, self.config.max_body_size)
         if result.error is not None:
             if not self._data_loss(request, result):
                 raise EXCEPTIONS.get(result.error, DownloadFailedError)(f"{result.error.value}: {result.error_detail}")
             flags = ["dataloss"]
-        body = result.body
         maxsize = request.meta.get("download_maxsize")
-        if maxsize and len(body) > maxsize:
-            raise DownloadCancelledError(
-                f"Received {len(body)} bytes which is larger than download max size ({maxsize}) in request {request}."
-            )
+        if maxsize and len(result.body) > maxsize:  # a request's own limit, below the fetcher's
+            raise self._cancelled(request, result, maxsize)
         warnsize = request.meta.get("download_warnsize", self._warnsize)
-        if warnsize and len(body) > warnsize:
-            log.warning("Received %d bytes which is larger than download warn size (%d) in request %s.",
-                        len(body), warnsize, request)
+        if warnsize:
+            self._warn_if_large(request, result, warnsize)
         headers = Headers(result.headers)
         assert result.status is not None  # every result without an error has its response's status
-        cls = responsetypes.from_args(headers=headers, url=request.url, body=body)
-        return cls(url=request.url, status=result.status, headers=headers, body=body, flags=flags)
+        cls = responsetypes.from_args(headers=headers, url=request.url, body=result.body)
+        return cls(url=request.url, status=result.status, headers=headers, body=result.body, flags=flags,
+                   protocol="HTTP/1.1", ip_address=_peer_address(result.peer))
+
+    def _cancelled(self, request: Request, result: FetchResult, maxsize: int) -> DownloadCancelledError:
+        """The DownloadCancelledError of a body past ``maxsize``, its message logged as Scrapy logs it."""
+        expected = _announced_length(request, result)
+        if expected is not None and expected > maxsize:
+            message = _size_message("Expected to receive", expected, "max", maxsize, request)
+        elif result.error is ErrorKind.TOO_LARGE:  # the fetcher stopped at the first bytes past the limit
+            message = _size_message("Received more than", maxsize, "max", maxsize, request)
+        else:
+            message = _size_message("Received", len(result.body), "max", maxsize, request)
+        log.warning(message)
+        return DownloadCancelledError(message)
+
+    def _warn_if_large(self, request: Request, result: FetchResult, warnsize: int) -> None:
+        """Log that a response is past ``warnsize``, by its Content-Length when it has one, as Scrapy does."""
+        expected = _announced_length(request, result)
+        if expected is not None and expected > warnsize:
+            log.warning(_size_message("Expected to receive", expected, "warn", warnsize, request))
+        elif len(result.body) > warnsize:
+            log.warning(_size_message("Received", len(result.body), "warn", warnsize, request))
 
     def _data_loss(self, request: Request, result: FetchResult) -> bool:
         """True for a response whose head came and whose body was cut short, to be kept as
-        Scrapy keeps one when ``DOWNLOAD_FAIL_ON_DATALOSS`` is off; raises ResponseDataLossError when it is on."""
+        Scrapy keeps one when ``DOWNLOAD_FAIL_ON_DATALOSS`` is off; raises ResponseDataLossError when it is on
+        (and says once per handler, as Scrapy does, how to keep such responses)."""
         if result.error is not ErrorKind.CONNECTION_CLOSED or result.status is None:
             return False
         if request.meta.get("download_fail_on_dataloss", self._fail_on_dataloss):
+            if not self._dataloss_warned:
+                self._dataloss_warned = True
+                log.warning("Got data loss in %s. If you want to process broken responses set the setting "
+                            "DOWNLOAD_FAIL_ON_DATALOSS = False -- This message won't be shown in further requests",
+                            request.url)
             raise ResponseDataLossError(f"{result.error.value}: {result.error_detail}")
         return True
 
@@ -341,3 +413,23 @@ class NIOFetcherDownloadHandler(BaseDownloadHandler):  # type: ignore[misc,unuse
             userinfo = f"{quote(user, safe='')}:{quote(password, safe='')}"
         # Else any credentials left in meta["proxy"] (no HttpProxyMiddleware took them out) stay.
         return f"http://{userinfo}@{netloc}" if userinfo else f"http://{netloc}"
+
+
+def _announced_length(request: Request, result: FetchResult) -> int | None:
+    """The Content-Length of a response that has a body (not the answer to HEAD, a 204 or a 304)."""
+    if request.method == "HEAD" or result.status in (204, 304):
+        return None
+    length = result.header("content-length")
+    return int(length) if length is not None and length.isdigit() else None
+
+
+def _size_message(received: str, size: int, limit_name: str, limit: int, request: Request) -> str:
+    """Scrapy's words for a response past DOWNLOAD_MAXSIZE or DOWNLOAD_WARNSIZE (logs and tests match them)."""
+    return f"{received} {size} bytes which is larger than download {limit_name} size ({limit}) in request {request}."
+
+
+def _peer_address(peer: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address of a FetchResult's ``peer`` ("ip:port", "[ip6]:port"), as Scrapy's ``Response.ip_address``."""
+    if peer is None:
+        return None
+    return ipaddress.ip_address(peer.rpartition(":")[0].strip("[]"))

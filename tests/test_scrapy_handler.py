@@ -34,9 +34,11 @@ from rawserver import RawServer, get_unused_port, hang, http_response, serve_kee
 from scrapy import Request, Spider
 from scrapy.exceptions import (
     CannotResolveHostError,
+    DownloadCancelledError,
     DownloadConnectionRefusedError,
     DownloadTimeoutError,
     NotSupported,
+    UnsupportedURLSchemeError,
 )
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
@@ -75,6 +77,20 @@ def test_scrapy_defaults_and_zeros() -> None:
     config = fetcher_config(Settings({"DOWNLOAD_TIMEOUT": 0, "DOWNLOAD_MAXSIZE": 0, "CONCURRENT_REQUESTS": 0}))
     assert (config.request_timeout, config.max_body_size, config.max_connections) == (
         defaults.request_timeout, defaults.max_body_size, defaults.max_connections)
+
+
+def test_the_fetcher_adds_no_user_agent_or_accept_of_its_own() -> None:
+    """Scrapy's middlewares put them on the request; a NIOFETCHER_CONFIG header still goes out."""
+    assert fetcher_config(Settings()).headers == {"User-Agent": "", "Accept": ""}
+    config = fetcher_config(Settings({"NIOFETCHER_CONFIG": {"headers": {"Accept": "text/html", "X-Crawl": "1"}}}))
+    assert config.headers == {"User-Agent": "", "Accept": "text/html", "X-Crawl": "1"}
+
+
+@pytest.mark.parametrize("name", ["DOWNLOAD_TLS_MIN_VERSION", "DOWNLOAD_TLS_MAX_VERSION"])
+def test_a_tls_version_that_is_none_is_refused_as_scrapy_refuses_it(name: str) -> None:
+    with pytest.raises(ValueError, match=f"Unknown {name} value: TLSv9"):
+        fetcher_config(Settings({name: "TLSv9"}))
+    fetcher_config(Settings({name: "TLSv1.2"}))
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
@@ -156,7 +172,31 @@ def test_responses_come_back_raw_for_scrapys_middlewares(origin: RawServer) -> N
     assert 0 < gz_request.meta["download_latency"] < 10
     assert all(b"\r\nUser-Agent: mine/2\r\n" in head for head in origin.requests)  # the request's own wins
     assert not any(b"accept-encoding" in head.lower() for head in origin.requests)  # Scrapy's to send, not ours
+    assert (plain.protocol, str(plain.ip_address)) == ("HTTP/1.1", "127.0.0.1")
     assert _niofetcher_threads() == []
+
+
+def test_only_the_headers_scrapy_asks_for_go_out(origin: RawServer) -> None:
+    """No User-Agent or Accept the request has not got (Scrapy's middlewares set those), none set to None;
+    an empty POST says Content-Length: 0."""
+
+    async def body(handler: NIOFetcherDownloadHandler) -> None:
+        await handler.download_request(Request(origin.url("/x"), headers={"Cookie": None, "X-Kept": "1"}))
+        await handler.download_request(Request(origin.url("/x"), method="POST"))
+
+    _handler_run({}, body)
+    get, post = (head.lower() for head in origin.requests)
+    names = {line.split(b":")[0] for line in get.split(b"\r\n")[1:] if line}
+    assert names == {b"host", b"x-kept"}
+    assert b"\r\ncontent-length: 0\r\n" in post
+
+
+def test_a_url_of_another_scheme_is_unsupported() -> None:
+    async def body(handler: NIOFetcherDownloadHandler) -> None:
+        with pytest.raises(UnsupportedURLSchemeError, match="unsupp"):
+            await handler.download_request(Request("unsupp://example.test/"))
+
+    _handler_run({}, body)
 
 
 def test_fetch_errors_become_the_exceptions_scrapy_retries() -> None:
@@ -186,8 +226,7 @@ def test_a_name_that_does_not_resolve_is_cannot_resolve_host() -> None:
 
 
 def test_a_body_cut_short_is_data_loss_or_a_flagged_response() -> None:
-    handler = NIOFetcherDownloadHandler.__new__(NIOFetcherDownloadHandler)
-    handler._fail_on_dataloss, handler._warnsize = True, 0
+    handler = _bare_handler()
     cut = FetchResult(URLBean("http://a.test/"), "http://a.test/", "http://a.test/", status=200,
                       headers=[("Content-Type", "text/html")], body=b"<p>ha", error=ErrorKind.CONNECTION_CLOSED)
     with pytest.raises(scrapy.exceptions.ResponseDataLossError):
@@ -196,6 +235,29 @@ def test_a_body_cut_short_is_data_loss_or_a_flagged_response() -> None:
     assert kept.flags == ["dataloss"] and kept.body == b"<p>ha"
     with pytest.raises(scrapy.exceptions.DownloadCancelledError):
         handler.response_for(Request("http://a.test/", meta={"download_maxsize": 3}), dataclasses.replace(cut, error=None))
+
+
+def _bare_handler() -> NIOFetcherDownloadHandler:
+    """A handler without a crawl, for response_for: DOWNLOAD_MAXSIZE 100, DOWNLOAD_FAIL_ON_DATALOSS on."""
+    handler = NIOFetcherDownloadHandler.__new__(NIOFetcherDownloadHandler)
+    handler.config = FetcherConfig(max_body_size=100)
+    handler._fail_on_dataloss, handler._dataloss_warned, handler._warnsize = True, False, 0
+    return handler
+
+
+def test_a_body_past_the_limit_is_cancelled_in_scrapys_words(caplog: pytest.LogCaptureFixture) -> None:
+    """By its Content-Length when the head says it ("Expected to receive"), else by what came."""
+    handler = _bare_handler()
+    url = "http://a.test/"
+    announced = FetchResult(URLBean(url), url, url, status=200, headers=[("Content-Length", "500")],
+                            error=ErrorKind.TOO_LARGE)
+    with pytest.raises(DownloadCancelledError, match=r"Expected to receive 500 bytes which is larger than "
+                                                     r"download max size \(100\)"):
+        handler.response_for(Request(url), announced)
+    chunked = dataclasses.replace(announced, headers=[("Transfer-Encoding", "chunked")])
+    with pytest.raises(DownloadCancelledError, match=r"Received more than 100 bytes"):
+        handler.response_for(Request(url), chunked)
+    assert caplog.text.count("larger than download max size (100)") == 2
 
 
 # -- proxies -------------------------------------------------------------------------------------
