@@ -46,7 +46,7 @@ from .request import (
 )
 from .resolver import ResolverPool
 from .transport import tls_context
-from .urls import Origin, Target, parse_target, redirect_url
+from .urls import Origin, Target, parse_target, redirect_url, split_credentials
 
 log = logging.getLogger("niofetcher")
 
@@ -504,7 +504,8 @@ class Engine:
             detail = f"more than max_redirects={self.config.max_redirects}"
             self._finish_error(task, FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, detail), conn, status)
             return
-        if url == task.bean.url or any(url == seen for _, seen in task.redirects):
+        first = task.bean.url if "@" not in task.bean.url else split_credentials(task.bean.url)[0]
+        if url == first or any(url == seen for _, seen in task.redirects):
             loop = FetchFailure(ErrorKind.TOO_MANY_REDIRECTS, f"redirect loop at {url}")
             self._finish_error(task, loop, conn, status)
             return

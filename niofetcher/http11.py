@@ -18,7 +18,7 @@ import h11
 from .content import BodyBuffer
 from .errors import ErrorKind, FetchFailure
 from .models import Exchange
-from .urls import decode_location, split_credentials
+from .urls import decode_location
 
 try:
     # h11 normalises and validates a plain header list on every Request; a Headers
@@ -218,10 +218,9 @@ class ClientHTTP11:
             (name.decode("latin-1"), value.decode("latin-1")) for name, value in headers.raw_items()
         ] if hasattr(headers, "raw_items") else list(headers)
         # Credentials never go into an archive (or a repr): the origin's (a URL's user:pass@, the
-        # caller's Authorization header) as little as the proxy's; nor the user:pass@ of the URL.
+        # caller's Authorization header) as little as the proxy's.  ``url`` has no user:pass@: a Task
+        # goes by its URL without them.
         request_headers = [(name, value) for name, value in request_headers if name.lower() not in _CREDENTIALS]
-        if "@" in url:
-            url = split_credentials(url)[0]
         return Exchange(
             url=url, method=method, target=target, request_headers=request_headers, request_body=body,
             http_version=wire_head[0], status=status, reason=reason, response_headers=wire_head[1],

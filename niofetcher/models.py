@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 from .content import decode_text
 from .errors import ErrorKind
+from .urls import shown_url
 
 
 @dataclass(slots=True)
@@ -20,8 +21,10 @@ class URLBean:
     origin only (its redirects to another origin go without), unless
     ``headers`` or the configuration's headers give an Authorization of their
     own; the request line and Host never carry it, and no recorded exchange
-    does (``FetchResult.exchanges``).  ``FetchResult.url`` is the URL as
-    registered, password included: the caller's own.
+    does (``FetchResult.exchanges``), nor ``final_url``, ``redirects`` or an
+    ``error_detail``: every hop goes by the URL without them.
+    ``FetchResult.url`` is the URL as registered, password included: the
+    caller's own (its repr masks it).
 
     ``proxy`` routes this URL: None takes the configuration's ``proxy`` (and
     its ``no_proxy``), ``""`` goes direct whatever the configuration says, and
@@ -130,7 +133,7 @@ class FetchResult:
 
     def __repr__(self) -> str:
         outcome = self.error.value if self.error else self.status
-        return f"<FetchResult {outcome} {self.url} {len(self.body)} bytes>"
+        return f"<FetchResult {outcome} {shown_url(self.url)} {len(self.body)} bytes>"
 
 
 @dataclass(slots=True, eq=False)

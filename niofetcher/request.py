@@ -159,7 +159,10 @@ class Task:
             for name, value in bean.headers.items():
                 headers[name.lower()] = (name, value)
         if "@" in bean.url:  # perhaps user:pass@ (an "@" of a path or a query is none: split_credentials knows)
-            headers = _with_credentials(bean.url, headers)
+            # Every hop goes by the URL without them: redirects, final_url, the exchanges, messages.
+            self.url, authorization = split_credentials(bean.url)
+            if authorization is not None and "authorization" not in headers:  # the caller's own wins
+                headers = {**headers, "authorization": ("Authorization", authorization)}
         self._headers = headers
         self._wire_headers: RequestHeaders | None = None
         # The route: the configuration's (no_proxy decides per host), or the bean's own ("" = direct).
@@ -258,15 +261,6 @@ class RequestDefaults:
                 self._by_host.clear()
             wire = self._by_host[host_header] = validated_headers(_header_list(host_header, self.headers, b"", "GET"))
         return wire
-
-
-def _with_credentials(url: str, headers: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    """``headers`` with the ``Authorization`` the userinfo of ``url`` stands for; ``headers`` as they
-    are when ``url`` has none, or when they hold an Authorization already (the caller's wins)."""
-    authorization = split_credentials(url)[1]
-    if authorization is None or "authorization" in headers:
-        return headers
-    return {**headers, "authorization": ("Authorization", authorization)}
 
 
 def _header_list(

@@ -45,6 +45,10 @@ def test_basic_auth_goes_to_that_origin_only_and_never_into_the_exchanges(no_lea
 
     assert (result.error, result.status) == (None, 200)
     assert result.url == url  # as registered
+    # Every hop goes by the URL without them: a relative Location resolved against it, too.
+    assert result.final_url == other.url("/away")
+    assert result.redirects == [(302, srv.url("/same")), (302, other.url("/away"))]
+    assert "p%40ss" not in repr(result) and "user:***@" in repr(result)
     assert [seen.target for seen in app.seen] == ["/start", "/same"]
     for seen in app.seen:  # the first request and the same-origin hop
         assert values(seen.head, "authorization") == [BASIC]
