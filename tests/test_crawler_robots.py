@@ -148,6 +148,17 @@ def test_robots_txt_unavailable_on_every_attempt_ends_the_hosts_urls_as_errors(
     assert summary.errors == {"robots_unavailable": 1}
 
 
+def requested_path(sock: Any, info: ConnInfo, paths: list[str], lock: threading.Lock) -> str | None:
+    """Read one request on ``sock``; its path, also appended to ``paths``; None when none came."""
+    head = read_request(sock, info)
+    if head is None:
+        return None
+    path = head.decode("latin-1").split(" ")[1]
+    with lock:
+        paths.append(path)
+    return path
+
+
 @pytest.mark.timeout(30)
 def test_a_robots_txt_that_cannot_be_reached_is_a_complete_disallow_until_it_can(
     tmp_path: Path, raw_server: MakeServer, no_leaks: LeakBaseline
@@ -165,12 +176,10 @@ def test_a_robots_txt_that_cannot_be_reached_is_a_complete_disallow_until_it_can
     rules = http_response(200, b"User-agent: *\nDisallow: /private\n", [("Content-Type", "text/plain")], close=True)
 
     def handle(sock: Any, info: ConnInfo) -> None:
-        head = read_request(sock, info)
-        if head is None:
+        path = requested_path(sock, info, paths, lock)
+        if path is None:
             return
-        path = head.decode("latin-1").split(" ")[1]
         with lock:
-            paths.append(path)
             robots_before = paths.count(ROBOTS) - 1
         if path == ROBOTS:
             if robots_before:
@@ -197,12 +206,9 @@ def serve_site(raw_server: MakeServer, robots: bytes, pages: list[str]) -> tuple
     home = "".join(f'<a href="{page}">{page}</a>' for page in pages).encode()
 
     def handle(sock: Any, info: ConnInfo) -> None:
-        head = read_request(sock, info)
-        if head is None:
+        path = requested_path(sock, info, paths, lock)
+        if path is None:
             return
-        path = head.decode("latin-1").split(" ")[1]
-        with lock:
-            paths.append(path)
         if path == ROBOTS:
             sock.sendall(http_response(200, robots, [("Content-Type", "text/plain")], close=True))
         else:
