@@ -105,7 +105,7 @@ def test_a_crawl_of_the_test_site_writes_a_warcinfo_then_a_checked_pair_per_page
                           "--user-agent", "archiver/1.0")
         ended = time.time()
     assert done.returncode == 0, done.stderr
-    assert_warcio_checks_and_indexes(warc, 1 + 2 * len(pages))
+    assert_warcio_checks_and_indexes(warc, 1 + 2 * (len(pages) + 1))  # robots.txt is a pair too
     read = records(warc)
     info, fields = read[0]
     assert info.rec_type == "warcinfo" and [r for r, _ in read].count(info) == 1
@@ -113,7 +113,8 @@ def test_a_crawl_of_the_test_site_writes_a_warcinfo_then_a_checked_pair_per_page
             "robots: obey"} <= set(fields.decode().splitlines())
     responses = {r.rec_headers.get_header("WARC-Record-ID"): r for r, _ in read if r.rec_type == "response"}
     requests = [r for r, _ in read if r.rec_type == "request"]
-    assert Counter(r.rec_headers.get_header("WARC-Target-URI") for r in requests) == Counter(pages)
+    assert Counter(r.rec_headers.get_header("WARC-Target-URI") for r in requests) == Counter(
+        [*pages, site.base_urls[0] + "robots.txt"])
     for request in requests:
         response = responses[request.rec_headers.get_header("WARC-Concurrent-To")]
         uri = request.rec_headers.get_header("WARC-Target-URI")
@@ -132,9 +133,9 @@ def test_the_warc_holds_the_requests_as_sent_and_the_responses_as_they_came(tmp_
     with RawServer(routes(SITE)) as server:
         done = niofetcher("crawl", server.url("/"), "--db", str(db), "--warc", str(warc), "--progress", "none",
                           "-H", "X-Archive-Test: yes")
-        received = [request_head(head) for head in server.requests if b" /robots.txt " not in head]
+        received = [request_head(head) for head in server.requests]
     assert done.returncode == 0, done.stderr
-    assert_warcio_checks_and_indexes(warc, 1 + 2 * 4)
+    assert_warcio_checks_and_indexes(warc, 1 + 2 * 5)  # the 4 pages and robots.txt (a 404)
     read = records(warc)
     assert read[0][0].rec_type == "warcinfo"
     requests = [http_of(record) for record, _ in read if record.rec_type == "request"]
@@ -184,7 +185,8 @@ def test_a_resumed_or_appended_warc_keeps_its_one_warcinfo_first(tmp_path: Path)
     read = [record for record, _ in records(warc)]
     kinds = [record.rec_type for record in read]
     assert kinds[0] == "warcinfo" and kinds.count("warcinfo") == 1
-    assert kinds.count("response") == kinds.count("request") == 9 + 9  # two crawls of the 9 pages
+    # Two crawls of the 9 pages and their robots.txt: the resumed crawl read its answer back, fetching none.
+    assert kinds.count("response") == kinds.count("request") == 10 + 10
     # The resumed and the appending crawl wrote no warcinfo: their records point at the one that opens the file.
     opening = read[0].rec_headers.get_header("WARC-Record-ID")
     assert {record.rec_headers.get_header("WARC-Warcinfo-ID") for record in read[1:]} == {opening}

@@ -162,6 +162,8 @@ class PageWriter(_OutputFiles):
     the records of pages whose outcome the last run never recorded (it was
     killed, or its disk filled up, in between).  So every URL the frontier
     calls done has one record, and none has two, however the last run ended.
+    The fetches of robots.txt are archived in the WARC file alone, as the
+    crawl settles them (commit_robots()), under the same checkpoint.
     A file with no recorded offset (a new crawl, or another --out on a rerun)
     is appended to; a resume cut back to nothing writes the warcinfo record again.
 
@@ -211,8 +213,21 @@ class PageWriter(_OutputFiles):
         OSError is raised."""
         with self._lock:
             records = [self._prepared.pop(url) for url in urls if url in self._prepared]
-        batch = [(file, b"".join(record[part] for record in records))
-                 for part, file in enumerate((self._out, self._warc)) if file is not None]
+        return self._write_batch([(file, b"".join(record[part] for record in records))
+                                  for part, file in enumerate((self._out, self._warc)) if file is not None])
+
+    def commit_robots(self, fetches: Sequence[FetchResult]) -> dict[str, int]:
+        """The coordinator: write the WARC records of these fetches of robots.txt, fsync, and return the
+        end offset of each file, as commit() does; the crawl stores what they said after that.
+
+        Only the WARC archives them: ``--out`` has one line per URL of the frontier, and robots.txt is
+        none (what it said is kept in the frontier, not as a page of the crawl)."""
+        batch = [(self._warc, b"".join(self._warc_data(fetch) for fetch in fetches))] if self._warc is not None else []
+        return self._write_batch(batch)
+
+    def _write_batch(self, batch: list[tuple[_OutputFile, bytes]]) -> dict[str, int]:
+        """Append each file's part of one batch and return the end offset of each file.  When a write
+        fails every file is cut back to where it stood before the batch, and the OSError is raised."""
         # Streams last: a batch that a file could not take is then sent nowhere, since a stream
         # cannot take anything back.
         batch.sort(key=lambda entry: entry[0].is_stream)

@@ -160,7 +160,15 @@ class CrawledPage:
 
 
 class CrawlOutput(Protocol):
-    """Files that must hold exactly one record per recorded URL, whatever stops the crawl."""
+    """Files that must hold exactly one record per recorded URL, whatever stops the crawl.
+
+    Two methods are optional, and looked for by name: ``discard(urls)``, which forgets the prepared
+    records of URLs whose hosts went to another worker (a shared frontier), and
+    ``commit_robots(fetches: Sequence[FetchResult]) -> dict[str, int]``, which writes the records of
+    fetches of robots.txt as commit() writes a batch's -- each redirect hop and each attempt that got
+    a response, archived once, before what they said is stored, with the offsets it returns.  An
+    output without it archives no robots.txt.
+    """
 
     def prepare(self, page: CrawledPage) -> None:
         """A delivery thread: build this page's record and keep it in memory (no I/O)."""

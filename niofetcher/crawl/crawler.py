@@ -34,7 +34,9 @@ and stores the files' lengths with those outcomes, in the same transaction
 to the stored lengths (``restore``).  Whatever stops a crawl, a URL is
 ``done`` exactly when its record is within the committed length: a record
 written for a URL not yet ``done`` is cut away, and written again when the
-URL is.
+URL is.  Fetches of robots.txt, which are no URLs of the frontier, are
+archived the same way (an output's ``commit_robots``): written before the
+answer they bring is stored, and the files' lengths stored with it.
 
 Errors: an I/O error of the frontier (``FrontierError``: "database or disk
 is full: ...") or of the output (``OSError``) ends the crawl with what is in
@@ -325,26 +327,18 @@ class Crawler:
                 reports.append(self._reports.get_nowait())
             except queue.Empty:
                 break
+        robots: list[RobotsReply] = []
         pages: list[Page] = []
         broken: list[Broken] = []
         for report in reports:
             if isinstance(report, RobotsReply):
-                released, give_back = self._robots.arrived(report, frontier, fetcher)
-                # Its host may have changed hands while robots.txt was fetched: then nothing of it starts.
-                start: list[FrontierURL] = []
-                lost: list[FrontierURL] = []
-                for item in released:
-                    (start if frontier.holds(item.host) else lost).append(item)
-                self._give_back(give_back + lost, frontier)
-                if self._sitemaps is not None:
-                    frontier.add_many(self._sitemaps.from_robots(report.origin, self._robots.rules(report.origin)))
-                for item in start:
-                    self._in_progress.pop(item.url)
-                self._start(start, frontier, fetcher)
+                robots.append(report)
             elif isinstance(report, Broken):
                 broken.append(report)
             else:
                 pages.extend(report)
+        if robots:
+            self._record_robots(robots, frontier, fetcher)
         if pages:
             self._record(pages, frontier)
         if broken:  # what did arrive is recorded; run() gives what is still in progress back to the frontier
@@ -354,6 +348,52 @@ class Crawler:
             raise RuntimeError(
                 "crawl stopped: " + "; ".join(f"{b.where} died ({type(b.error).__name__}: {b.error})" for b in broken)
             )
+
+    def _record_robots(self, replies: list[RobotsReply], frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
+        """Archive fetches of robots.txt, then settle their origins, in one commit: an answer stored
+        (RobotsGate.arrived) is in the same transaction as the files' lengths that hold its records,
+        and written after them, so that a crash, or an output that fails, keeps both or neither."""
+        with frontier.batch():
+            offsets = self._archive_robots(replies)
+            for reply in replies:
+                self._robots_arrived(reply, frontier, fetcher)
+            if offsets is not None:
+                frontier.complete_many([], checkpoint=offsets)
+
+    def _archive_robots(self, replies: list[RobotsReply]) -> dict[str, int] | None:
+        """Have the output write the records of these fetches of robots.txt (``commit_robots``, which
+        an output may leave out); the files' lengths then, None when nothing was written.
+
+        Every fetch is archived but a cancelled one, which has no answer: a redirect hop and an
+        attempt that answered 5xx are captures too (one that failed before any response has none,
+        and the output writes nothing of it).  On a shared frontier, also when the host changed
+        hands meanwhile: the exchange was this worker's alone, and leaving it out on holds()'s word
+        would lose it whenever the frontier still took the answer (the lease not yet taken over).
+        """
+        output = self.output
+        commit_robots = getattr(output, "commit_robots", None)
+        if commit_robots is None:
+            return None
+        fetches = [reply.result for reply in replies if reply.result.error is not ErrorKind.CANCELLED]
+        if not fetches:
+            return None
+        offsets: dict[str, int] = commit_robots(fetches)
+        return offsets
+
+    def _robots_arrived(self, reply: RobotsReply, frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
+        """Settle what a fetch of robots.txt says, and start the URLs that waited for it."""
+        released, give_back = self._robots.arrived(reply, frontier, fetcher)
+        # Its host may have changed hands while robots.txt was fetched: then nothing of it starts.
+        start: list[FrontierURL] = []
+        lost: list[FrontierURL] = []
+        for item in released:
+            (start if frontier.holds(item.host) else lost).append(item)
+        self._give_back(give_back + lost, frontier)
+        if self._sitemaps is not None:
+            frontier.add_many(self._sitemaps.from_robots(reply.origin, self._robots.rules(reply.origin)))
+        for item in start:
+            self._in_progress.pop(item.url)
+        self._start(start, frontier, fetcher)
 
     # -- coordinator: starting URLs ---------------------------------------------
 

@@ -20,6 +20,12 @@ most (RFC 9309 2.4), in memory too.
 The gate keeps the books and says what to do, the coordinator does it: each method returns the
 held URLs that the coordinator must start now (their robots.txt is settled) or give back to the
 frontier (the crawl is stopping and nothing was settled).  Only the coordinator's thread calls it.
+
+Each fetch of robots.txt that got a response is a capture of the crawl's, archived as Heritrix
+archives every fetch: each redirect hop, each attempt that answered 5xx.  The coordinator has the
+crawl's output write a fetch's records before it calls :meth:`RobotsGate.arrived`, in the frontier
+transaction that stores the files' lengths: an answer is never stored without its records, and a
+crash before that commit leaves records that the next run cuts away, and fetches again.
 """
 
 from __future__ import annotations
@@ -160,7 +166,10 @@ class RobotsGate:
         return self._fetch(origin, f"{origin}/robots.txt", 0, fetcher)
 
     def arrived(self, reply: RobotsReply, frontier: FrontierBackend, fetcher: NIOFetcher) -> Released:
-        """A robots.txt fetch came back: settle its origin, fetch the next hop, or retry later."""
+        """A robots.txt fetch came back: settle its origin, fetch the next hop, or retry later.
+
+        A final answer is stored in ``frontier`` here: the caller has the fetch archived first.
+        """
         origin, result = reply.origin, reply.result
         if result.error is ErrorKind.CANCELLED:  # stopping: no answer, no attempt counted
             return Released([], self._give_back(origin))
