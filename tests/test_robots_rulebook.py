@@ -97,9 +97,22 @@ def test_the_cases_are_every_expectation_of_robots_test_cc_classified() -> None:
     ("MyCrawler", "mycrawler"),
     ("  Foo Bar", "foo"),
     ("Foo-Bar_2/x", "foo-bar_2"),
+    # A browser's form: the product of its compatible; comment, as Googlebot writes its own.
+    ("Mozilla/5.0 (compatible; MyBot/1.0; +https://example.invalid/bot)", "mybot"),
+    ("Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0", "mozilla"),
 ])
 def test__product_token(user_agent: str, token: str) -> None:
     assert _product_token(user_agent) == token
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("user_agent", ["crawler.example/1.0", "my+bot/2", "Mozilla/5.0 (compatible; MyBot/1.0)"])
+def test_a_crawler_meets_its_own_group_whatever_its_name_holds(user_agent: str) -> None:
+    """The crawler's name and a user-agent line's are read by one rule: a name with a '.' or a '+'
+    (which no group could name before) and a browser-style user agent obey the group written for them."""
+    name = user_agent.removeprefix("Mozilla/5.0 (compatible; ").split("/")[0]
+    body = f"User-agent: {name}\nDisallow: /\n\nUser-agent: *\nDisallow: /nothing\n".encode()
+    assert rules_for(body, user_agent).refuses("http://foo.bar/page", user_agent)
 
 
 @pytest.mark.timeout(10)
@@ -137,6 +150,8 @@ def test_a_bom_is_skipped_whatever_the_charset_says() -> None:
     body = b"\xef\xbb\xbfUser-agent: *\nDisallow: /private\n"
     for content_type in ("text/plain", "text/plain; charset=utf-8", "text/plain; charset=iso-8859-1"):
         assert rules_for(body, "niofetcher/1", content_type).refuses("http://foo.bar/private", "niofetcher/1")
+    utf16 = "\ufeffUser-agent: *\nDisallow: /private\n".encode("utf-16-le")  # the BOM is U+FEFF once decoded
+    assert rules_for(utf16, "niofetcher/1", "text/plain; charset=utf-16le").refuses("http://foo.bar/private", "x/1")
 
 
 @pytest.mark.timeout(10)

@@ -220,6 +220,8 @@ def test_a_response_cut_off_after_its_head_is_archived_as_far_as_it_came(tmp_pat
         assert header(record, "WARC-Truncated") == truncated, path
         assert header(record, "WARC-IP-Address") == "127.0.0.1"
         assert record.http_headers.get_statuscode() == "200"
+        # A replay serves the length stored, the payload's, not the one that promised more.
+        assert record.http_headers.get_header("Content-Length") == str(len(payload)), path
         expected = {"/closed": b"0123456789", "/silent": b"x" * 10, "/long": b""}.get(path)
         if expected is not None:
             assert payload == expected, path

@@ -130,10 +130,15 @@ def exchange_records(
     WARC-Payload-Digest whether it came chunked or not -- and the record is one that pywb and warcio
     read as it is: they de-chunk a payload only when the stored head says Transfer-Encoding: chunked.
     """
+    headers = [(k, v) for k, v in exchange.response_headers if k.lower() != "transfer-encoding"]
+    if exchange.error is not None:
+        # Cut off: the head promised more than the payload holds, and a replay that served that
+        # Content-Length would leave a keep-alive client waiting for bytes that never come.  The
+        # length stored is the payload's; the server's stays beside it, as X-Orig- (warcio's word).
+        headers = [(f"X-Orig-{k}" if k.lower() == "content-length" else k, v) for k, v in headers]
+        headers.append(("Content-Length", str(len(exchange.payload))))
     response_head = _WireHead(
-        f"{exchange.status} {exchange.reason}".strip(),
-        [(k, v) for k, v in exchange.response_headers if k.lower() != "transfer-encoding"],
-        protocol=f"HTTP/{exchange.http_version}",
+        f"{exchange.status} {exchange.reason}".strip(), headers, protocol=f"HTTP/{exchange.http_version}",
     )
     shared = {}
     if exchange.peer is not None:

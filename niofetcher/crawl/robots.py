@@ -147,7 +147,8 @@ def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | 
     if result.error is not None or status is None or status >= 500 or status == 429:
         return None
     if 200 <= status < 300:
-        text = decode_text(_without_bom(parsed_part(result.body)), result.header("content-type"))
+        # A BOM in the charset the Content-Type names (UTF-16) is a U+FEFF once decoded.
+        text = decode_text(_without_bom(parsed_part(result.body)), result.header("content-type")).removeprefix("\ufeff")
         records = _records_for(text, _product_token(user_agent))
         parser = Protego.parse("\n".join(records))
         delay = parser.crawl_delay(user_agent)
@@ -165,13 +166,26 @@ def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | 
 
 
 def _product_token(user_agent: str) -> str:
-    """The name a crawler goes by in robots.txt (RFC 9309 2.2.1), lower-cased: its User-Agent up to
-    the first ``/`` or space (``niofetcher/1.2 (+https://...)`` goes by ``niofetcher``)."""
-    return _TOKEN_END.split(user_agent.strip(), maxsplit=1)[0].lower()
+    """The name a crawler goes by in robots.txt (RFC 9309 2.2.1), lower-cased: the name its
+    User-Agent starts with (``niofetcher/1.2 (+https://...)`` goes by ``niofetcher``), or, in a
+    browser's form, the product of its ``compatible;`` comment (``Mozilla/5.0 (compatible;
+    MyBot/1.0)`` goes by ``mybot``, as Googlebot's own user agent is written).  The name is read by
+    the rule that reads a user-agent line's, so that a crawler ``crawler.example/1.0`` meets its
+    group ``User-agent: crawler.example``."""
+    agent = user_agent.strip()
+    compatible = _COMPATIBLE.search(agent)
+    if compatible is not None and agent.lower().startswith("mozilla/"):
+        agent = compatible[1]
+    return _agent_name(agent)
+
+
+def _agent_name(value: str) -> str:
+    """The crawler a user-agent value names: its leading letters, digits, '-' and '_', lower-cased."""
+    return _AGENT_NAME_END.split(value, maxsplit=1)[0].lower()
 
 
 _BOM = b"\xef\xbb\xbf"
-_TOKEN_END = re.compile(r"[/\s]")
+_COMPATIBLE = re.compile(r"\(\s*compatible\s*;\s*([^;)]+)", re.IGNORECASE)
 # A user-agent value names a crawler by its leading letters, digits, '-' and '_': what ends the name.
 # Google's parser takes letters, '-' and '_' (RFC 9309's identifier); digits are taken too so that
 # a value "Bot2" does not name a crawler "Bot".
@@ -233,7 +247,7 @@ def _records_for(text: str, token: str) -> list[str]:
                 in_ours = in_anyone = ended = False
             if value == "*" or value.startswith(("* ", "*\t")):  # Google: "* anything" is '*' too
                 in_anyone = True
-            elif token and _AGENT_NAME_END.split(value, maxsplit=1)[0].lower() == token:
+            elif token and _agent_name(value) == token:
                 in_ours = named = True
         elif field == "sitemap":
             sitemaps.append(f"sitemap: {value}")
