@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import ssl
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,14 @@ NETWORK_GROUPS = {
 }
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: The names tls_min_version and tls_max_version take (Scrapy's and OpenSSL's words), oldest first.
+TLS_VERSIONS = {
+    "TLSv1.0": ssl.TLSVersion.TLSv1,
+    "TLSv1.1": ssl.TLSVersion.TLSv1_1,
+    "TLSv1.2": ssl.TLSVersion.TLSv1_2,
+    "TLSv1.3": ssl.TLSVersion.TLSv1_3,
+}
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,9 @@ class FetcherConfig:
     resolver: Resolver | None = None
     verify_tls: bool = True
     ca_file: str | None = None
+    tls_min_version: str | None = None
+    tls_max_version: str | None = None
+    tls_ciphers: str | None = None
     allowed_ports: Iterable[int] | None = None
     deny_networks: Sequence[str] = ()
     max_pending: int | None = None
@@ -106,6 +118,7 @@ class FetcherConfig:
         object.__setattr__(self, "resolve", resolve)
         if self.ca_file is not None and not os.path.isfile(self.ca_file):
             raise ValueError(f"ca_file must name a readable PEM file, not {self.ca_file!r}")
+        self._check_tls()
         if self.allowed_ports is not None:
             ports = frozenset(self.allowed_ports)
             if not ports or not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
@@ -128,6 +141,25 @@ class FetcherConfig:
             NoProxy(self.no_proxy)
         except ValueError as exc:
             raise ValueError(f"no_proxy: {exc}") from None
+
+    def _check_tls(self) -> None:
+        for name in ("tls_min_version", "tls_max_version"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or value not in TLS_VERSIONS):
+                raise ValueError(f"{name} must be one of {', '.join(TLS_VERSIONS)} or None, not {value!r}")
+        lowest, highest = self.tls_min_version, self.tls_max_version
+        if lowest is not None and highest is not None and TLS_VERSIONS[lowest] > TLS_VERSIONS[highest]:
+            raise ValueError(f"tls_min_version {lowest} is above tls_max_version {highest}")
+        ciphers = self.tls_ciphers
+        if ciphers is not None:
+            # OpenSSL is the one judge of a cipher string: a context of our own asks it now, so that
+            # a typo fails here and not in every https fetch.
+            try:
+                ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).set_ciphers(ciphers)
+            except (ssl.SSLError, TypeError):
+                raise ValueError(
+                    f"tls_ciphers must be an OpenSSL cipher list that names a cipher, not {ciphers!r}"
+                ) from None
 
     def denied_networks(self) -> tuple[IPNetwork, ...]:
         """deny_networks expanded into network objects."""

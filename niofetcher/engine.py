@@ -30,7 +30,7 @@ from typing import Any
 from .config import Address, FetcherConfig
 from .connection import Connection, ConnectionState
 from .errors import ErrorKind, FetchFailure
-from .http11 import REDIRECT_STATUSES, Response
+from .http11 import REDIRECT_STATUSES, Response, header_value
 from .loop import Loop
 from .models import Counters, FetchResult, HostStats, URLBean
 from .pool import HostSlot, HostTable
@@ -395,7 +395,7 @@ class Engine:
         status = response.status
         self._exchange_ended(task, conn.slot)
         self._keep_or_close(conn)
-        location = _header(response.headers, "location") if status in REDIRECT_STATUSES else None
+        location = header_value(response.headers, "location") if status in REDIRECT_STATUSES else None
         if location is not None and self.config.follow_redirects:
             self._redirect(task, status, location, conn)
         else:
@@ -405,7 +405,8 @@ class Engine:
     def exchange_failed(
         self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool, head: Response | None
     ) -> None:
-        """``task`` failed on ``conn`` (closed by now), after ``head`` if one came: a replay or a result."""
+        """``task`` failed on ``conn`` (closed by now), after ``head`` if one came (the response as far as it
+        came, body included, which the result keeps): a replay or a result."""
         self._exchange_ended(task, conn.slot, served=False)
         if replayable and not task.replayed and self.phase < _CANCELLING and task.method in IDEMPOTENT_METHODS:
             task.replayed = True
@@ -461,7 +462,7 @@ class Engine:
     def tls_context(self) -> ssl.SSLContext:
         """The configuration's one client context, built when the first https connection needs it."""
         if self._tls_context is None:
-            self._tls_context = tls_context(self.config.verify_tls, self.config.ca_file)
+            self._tls_context = tls_context(self.config)
         return self._tls_context
 
     def tls_handshake_done(self, resumed: bool) -> None:
@@ -597,10 +598,3 @@ def _describe(exc: BaseException) -> str:
     """``TypeName: message`` for an error detail: a message alone (a KeyError's key) says little."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _header(headers: list[tuple[str, str]], name: str) -> str | None:
-    for key, value in headers:
-        if key.lower() == name:
-            return value
-    return None

@@ -9,6 +9,7 @@ memory.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -51,7 +52,8 @@ class Response(NamedTuple):
     """What one exchange brought back: the head, latin-1 decoded (a UTF-8 Location excepted), and the body.
 
     The body is decoded (Content-Encoding) and at most ``max_body_size`` long.
-    A response whose exchange failed after its head has an empty body.
+    A response whose exchange failed after its head has the body that had
+    arrived (see ``ClientHTTP11.head``).
 
     A NamedTuple, not a frozen dataclass: both are immutable and carry no
     ``__dict__``, but one is made per response, and a frozen dataclass's
@@ -144,9 +146,31 @@ class ClientHTTP11:
         return response.body if response is not None else b""
 
     def head(self) -> Response | None:
-        """The response head received so far, with an empty body; None before a head."""
+        """The response received so far, None before a head: its head and, until it is complete, the body
+        that has arrived, decoded as far as it came (at most ``max_body_size``).  After a complete
+        response the body is ``response``'s, and this one's is empty.
+
+        What a failure after the head delivers: a body cut short is what a client keeps when it
+        accepts data loss (Scrapy's DOWNLOAD_FAIL_ON_DATALOSS = False), and nothing else of it is known.
+        """
         status = self.status
-        return Response(status, self.reason, self.headers, b"") if status is not None else None
+        if status is None:
+            return None
+        return Response(status, self.reason, self.headers, self._body_so_far())
+
+    def _body_so_far(self) -> bytes:
+        buffer = self._body
+        if buffer is None:
+            return b""
+        so_far = buffer.received_so_far()
+        if not self._record:
+            return so_far  # the buffer holds the body only, decoded
+        # Recording, the buffer gives the bytes as they were received, for the archive: decoded again
+        # here, in a buffer of the same limit, on this one path of a failed response only.
+        decoded = BodyBuffer(header_value(self.headers, "content-encoding"), self._max_body, self._decode)
+        with contextlib.suppress(FetchFailure):  # a corrupt stream, or past the limit: what came before it
+            decoded.feed(so_far)
+        return decoded.received_so_far()
 
     def receive(self, data: bytes) -> bool:
         """Feed received bytes (``b""`` = the peer closed).  True once ``response`` is complete."""
@@ -366,3 +390,11 @@ class TunnelRequest:
             if exc.error_status_hint == 431:
                 raise FetchFailure(ErrorKind.PROTOCOL_ERROR, "answer to CONNECT exceeds max_header_size") from None
             raise FetchFailure(ErrorKind.PROTOCOL_ERROR, f"malformed answer to CONNECT: {exc}") from None
+
+
+def header_value(headers: list[tuple[str, str]], name: str) -> str | None:
+    """The first value of header ``name`` (given in lowercase) in a head's ``headers``, or None."""
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None

@@ -38,10 +38,12 @@ Settings.  ``CONCURRENT_REQUESTS`` becomes ``max_connections``,
 ``DOWNLOAD_TIMEOUT`` ``request_timeout`` (the connect and read timeouts are
 kept within it), ``DOWNLOAD_MAXSIZE`` ``max_body_size``, ``USER_AGENT``
 ``user_agent`` (what a CONNECT to a proxy says) and
-``DOWNLOAD_VERIFY_CERTIFICATES`` ``verify_tls``; ``NIOFETCHER_CONFIG``, a
-dict of FetcherConfig fields, sets anything else and overrides those.  A
-``DOWNLOAD_TLS_MIN_VERSION`` or ``_MAX_VERSION`` that names no TLS version
-is refused as Scrapy refuses it (the fetcher does not honour them yet).
+``DOWNLOAD_VERIFY_CERTIFICATES`` ``verify_tls``, ``DOWNLOAD_TLS_MIN_VERSION``
+and ``_MAX_VERSION`` ``tls_min_version`` and ``tls_max_version`` (or,
+without them, the one version the deprecated ``DOWNLOADER_CLIENT_TLS_METHOD``
+names), ``DOWNLOADER_CLIENT_TLS_CIPHERS`` ``tls_ciphers``; a value of these
+that Scrapy refuses is refused when the crawl starts.  ``NIOFETCHER_CONFIG``,
+a dict of FetcherConfig fields, sets anything else and overrides those.
 Two fields are not the handler's to change: redirects are Scrapy's
 RedirectMiddleware's (``follow_redirects`` is False) and Content-Encoding is
 Scrapy's HttpCompressionMiddleware's (``decode_content`` is False).  The
@@ -94,6 +96,7 @@ import dataclasses
 import ipaddress
 import logging
 import time
+import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
@@ -109,6 +112,7 @@ try:
         NotConfigured,
         NotSupported,
         ResponseDataLossError,
+        ScrapyDeprecationWarning,
         UnsupportedURLSchemeError,
     )
     from scrapy.http import Headers
@@ -120,7 +124,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .aio import AsyncFetcher
-from .config import FetcherConfig
+from .config import TLS_VERSIONS, FetcherConfig
 from .errors import ErrorKind
 from .models import FetchResult, URLBean
 
@@ -164,8 +168,10 @@ _SCHEMES = ("http", "https")
 #: does): Scrapy's own handler sends the headers the request has, and UserAgentMiddleware and
 #: DefaultHeadersMiddleware put those two on it.
 _NO_DEFAULT_HEADERS = {"User-Agent": "", "Accept": ""}
-#: The TLS versions DOWNLOAD_TLS_MIN_VERSION and DOWNLOAD_TLS_MAX_VERSION may name, as Scrapy reads them.
-_TLS_VERSIONS = ("TLSv1.0", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+#: The TLS version limits, by the FetcherConfig fields they set; their values are FetcherConfig's.
+_TLS_LIMITS = {"DOWNLOAD_TLS_MIN_VERSION": "tls_min_version", "DOWNLOAD_TLS_MAX_VERSION": "tls_max_version"}
+#: What DOWNLOADER_CLIENT_TLS_METHOD may say, as Scrapy reads it: "TLS" (any version) or the one version.
+_TLS_METHODS = ("TLS", "TLSv1.0", "TLSv1.1", "TLSv1.2")
 
 
 def fetcher_config(settings: BaseSettings) -> FetcherConfig:
@@ -173,11 +179,10 @@ def fetcher_config(settings: BaseSettings) -> FetcherConfig:
 
     Raises:
         ValueError: a NIOFETCHER_CONFIG key that is no FetcherConfig field, or one the handler
-            fixes, or a value FetcherConfig refuses; a TLS version setting Scrapy refuses too.
+            fixes, or a value FetcherConfig refuses; a TLS setting Scrapy refuses too.
     """
-    _check_tls_versions(settings)
     defaults = FetcherConfig()
-    mapped: dict[str, Any] = {"follow_redirects": False, "decode_content": False}
+    mapped: dict[str, Any] = {"follow_redirects": False, "decode_content": False, **_tls_fields(settings)}
     # Scrapy's zeros mean "no limit"; FetcherConfig's limits are positive, so its defaults stay.
     if (total := settings.getint("CONCURRENT_REQUESTS")) > 0:
         mapped["max_connections"] = total
@@ -204,16 +209,35 @@ def fetcher_config(settings: BaseSettings) -> FetcherConfig:
     return FetcherConfig(**{**mapped, **overrides, "headers": headers})
 
 
-def _check_tls_versions(settings: BaseSettings) -> None:
-    """Refuse a DOWNLOAD_TLS_MIN_VERSION or _MAX_VERSION that is no TLS version, as Scrapy does.
+def _tls_fields(settings: BaseSettings) -> dict[str, Any]:
+    """The FetcherConfig TLS fields of Scrapy's TLS settings, read as Scrapy's own handler reads them.
 
-    The fetcher does not honour them (docs/scrapy.md says why); a typo fails here all the same,
-    so that a project's settings mean the same with either handler.
+    A version limit that is no TLS version is refused in Scrapy's words ("Unknown
+    DOWNLOAD_TLS_MIN_VERSION value: ..."); a cipher list that names no cipher by FetcherConfig.
+    DOWNLOADER_CLIENT_TLS_METHOD other than "TLS" is deprecated (Scrapy's warning), pins the
+    version it names unless a limit is set, and is refused when it names none.
     """
-    for name in ("DOWNLOAD_TLS_MIN_VERSION", "DOWNLOAD_TLS_MAX_VERSION"):
+    fields: dict[str, Any] = {}
+    for name, field in _TLS_LIMITS.items():
         value = settings.get(name)
-        if value is not None and value not in _TLS_VERSIONS:
+        if value is None:
+            continue
+        if value not in TLS_VERSIONS:
             raise ValueError(f"Unknown {name} value: {value}")
+        fields[field] = value
+    method = settings.get("DOWNLOADER_CLIENT_TLS_METHOD", "TLS")
+    if method != "TLS":
+        warnings.warn("Setting DOWNLOADER_CLIENT_TLS_METHOD to a non-default value is deprecated, please use "
+                      "DOWNLOAD_TLS_MIN_VERSION and/or DOWNLOAD_TLS_MAX_VERSION instead.",
+                      ScrapyDeprecationWarning, stacklevel=3)
+        if method not in _TLS_METHODS:
+            raise ValueError(f"Unknown DOWNLOADER_CLIENT_TLS_METHOD value: {method}")
+        if not fields:
+            fields = {"tls_min_version": method, "tls_max_version": method}
+    # Scrapy's default is OpenSSL's "DEFAULT"; None leaves the TLS library's own list.
+    if ciphers := settings.get("DOWNLOADER_CLIENT_TLS_CIPHERS"):
+        fields["tls_ciphers"] = ciphers
+    return fields
 
 
 class _SharedFetcher:

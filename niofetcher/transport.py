@@ -9,8 +9,15 @@ in without changing it.  Real failures are raised as OSError.
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
 import ssl
+import sys
+
+from .config import TLS_VERSIONS, FetcherConfig
+
+log = logging.getLogger("niofetcher")
 
 WANT_READ = -1
 WANT_WRITE = -2
@@ -124,11 +131,42 @@ class TLSTransport:
 Transport = PlainTransport | TLSTransport
 
 
-def tls_context(verify: bool, ca_file: str | None) -> ssl.SSLContext:
-    """The one client context of a configuration: system trust store, ALPN http/1.1."""
-    context = ssl.create_default_context(cafile=ca_file)
-    if not verify:
+def tls_context(config: FetcherConfig) -> ssl.SSLContext:
+    """The one client context of a configuration: its trust store, TLS versions and ciphers, ALPN http/1.1.
+
+    A PROTOCOL_TLS_CLIENT context, as ``ssl.create_default_context`` makes a client's (TLS 1.2 and up,
+    certificates and host names checked), not that function itself: it opens the environment's
+    ``SSLKEYLOGFILE`` and raises when it cannot, which failed every https fetch of the process.
+    Here a key log that cannot be written is said once, and TLS goes on without it.  The strict
+    X.509 checks that function adds from Python 3.13 on (VERIFY_X509_STRICT) are left out with it,
+    as Scrapy's own context leaves them: they refuse certificates that browsers accept.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if config.ca_file is not None:
+        context.load_verify_locations(cafile=config.ca_file)
+    else:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    if not config.verify_tls:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+    if config.tls_min_version is not None:
+        context.minimum_version = TLS_VERSIONS[config.tls_min_version]
+    if config.tls_max_version is not None:
+        context.maximum_version = TLS_VERSIONS[config.tls_max_version]
+    if config.tls_ciphers is not None:
+        context.set_ciphers(config.tls_ciphers)
     context.set_alpn_protocols(["http/1.1"])
+    _log_keys(context)
     return context
+
+
+def _log_keys(context: ssl.SSLContext) -> None:
+    """Write the TLS secrets to ``SSLKEYLOGFILE`` (for Wireshark), as Python's default context does."""
+    filename = os.environ.get("SSLKEYLOGFILE") if not sys.flags.ignore_environment else None
+    if not filename:
+        return
+    try:
+        context.keylog_filename = filename
+    except OSError as exc:
+        log.warning("Cannot write TLS session keys to %s (%s): niofetcher's TLS goes on without a key log",
+                    filename, exc.strerror or exc)

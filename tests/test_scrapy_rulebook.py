@@ -11,12 +11,15 @@ passes must pass in the second, apart from the table of docs/scrapy.md
 and every row of that table must still name a test that differs.
 
 The fetcher defects the suite showed have tests of their own, through
-NIOFetcher on a raw socket server that records the request head.
+NIOFetcher on a raw socket server: the request head it records, the body
+cut short it sends. Scrapy's TLS settings have theirs here too, as the
+FetcherConfig they become (tests/test_tls.py has the fetcher honour it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import re
 import signal
@@ -33,14 +36,16 @@ from typing import Any
 
 import pytest
 from conftest import MakeServer
-from rawserver import http_response
+from rawserver import http_response, respond_raw
 from scrapy_suite import matches, suite_id
 from test_http_behaviour import fetch, routes, values
 
-from niofetcher import URLBean
+import niofetcher
+from niofetcher import ErrorKind, URLBean
 
 TESTS = Path(__file__).resolve().parent
 DOC = TESTS.parent / "docs" / "scrapy.md"
+NIOFETCHER_ROOT = Path(niofetcher.__file__).resolve().parent.parent
 TABLE_MARK = "<!-- scrapy-suite-differences"
 SCRAPY_TESTS = "tests/test_downloader_handler_twisted_http11.py"
 RUN_SECONDS = 300  # each run (the two run at once); about 35 s on a quiet 2-core machine
@@ -114,7 +119,8 @@ def _start_run(sdist: Path, name: str, extra: list[str]) -> tuple[subprocess.Pop
     """Start pytest on Scrapy's handler tests in ``sdist``; its junit XML goes to the returned path."""
     junit = sdist.parent / f"{name}.xml"
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
+    # The niofetcher this run imports, installed or not: the child's cwd is the sdist, not this checkout.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), str(NIOFETCHER_ROOT), env.get("PYTHONPATH")]))
     command = [
         sys.executable, "-m", "pytest", SCRAPY_TESTS, "-p", "scrapy_suite", "-p", "no:cacheprovider", "-q",
         "-m", "not requires_internet and not requires_mitmproxy", f"--junitxml={junit}", "-o", "junit_family=xunit1",
@@ -270,3 +276,97 @@ def test_a_configuration_header_with_an_empty_value_takes_that_default_away(
     assert values(plain.head, "accept") == values(plain.head, "user-agent") == []
     assert values(plain.head, "x-crawl") == ["1"]
     assert values(own.head, "accept") == ["text/html"] and values(own.head, "user-agent") == []
+
+
+# A body cut short: what Scrapy hands over, flagged "dataloss", under DOWNLOAD_FAIL_ON_DATALOSS = False.
+_PAGE = b"".join(b"<p>%d</p>" % (n * 7919 % 100_003) for n in range(3000))  # compresses, but not to nothing
+_PACKED = gzip.compress(_PAGE)
+
+
+@pytest.mark.parametrize(("head", "sent", "delivered"), [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", b"partial", b"partial"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"6\r\nchunks\r\n3\r\n so\r\n4\r\n fa", b"chunks so fa"),
+], ids=["content-length", "chunked"])
+def test_a_body_cut_short_comes_with_the_bytes_that_arrived(
+    no_leaks: Any, raw_server: MakeServer, head: bytes, sent: bytes, delivered: bytes
+) -> None:
+    srv = raw_server(respond_raw(head + sent), max_seconds=15)
+    (result,) = fetch(srv.url("/cut"))
+    assert (result.error, result.status, result.ok) == (ErrorKind.CONNECTION_CLOSED, 200, False)
+    assert result.body == delivered
+
+
+@pytest.mark.parametrize("record", [False, True], ids=["alone", "recorded"])
+def test_a_compressed_body_cut_short_comes_decoded_as_far_as_it_came(
+    no_leaks: Any, raw_server: MakeServer, record: bool
+) -> None:
+    """Decoded as a whole body is, whether its exchange is recorded (the bytes as received kept for the
+    archive) or not."""
+    sent = _PACKED[: len(_PACKED) // 2]
+    head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(_PACKED)
+    srv = raw_server(respond_raw(head + sent), max_seconds=15)
+    (result,) = fetch(srv.url("/cut"), record_exchanges=record)
+    assert result.error is ErrorKind.CONNECTION_CLOSED
+    assert result.body and _PAGE.startswith(result.body)
+    if record:
+        (cut,) = result.exchanges
+        assert (cut.error, cut.payload) == (ErrorKind.CONNECTION_CLOSED, sent)
+
+
+def test_a_body_cut_short_is_held_to_max_body_size_all_the_same(no_leaks: Any, raw_server: MakeServer) -> None:
+    srv = raw_server(respond_raw(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 60), max_seconds=15)
+    (result,) = fetch(srv.url("/cut"), max_body_size=50)
+    assert (result.error, result.status) == (ErrorKind.TOO_LARGE, 200)
+    assert len(result.body) <= 50
+
+
+# Scrapy's TLS settings, which its suite's TestHttpsTLSVersion and TestHttpsCustomCiphers found ignored:
+# what they become (the fetcher honouring the fields is tests/test_tls.py's).
+
+
+def _tls_config(**settings: Any) -> tuple[str | None, str | None, str | None]:
+    scrapy_settings = pytest.importorskip("scrapy.settings", reason="Scrapy is not installed: pip install -e '.[test]'")
+    from niofetcher.scrapy import fetcher_config
+
+    config = fetcher_config(scrapy_settings.Settings(settings))
+    return config.tls_min_version, config.tls_max_version, config.tls_ciphers
+
+
+def test_scrapys_tls_settings_become_the_fetchers() -> None:
+    assert _tls_config() == (None, None, "DEFAULT")  # Scrapy's default cipher list is OpenSSL's DEFAULT
+    assert _tls_config(DOWNLOADER_CLIENT_TLS_CIPHERS=None) == (None, None, None)  # the TLS library's own
+    assert _tls_config(DOWNLOAD_TLS_MIN_VERSION="TLSv1.3", DOWNLOADER_CLIENT_TLS_CIPHERS="CAMELLIA256-SHA") == (
+        "TLSv1.3", None, "CAMELLIA256-SHA")
+    assert _tls_config(DOWNLOAD_TLS_MAX_VERSION="TLSv1.2")[:2] == (None, "TLSv1.2")
+
+
+def test_the_deprecated_tls_method_pins_its_version_unless_a_limit_is_set() -> None:
+    from scrapy.exceptions import ScrapyDeprecationWarning
+
+    with pytest.warns(ScrapyDeprecationWarning, match="DOWNLOADER_CLIENT_TLS_METHOD to a non-default value"):
+        assert _tls_config(DOWNLOADER_CLIENT_TLS_METHOD="TLSv1.2")[:2] == ("TLSv1.2", "TLSv1.2")
+    with pytest.warns(ScrapyDeprecationWarning):
+        assert _tls_config(DOWNLOADER_CLIENT_TLS_METHOD="TLSv1.2", DOWNLOAD_TLS_MAX_VERSION="TLSv1.3")[:2] == (
+            None, "TLSv1.3")
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"DOWNLOAD_TLS_MIN_VERSION": "TLSv9"}, "Unknown DOWNLOAD_TLS_MIN_VERSION value: TLSv9"),
+    ({"DOWNLOAD_TLS_MAX_VERSION": "SSLv3"}, "Unknown DOWNLOAD_TLS_MAX_VERSION value: SSLv3"),
+    ({"DOWNLOAD_TLS_MIN_VERSION": "TLSv1.3", "DOWNLOAD_TLS_MAX_VERSION": "TLSv1.2"},
+     "tls_min_version TLSv1.3 is above tls_max_version TLSv1.2"),
+    ({"DOWNLOADER_CLIENT_TLS_CIPHERS": "NO-SUCH-CIPHER"}, "tls_ciphers must be an OpenSSL cipher list"),
+], ids=["min", "max", "min-above-max", "ciphers"])
+def test_a_tls_setting_scrapy_refuses_is_refused_when_the_crawl_starts(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _tls_config(**settings)
+
+
+def test_a_tls_method_that_names_no_version_is_refused() -> None:
+    """Scrapy's own handler raises a KeyError for it; the handler says what is wrong, as for the limits."""
+    from scrapy.exceptions import ScrapyDeprecationWarning
+
+    with pytest.warns(ScrapyDeprecationWarning), pytest.raises(
+        ValueError, match="Unknown DOWNLOADER_CLIENT_TLS_METHOD value: bad"
+    ):
+        _tls_config(DOWNLOADER_CLIENT_TLS_METHOD="bad")

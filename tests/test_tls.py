@@ -7,6 +7,8 @@ standard ssl module, using a CA and certificates made by trustme.
 from __future__ import annotations
 
 import datetime
+import gc
+import re
 import socket
 import ssl
 
@@ -200,3 +202,101 @@ def test_exactly_once_over_tls_with_faults_and_abort(raw_server, good_context, c
     assert (f"127.0.0.1:{good.port}", None) in kinds
     assert (f"127.0.0.1:{broken.port}", ErrorKind.TLS_ERROR) in kinds
     assert {e for host, e in kinds if host == f"127.0.0.1:{stuck.port}"} == {ErrorKind.CANCELLED}
+
+
+# -- the key log, TLS versions and ciphers ----------------------------------------------
+
+
+Negotiated = list[tuple[str | None, str | None]]  # (TLS version, cipher) of each connection
+
+
+def recording_versions(context: ssl.SSLContext, seen: Negotiated) -> Handler:
+    """``ok()`` over TLS, noting each connection's TLS version and cipher as the server saw them."""
+
+    def inner(sock: socket.socket, info: ConnInfo) -> None:
+        assert isinstance(sock, ssl.SSLSocket)
+        cipher = sock.cipher()
+        seen.append((sock.version(), cipher[0] if cipher else None))
+        ok()(sock, info)
+
+    return tls(context, inner)
+
+
+def test_an_unwritable_key_log_is_said_once_and_tls_goes_on(
+    raw_server, good_context, ca_file, tmp_path, monkeypatch, caplog, no_leaks
+) -> None:
+    """Python's default context opens SSLKEYLOGFILE and raises when it cannot: every https fetch failed."""
+    monkeypatch.setenv("SSLKEYLOGFILE", str(tmp_path / "missing" / "keys.log"))
+    srv = raw_server(tls(good_context, ok(b"secure")), sock_timeout=3)
+    config = FetcherConfig(ca_file=ca_file, max_connections_per_host=1, max_requests_per_connection=1)
+    with caplog.at_level("WARNING", logger="niofetcher"):
+        results = fetch_all(config, [https(srv, "/a"), https(srv, "/b")])
+    assert [r.body for r in results] == [b"secure", b"secure"] and srv.accepted == 2
+    warned = [r.getMessage() for r in caplog.records if "Cannot write TLS session keys" in r.getMessage()]
+    assert len(warned) == 1 and str(tmp_path / "missing" / "keys.log") in warned[0]
+
+
+def test_a_writable_key_log_gets_the_sessions_keys(
+    raw_server, good_context, ca_file, tmp_path, monkeypatch, no_leaks
+) -> None:
+    keys = tmp_path / "keys.log"
+    monkeypatch.setenv("SSLKEYLOGFILE", str(keys))
+    srv = raw_server(tls(good_context, ok()), sock_timeout=3)
+    (result,) = fetch_all(FetcherConfig(ca_file=ca_file), [https(srv)])
+    assert result.ok
+    lines = [line for line in keys.read_text().splitlines() if not line.startswith("#")]
+    assert lines and all(len(line.split()) == 3 for line in lines)  # NSS key log: label, client random, secret
+    # The context holds the file open, as Python's own does, until the fetcher's objects (a cycle) are
+    # collected; no_leaks counts descriptors.
+    gc.collect()
+
+
+@pytest.mark.parametrize(("server_min", "server_max", "client", "expected"), [
+    (None, None, {}, "TLSv1.3"),
+    (None, None, {"tls_max_version": "TLSv1.2"}, "TLSv1.2"),
+    (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_2, {"tls_min_version": "TLSv1.2"}, "TLSv1.2"),
+    (ssl.TLSVersion.TLSv1_3, None, {"tls_max_version": "TLSv1.2"}, None),
+    (None, ssl.TLSVersion.TLSv1_2, {"tls_min_version": "TLSv1.3"}, None),
+], ids=["default", "client-max-1.2", "both-1.2", "client-max-below-server-min", "client-min-above-server-max"])
+def test_the_tls_versions_are_the_configurations(
+    raw_server, ca, ca_file, server_min, server_max, client, expected, no_leaks
+) -> None:
+    context = server_context(ca.issue_cert("127.0.0.1"))
+    context.minimum_version = server_min or context.minimum_version
+    context.maximum_version = server_max or context.maximum_version
+    seen: Negotiated = []
+    srv = raw_server(recording_versions(context, seen), sock_timeout=3)
+    (result,) = fetch_all(FetcherConfig(ca_file=ca_file, **client), [https(srv)])
+    if expected is None:
+        assert result.error is ErrorKind.TLS_ERROR and not seen
+    else:
+        assert result.ok and [version for version, _ in seen] == [expected]
+
+
+def test_the_ciphers_are_the_configurations(raw_server, ca, ca_file, no_leaks) -> None:
+    """A server that speaks TLS 1.2 with one cipher Python's default list leaves out (as Scrapy's test server)."""
+    context = server_context(ca.issue_cert("127.0.0.1", key_type=trustme.KeyType.RSA))  # RSA key exchange
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers("CAMELLIA256-SHA")
+    seen: Negotiated = []
+    srv = raw_server(recording_versions(context, seen), sock_timeout=3)
+    refused, = fetch_all(FetcherConfig(ca_file=ca_file), [https(srv, "/default")])
+    assert refused.error is ErrorKind.TLS_ERROR
+    agreed, = fetch_all(FetcherConfig(ca_file=ca_file, tls_ciphers="CAMELLIA256-SHA"), [https(srv, "/own")])
+    assert agreed.ok and seen == [("TLSv1.2", "CAMELLIA256-SHA")]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"tls_min_version": "TLSv1.4"},
+     "tls_min_version must be one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3 or None, not 'TLSv1.4'"),
+    ({"tls_max_version": ssl.TLSVersion.TLSv1_2}, "tls_max_version must be one of"),
+    ({"tls_min_version": "TLSv1.3", "tls_max_version": "TLSv1.2"},
+     "tls_min_version TLSv1.3 is above tls_max_version TLSv1.2"),
+    ({"tls_ciphers": "NO-SUCH-CIPHER"},
+     "tls_ciphers must be an OpenSSL cipher list that names a cipher, not 'NO-SUCH-CIPHER'"),
+    ({"tls_ciphers": ""}, "tls_ciphers must be an OpenSSL cipher list"),
+])
+def test_tls_options_are_refused_when_the_configuration_is_made(options, message) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)) as refused:
+        FetcherConfig(**options)
+    assert "\n" not in str(refused.value)

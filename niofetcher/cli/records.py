@@ -38,7 +38,7 @@ def record(
         "reason": result.reason if responded else None,
         "content_type": result.header("content-type"),
         "bytes": len(result.body),
-        # Of a body that came whole: an error after the head delivers b"", not the page.
+        # Of a body that came whole: an error after the head delivers the part that arrived, not the page.
         "sha256": hashlib.sha256(result.body).hexdigest() if responded and result.error is None else None,
         "elapsed": round(result.elapsed, 6),
         "fetched_at": round(result.fetched_at, 6),
