@@ -279,10 +279,11 @@ def test_fetch_warc_archives_each_result_as_crawl_does(site: TestSite, tmp_path:
     warc = tmp_path / name
     urls = [f"{site.base_urls[0]}page/{i}" for i in range(3)]
     first = niofetcher("fetch", *urls[:2], "--warc", str(warc))
-    again = niofetcher("fetch", urls[2], "--warc", str(warc))  # appended to, with no second warcinfo
+    again = niofetcher("fetch", urls[2], "--warc", str(warc))  # appended to, after a warcinfo of its own
     assert (first.returncode, again.returncode) == (0, 0), first.stderr + again.stderr
     records = warc_records(warc)
-    assert [kind for kind, *_ in records] == ["warcinfo"] + ["response", "request"] * 3
+    assert [kind for kind, *_ in records] == [
+        "warcinfo", *["response", "request"] * 2, "warcinfo", "response", "request"]
     responses = {uri: (status, payload) for kind, uri, status, payload in records if kind == "response"}
     assert responses == {url: (200, served_body(url)) for url in urls}
     assert {uri for kind, uri, _, _ in records if kind == "request"} == set(urls)

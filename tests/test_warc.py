@@ -5,8 +5,8 @@ whose responses are bytes the test chose (gzip-encoded, chunked, a redirect);
 then warcio's own command line checks and indexes the file, and the records
 are read back with its ArchiveIterator:
 
-- the first record is a ``warcinfo`` (software, format, user agent, robots),
-  and there is one however many times the file is appended to or resumed;
+- the first record is a ``warcinfo`` (software, format, user agent, robots);
+  each later run into the file writes its own (tests/test_warc_runs.py);
 - each exchange is a response record and a request record that points at it
   (WARC-Concurrent-To), with WARC-Block-Digest and WARC-Payload-Digest, and
   ``warcio check`` verifies every digest -- and fails on a payload altered
@@ -72,6 +72,25 @@ def records(path: Path) -> list[tuple[ArcWarcRecord, bytes]]:
             assert record.digest_checker.passed is not False, record.digest_checker.problems
             read.append((record, payload))
     return read
+
+
+def runs(path: Path) -> list[tuple[ArcWarcRecord, list[ArcWarcRecord]]]:
+    """The runs that wrote ``path``, in the file's order: each one's warcinfo record and the records after
+    it up to the next warcinfo.  Checked on the way: the file starts with a warcinfo, every other record
+    names the warcinfo of its run (WARC-Warcinfo-ID), and no warcinfo stands without records after it (a
+    run writes it with its first ones, and a cut takes it away with them)."""
+    split: list[tuple[ArcWarcRecord, list[ArcWarcRecord]]] = []
+    for record, _ in records(path):
+        if record.rec_type == "warcinfo":
+            assert record.rec_headers.get_header("WARC-Warcinfo-ID") is None
+            split.append((record, []))
+            continue
+        assert split, f"{record.rec_type} record before any warcinfo"
+        info, rest = split[-1]
+        assert record.rec_headers.get_header("WARC-Warcinfo-ID") == info.rec_headers.get_header("WARC-Record-ID")
+        rest.append(record)
+    assert all(rest for _, rest in split), "a warcinfo with no record of its run"
+    return split
 
 
 def assert_warcio_checks_and_indexes(path: Path, count: int) -> None:
@@ -167,30 +186,6 @@ def test_the_warc_holds_the_requests_as_sent_and_the_responses_as_they_came(tmp_
     checked = warcio("check", str(altered))
     assert checked.returncode != 0
     assert checked.stdout.count("payload digest failed") == 1 and f"{gz_record_id} response" in checked.stdout
-
-
-@pytest.mark.timeout(120)
-def test_a_resumed_or_appended_warc_keeps_its_one_warcinfo_first(tmp_path: Path) -> None:
-    warc = tmp_path / "crawl.warc.gz"
-    with TestSite(hosts=1, pages=8, max_seconds=90) as site:
-        seed = site.base_urls[0]
-        first = niofetcher("crawl", seed, "--db", str(tmp_path / "a.sqlite"), "--warc", str(warc),
-                           "--progress", "none", "--max-pages", "3")
-        resumed = niofetcher("crawl", seed, "--db", str(tmp_path / "a.sqlite"), "--warc", str(warc),
-                             "--progress", "none", "--max-pages", "9")
-        appended = niofetcher("crawl", seed, "--db", str(tmp_path / "b.sqlite"), "--warc", str(warc),
-                              "--progress", "none")
-    for run in (first, resumed, appended):
-        assert run.returncode == 0, run.stderr
-    read = [record for record, _ in records(warc)]
-    kinds = [record.rec_type for record in read]
-    assert kinds[0] == "warcinfo" and kinds.count("warcinfo") == 1
-    # Two crawls of the 9 pages and their robots.txt: the resumed crawl read its answer back, fetching none.
-    assert kinds.count("response") == kinds.count("request") == 10 + 10
-    # The resumed and the appending crawl wrote no warcinfo: their records point at the one that opens the file.
-    opening = read[0].rec_headers.get_header("WARC-Record-ID")
-    assert {record.rec_headers.get_header("WARC-Warcinfo-ID") for record in read[1:]} == {opening}
-    assert_warcio_checks_and_indexes(warc, len(kinds))
 
 
 def test_a_result_without_recorded_exchanges_is_written_as_delivered(tmp_path: Path) -> None:

@@ -3,10 +3,11 @@
 - ``FetchResult.peer`` is the "ip:port" the response came from, each hop's
   recorded in its Exchange; None without a connection; a proxy's own address
   through a proxy.
-- Every WARC record after the warcinfo carries WARC-Warcinfo-ID, pointing at
-  the warcinfo record that opens the file -- also when a later run appends to
-  it and writes no warcinfo of its own, and after a resume cut the file back
-  to nothing -- and the records of an exchange carry WARC-IP-Address.
+- Every WARC record but a warcinfo carries WARC-Warcinfo-ID, pointing at the
+  warcinfo record its own run wrote before its first records -- also when
+  that run appends to a file another run began, or another tool, and after a
+  resume cut the file back to nothing (more in tests/test_warc_runs.py) --
+  and the records of an exchange carry WARC-IP-Address.
 - A response cut off after its head is archived as far as it came, with
   WARC-Truncated: ``disconnect`` (the server closed early), ``time`` (a read
   timeout), ``length`` (past max_body_size); the result delivered keeps its
@@ -44,7 +45,7 @@ from rawserver import (
     truncated_body,
     wait_for_eof,
 )
-from test_warc import records
+from test_warc import records, runs
 from warcio.recordloader import ArcWarcRecord
 from warcio.warcwriter import WARCWriter
 
@@ -120,9 +121,9 @@ def test_through_a_proxy_the_peer_is_the_proxy() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_every_record_points_at_the_warcinfo_that_opens_the_file_and_names_its_address(tmp_path: Path) -> None:
-    """As ``fetch --warc`` writes: a second run appends to the file, writes no warcinfo of its own, and
-    its records point at the first run's."""
+def test_every_record_points_at_its_runs_warcinfo_and_names_its_address(tmp_path: Path) -> None:
+    """As ``fetch --warc`` writes: a second run appends to the file its own warcinfo, then its records,
+    which point at it."""
     warc = tmp_path / "fetched.warc.gz"
     with RawServer(ok(b"landed")) as target, RawServer(redirect(target.url("/end"), 301)) as start:
         for _ in range(2):
@@ -130,14 +131,10 @@ def test_every_record_points_at_the_warcinfo_that_opens_the_file_and_names_its_a
             with ResultWriter(None, str(warc), "ua/1") as writer:
                 for result in results.values():
                     writer.write(result, None)
-    read = records(warc)
-    info = read[0][0]
-    assert info.rec_type == "warcinfo" and header(info, "WARC-Warcinfo-ID") is None
-    rest = [record for record, _ in read[1:]]
-    assert [record.rec_type for record in rest] == ["response", "request"] * 4  # two runs of two hops
-    assert {header(record, "WARC-Warcinfo-ID") for record in rest} == {header(info, "WARC-Record-ID")}
-    assert {header(record, "WARC-IP-Address") for record in rest} == {"127.0.0.1"}
-    assert_warcio_checks(warc, len(read))
+    split = runs(warc)  # each record checked to point at the warcinfo of its run
+    assert [[record.rec_type for record in rest] for _, rest in split] == [["response", "request"] * 2] * 2
+    assert {header(record, "WARC-IP-Address") for _, rest in split for record in rest} == {"127.0.0.1"}
+    assert_warcio_checks(warc, 2 * (1 + 4))
 
 
 def written(warc: Path, result: FetchResult, offsets: dict[str, int] | None = None) -> None:
@@ -168,19 +165,21 @@ def test_a_resume_that_cut_the_file_to_nothing_points_at_its_own_new_warcinfo(tm
     assert [header(record, "WARC-IP-Address") for record, _ in read[1:]] == ["::1", "::1"]  # no brackets
 
 
-def test_a_file_begun_without_a_warcinfo_gets_no_warcinfo_id(tmp_path: Path) -> None:
-    """Appended to a file whose first record is no warcinfo (begun by another tool): no record is said to
-    belong to a warcinfo."""
+def test_a_file_begun_by_another_tool_gets_the_runs_warcinfo_after_what_it_holds(tmp_path: Path) -> None:
+    """Appended to a file whose first record is no warcinfo (begun by another tool): the run's warcinfo
+    comes after that record, and the run's records point at it; the other tool's record is left as it
+    was."""
     warc = tmp_path / "begun.warc"
     with open(warc, "wb") as stream:
         writer = WARCWriter(stream, gzip=False)
         writer.write_record(writer.create_warc_record("http://a.test/0", "resource", payload=io.BytesIO(b"x"),
                                                       length=1))
     written(warc, delivered("http://a.test/1", peer=None))
-    read = records(warc)
-    assert [record.rec_type for record, _ in read] == ["resource", "response", "request"]
-    assert [header(record, "WARC-Warcinfo-ID") for record, _ in read] == [None] * 3
-    assert [header(record, "WARC-IP-Address") for record, _ in read] == [None] * 3
+    read = [record for record, _ in records(warc)]
+    assert [record.rec_type for record in read] == ["resource", "warcinfo", "response", "request"]
+    info = header(read[1], "WARC-Record-ID")
+    assert [header(record, "WARC-Warcinfo-ID") for record in read] == [None, None, info, info]
+    assert [header(record, "WARC-IP-Address") for record in read] == [None] * 4
 
 
 # -- WARC-Truncated -----------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Every fetch of robots.txt that got a response is a capture, as Heritrix
 archives it: a response record and a request record pointing at it, with
-WARC-IP-Address and WARC-Warcinfo-ID -- each redirect hop, each attempt that
+WARC-IP-Address and WARC-Warcinfo-ID (its run's) -- each redirect hop, each attempt that
 answered 503 before the one that settled it, a 404 too.  ``--out`` gets no
 line for it.  A crawl that reads a stored answer back fetches nothing and
 writes no record.
@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from conftest import LeakBaseline, sigkill_after_requests
 from rawserver import RawServer, http_response, routes
-from test_warc import assert_warcio_checks_and_indexes, niofetcher, records
+from test_warc import assert_warcio_checks_and_indexes, niofetcher, records, runs
 from warcio.recordloader import ArcWarcRecord
 
 from niofetcher import FetcherConfig, FetchResult
@@ -47,12 +47,9 @@ pytest_plugins = ["pg_cluster"]
 
 def robots_exchanges(warc: Path) -> list[tuple[str, str]]:
     """(WARC-Target-URI, status) of each robots.txt response record, in the file's order, each checked:
-    its request record points at it, and both carry the address and the opening warcinfo's ID."""
-    read = [record for record, _ in records(warc)]
-    assert read[0].rec_type == "warcinfo"
-    warcinfo = header(read[0], "WARC-Record-ID")
-    assert all(header(record, "WARC-Warcinfo-ID") == warcinfo for record in read[1:])
-    assert all(header(record, "WARC-IP-Address") == "127.0.0.1" for record in read[1:])
+    its request record points at it, and both carry the address and the ID of their run's warcinfo."""
+    read = [record for _, rest in runs(warc) for record in rest]
+    assert all(header(record, "WARC-IP-Address") == "127.0.0.1" for record in read)
     concurrent = Counter(header(record, "WARC-Concurrent-To") for record in read if record.rec_type == "request")
     exchanges = []
     for record in read:
@@ -110,6 +107,7 @@ def test_every_robots_txt_fetch_with_a_response_is_a_pair_and_a_resumed_crawl_ad
     assert sorted(stored_robots(db)) == [200, 200, 404]
     kinds = [record.rec_type for record, _ in records(warc)]
     assert kinds.count("response") == kinds.count("request") == 5 + 9  # robots.txt, and the 9 pages
+    assert kinds.count("warcinfo") == len(runs(warc)) == 2  # the resumed crawl's pages follow its own
     assert_warcio_checks_and_indexes(warc, len(kinds))
     assert "robots" not in out.read_text()  # --out: one line per URL of the crawl, and robots.txt is none
 
@@ -171,6 +169,7 @@ def test_a_full_disk_under_robots_txt_records_stores_no_answer_and_the_resume_ar
         fetched = [path for _, path in site.counters().log if path == "/robots.txt"]
     assert len(fetched) == 2  # fetched again by the resumed crawl
     assert robots_exchanges(warc) == [(site.base_urls[0] + "robots.txt", "200")]
+    # One warcinfo: the run whose first write failed left none behind.
     assert_warcio_checks_and_indexes(warc, 1 + 2 * (1 + 6))
 
 
@@ -225,7 +224,9 @@ def test_a_crawl_killed_as_it_stored_a_robots_txt_answer_keeps_its_records_once(
     assert fetched == ["/robots.txt", "/robots/0/1"]  # once: the resumed crawl read the answer back
     base = site.base_urls[0]
     assert robots_exchanges(warc) == [(base + "robots.txt", "301"), (base + "robots/0/1", "200")]
-    assert_warcio_checks_and_indexes(warc, 1 + 2 * (2 + 6))
+    # The killed run's robots.txt pairs after its warcinfo, the resumed run's pages after its own.
+    assert [len(rest) for _, rest in runs(warc)] == [2 * 2, 2 * 6]
+    assert_warcio_checks_and_indexes(warc, 2 + 2 * (2 + 6))
 
 
 @pytest.mark.timeout(90)

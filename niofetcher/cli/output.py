@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 
 #: What ``--out -`` (or ``--warc -``) names: standard output.
 STDOUT = "-"
-#: Standard output as a file to open for reading (Linux reopens the file it is, when it is one).
-_STDOUT_FILE = "/dev/stdout"
 #: The files SQLite keeps beside a database (its write-ahead log, its shared memory, its rollback journal).
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
@@ -92,10 +90,10 @@ class ResumeError(Exception):
 class _OutputFiles:
     """An ``--out`` and a ``--warc`` file, each optional, open until close().
 
-    The WARC file starts with a warcinfo record, written with the first records into an empty file
-    (so not again when a command appends to it); then each result's records (WarcRecords), which point
-    at the warcinfo record that opens the file, this one's or the one it had.  Raises OSError when a
-    file cannot be opened.  ``sync``: fsync each write (see _OutputFile).
+    Each run (each process: a crawl, a resumed crawl, a ``fetch``) writes its own warcinfo record into
+    the WARC file, with its first records, wherever the file ends then; each result's records
+    (WarcRecords) point at it.  Raises OSError when a file cannot be opened.  ``sync``: fsync each
+    write (see _OutputFile).
     """
 
     def __init__(self, out_path: str | None, warc_path: str | None, user_agent: str, *, list_links: bool,
@@ -104,6 +102,8 @@ class _OutputFiles:
         self._out: _OutputFile | None = None
         self._warc: _OutputFile | None = None
         self._warc_records: WarcRecords | None = None
+        #: Where this run's warcinfo record starts in the WARC file; None until it is written.
+        self._warcinfo_at: int | None = None
         try:
             if out_path:
                 self._out = _OutputFile("--out", out_path, sync)
@@ -113,18 +113,9 @@ class _OutputFiles:
                 self._warc = _OutputFile("--warc", warc_path, sync)
                 self._warc_records = WarcRecords(user_agent, warc_path.endswith(".gz"),
                                                  os.path.basename(warc_path), obey_robots)
-                self._find_warcinfo()
         except OSError:
             self.close()
             raise
-
-    def _find_warcinfo(self) -> None:
-        """Point the WARC records at the warcinfo record that opens the file as it is now: again after a
-        resume has cut it back."""
-        file, records = self._warc, self._warc_records
-        if file is not None and records is not None:
-            # "-" sent to a file by the shell: that file is read back through the descriptor's name.
-            records.open_onto(_STDOUT_FILE if file.path == STDOUT else file.resolved, file.end)
 
     def _warc_data(self, result: FetchResult) -> bytes:
         """The WARC records of a result, b"" without --warc."""
@@ -132,9 +123,17 @@ class _OutputFiles:
 
     def _append(self, file: _OutputFile, data: bytes) -> None:
         records = self._warc_records
-        if file is self._warc and file.end == 0 and records is not None:
-            data = records.warcinfo + data  # a new (or emptied) WARC file starts with it
+        if file is self._warc and records is not None and not self._warcinfo_written(file):
+            # In the same write as the records that point at it: a file is only ever cut back to where a
+            # write began, so the warcinfo goes with them or stays, never without them.
+            self._warcinfo_at = file.end
+            data = records.warcinfo + data
         file.append(data)
+
+    def _warcinfo_written(self, file: _OutputFile) -> bool:
+        """Whether this run's warcinfo record is in ``file`` now: not yet, or no longer when a failed
+        write was cut back to where it began (or before)."""
+        return self._warcinfo_at is not None and file.end > self._warcinfo_at
 
     def close(self) -> None:
         """Close the files (what was written is already in them); a second call does nothing."""
@@ -165,7 +164,9 @@ class PageWriter(_OutputFiles):
     The fetches of robots.txt are archived in the WARC file alone, as the
     crawl settles them (commit_robots()), under the same checkpoint.
     A file with no recorded offset (a new crawl, or another --out on a rerun)
-    is appended to; a resume cut back to nothing writes the warcinfo record again.
+    is appended to.  Each run's records in the WARC file follow its own
+    warcinfo record, written in one write with its first batch, so that the
+    resume that cuts a killed run's first batch away cuts its warcinfo too.
 
     A stream (standard output, a pipe) has no offset: what a run sent down it
     cannot be taken back, so the records of a batch whose outcomes a killed
@@ -258,7 +259,6 @@ class PageWriter(_OutputFiles):
             offset = offsets.get(key)
             if offset is not None:
                 file.truncate(offset)
-        self._find_warcinfo()
 
 
 class ResultWriter(_OutputFiles):

@@ -10,8 +10,6 @@ from __future__ import annotations
 import io
 import time
 
-from warcio.archiveiterator import ArchiveIterator
-from warcio.exceptions import ArchiveLoadFailed
 from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
@@ -44,7 +42,7 @@ class _WireHead(StatusAndHeaders):  # type: ignore[misc]  # warcio has no type h
 
 
 class WarcRecords:
-    """The records of one WARC file: its opening warcinfo record, then each result's exchanges.
+    """The records one run writes into a WARC file: its own warcinfo record, then each result's exchanges.
 
     Each exchange the fetcher recorded (``FetcherConfig(record_exchanges=True)``)
     is a response record and a request record pointing at it with
@@ -56,17 +54,19 @@ class WarcRecords:
     warcio writes a ``.warc.gz``.
 
     Every record but the warcinfo carries WARC-Warcinfo-ID, the WARC-Record-ID
-    of the warcinfo record that opens the file it goes into (``warcinfo_id``,
-    see open_onto), and WARC-IP-Address, the address its exchange went to.
+    of this run's warcinfo record (``warcinfo_id``), and WARC-IP-Address, the
+    address its exchange went to.  The warcinfo is the run's, not the file's:
+    a run that appends to a file another run began (a resumed crawl, a second
+    ``fetch --warc``) may differ from it in every setting the warcinfo states,
+    so the caller writes ``warcinfo`` before the run's first records in the
+    file, wherever in the file they start.
     """
 
     def __init__(self, user_agent: str, gzip: bool, filename: str, obey_robots: bool) -> None:
         self.user_agent = user_agent
         self.gzip = gzip
-        #: The warcinfo record that opens a file these records start: the software and the settings a
-        #: reader asks about.
-        self.warcinfo, self._own_warcinfo_id = self._new_warcinfo(filename, obey_robots)
-        self.warcinfo_id: str | None = self._own_warcinfo_id
+        #: The software and the settings a reader asks about, as the bytes that go into the file.
+        self.warcinfo, self.warcinfo_id = self._new_warcinfo(filename, obey_robots)
 
     def _new_warcinfo(self, filename: str, obey_robots: bool) -> tuple[bytes, str]:
         buffer = io.BytesIO()
@@ -80,14 +80,6 @@ class WarcRecords:
         })
         writer.write_record(record)
         return buffer.getvalue(), record.rec_headers.get_header("WARC-Record-ID")
-
-    def open_onto(self, path: str, size: int) -> None:
-        """Before any record is made: point the records at the warcinfo record that opens the file they
-        go into, ``size`` bytes at ``path`` now.  An empty file starts with this writer's own warcinfo.
-        A file with records in it already (a crawl resumed, or appended to another's file) gets no
-        warcinfo of its own, so its first record is read back; when that is no warcinfo (a file begun
-        by another tool) or cannot be read, the records carry no WARC-Warcinfo-ID."""
-        self.warcinfo_id = self._own_warcinfo_id if size == 0 else opening_warcinfo_id(path)
 
     def of(self, result: FetchResult) -> bytes:
         """The records of every exchange of ``result``, as the bytes that go into the file.  Nothing for
@@ -104,24 +96,11 @@ class WarcRecords:
         return buffer.getvalue()
 
 
-def opening_warcinfo_id(path: str) -> str | None:
-    """The WARC-Record-ID of the warcinfo record that opens the WARC file at ``path``; None when its first
-    record is another kind, or the file is no WARC that can be read."""
-    try:
-        with open(path, "rb") as stream:
-            first = next(iter(ArchiveIterator(stream)), None)
-            if first is None or first.rec_type != "warcinfo":
-                return None
-            return first.rec_headers.get_header("WARC-Record-ID")  # type: ignore[no-any-return]
-    except (OSError, ArchiveLoadFailed, ValueError):
-        return None
-
-
 def exchange_records(
     writer: WARCWriter, exchange: Exchange, warcinfo_id: str | None = None
 ) -> tuple[ArcWarcRecord, ArcWarcRecord]:
     """The response record of ``exchange`` and its request record, which points at it (WARC-Concurrent-To);
-    both point at the file's warcinfo record when ``warcinfo_id`` is given.
+    both point at the run's warcinfo record when ``warcinfo_id`` is given.
 
     The payload is stored with its Content-Encoding, as Heritrix and wget store it and replay tools
     (pywb) expect.  Its chunked framing is not, where those two keep the bytes as they came: h11 takes
