@@ -15,43 +15,62 @@ What each accepts, refuses and guarantees.  "=" means as the column before.
 rule                parse_target(url)        normalize_url(url)           absolute_url(href, base)
 ==================  =======================  ===========================  ===================================
 accepts             an absolute http(s)      =                            any reference, resolved against
-                    URL with a host                                       ``base`` by urljoin (``base=""``:
-                                                                          ``href`` must be absolute)
+                    URL with a host                                       ``base`` as WHATWG resolves it
+                                                                          (``_special_form``, then urljoin;
+                                                                          ``base=""``: ``href`` must be
+                                                                          absolute)
 refuses, by         ValueError (a non-str    ValueError; TypeError for    None (never raises for the text of
                     too)                     a non-str                    a page; a lone surrogate in the
                                                                           path or query: UnicodeEncodeError)
-... what            not http(s), no host,    =                            =, and a host with a WHATWG
-                    a port not 0-65535, a                                 forbidden code point
-                    broken IPv6 literal, a                                (``% ^ | < >``); but it %-encodes
-                    host with a space, a                                  NUL and keeps the host ".", which
-                    control, ``/ \ @ [ ]``,                               the other two refuse
-                    a ``\`` anywhere in the
-                    authority,
-                    a name IDNA cannot
-                    encode, NUL, a lone
-                    surrogate
+... what            not http(s), no host,    =                            =; but it %-encodes NUL, keeps
+                    a port not 0-65535, a                                 the host "." and ends the
+                    broken IPv6 literal, a                                authority at a ``\`` as browsers
+                    host WHATWG refuses                                   do, which the other two refuse
+                    (a forbidden code point
+                    ``% ^ | < > / \ @ [ ]``,
+                    space or control once
+                    %-decoded, a name IDNA
+                    cannot encode, a name
+                    ending in a number that
+                    is no IPv4 address), a
+                    ``\`` in the authority
+                    with an "@" after it,
+                    NUL, a lone surrogate
 ends                C0 controls and space    =                            =
                     stripped
 tab, CR, LF inside  removed                  =                            =
-scheme              lower case               =                            =
-host                lower case, IDNA         =                            lower case, IDNA A-labels;
-                    A-labels, trailing                                    a netloc in lower-case ASCII is
-                    dots dropped                                          kept as written (trailing dot,
-                                                                          port, userinfo)
-IPv6 literal        Origin.host bare, Host   in brackets, lower case      in brackets, lower case
-                    header in brackets
-port                Origin: explicit; Host   default dropped, any other   as written (``:80`` stays)
+scheme              lower case; after it     =                            lower case; any number of "/"
+                    "//", one "/" or none,                                or ``\`` after it (``///h/x`` is
+                    ``\`` as "/"; three                                   ``h``); ``http:x`` is relative to
+                    are an empty authority                                an http base, the host ``x`` to
+                    (``http:///x``: no host)                              any other
+host                %-decoded, lower case,   =                            =, trailing dots kept (WHATWG)
+                    IDNA A-labels (UTS
+                    #46), IPv4 in dotted
+                    decimal (``0x7f.1`` is
+                    ``127.0.0.1``), trailing
+                    dots dropped
+IPv6 literal        Origin.host bare, Host   in brackets, canonical       =
+                    header in brackets;      (``[0:0::1]`` is ``[::1]``)
+                    canonical (RFC 5952)
+port                Origin: explicit; Host   default dropped, any other   =
                     header: default dropped  as a number (``:08080``)
-userinfo            not in Host or target    dropped: never stored        kept as written
-path                at least "/"             =                            =
-dot segments        removed (RFC 3986        =                            removed from a relative href
-                    5.2.4); ``%2E`` is no                                 (urljoin); kept in an absolute one
-                    dot
-%-encoded as UTF-8  any character but        =                            that, and ``" < > ` { }`` (path),
-                    visible ASCII                                         ``" < > '`` (query): WHATWG sets
+userinfo            not in Host or target    dropped: never stored        %-encoded as WHATWG writes it,
+                                                                          ``:`` of an empty password and
+                                                                          an empty ``@`` dropped
+path                at least "/"; ``\`` is   =                            =
+                    "/" before the query
+dot segments        removed (RFC 3986        =                            =
+                    5.2.4); ``%2e`` is a
+                    dot in them (WHATWG)
+%-encoded as UTF-8  WHATWG's sets: any        =                            =
+                    character but visible
+                    ASCII, and ``" < > `
+                    { }`` (path), ``" < >
+                    '`` (query)
 ``%xx`` escapes     kept, in upper case      =                            kept as written
-query               kept; an empty "?"       =                            =
-                    dropped
+query               kept; an empty "?" too   =                            =
+                    (WHATWG keeps it)
 fragment            dropped                  =                            =
 ==================  =======================  ===========================  ===================================
 
@@ -62,15 +81,18 @@ this table):
   for what the URL asked for, and ``normalize_url`` of a normal form is
   that form;
 - when ``absolute_url(u, "")`` and ``normalize_url(u)`` both give a URL,
-  ``normalize_url(absolute_url(u, "")) == normalize_url(u)``, unless ``u``
-  holds one of the characters only absolute_url encodes (``" < > ` { } '``).
-  A link therefore lands in the frontier in the form its URL typed as a seed
+  ``normalize_url(absolute_url(u, "")) == normalize_url(u)``.  A link therefore lands in the frontier in the form its URL typed as a seed
   has, whichever the spelling of host, port, escapes or dot segments.
 
 The rules behind the table:
 
-- a non-ASCII host name becomes IDNA A-labels (:func:`normal_host`; Python's
-  IDNA 2003 codec, so ``faß.de`` is ``fass.de``);
+- a host is read as the WHATWG host parser reads it (:func:`whatwg_host`,
+  :func:`normal_host`): a non-ASCII name becomes IDNA A-labels as UTS #46
+  maps it (``faß.de`` is ``xn--fa-hia.de``, as browsers send it), a name that
+  ends in a number an IPv4 address;
+- web-platform-tests' ``urltestdata.json`` is the reference
+  (tests/test_url_rulebook.py): every http(s) case agrees, but for the
+  differences listed there with their reasons;
 - an existing ``%XX`` escape is kept, so ``/%C3%BC`` and ``/ü`` are one URL;
 - an IPv6 literal goes in brackets wherever a host meets a port or a scheme
   (:func:`bracketed`);
@@ -102,7 +124,9 @@ import ipaddress
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
-from urllib.parse import quote, unquote, urljoin, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urljoin, urlsplit
+
+import idna
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -135,28 +159,53 @@ class _Parts(NamedTuple):
     target: str  # path and query, as a request line carries them
 
 
+# An IPv4 address as WHATWG writes it, dotted decimal without leading zeros: the one host of the
+# fast paths' regular expressions whose last label is a number (any other such host is another
+# form of an IPv4 address, or none, and the general path says which).
+_DOTTED_DECIMAL = r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+
 # The shape nearly every crawled URL has: a plain host, maybe a port, no userinfo,
 # no IPv6 literal, no whitespace or control characters.  It is split here at a
 # fraction of urlsplit's cost (register() spent ~8 us of its ~11 us in urlsplit);
 # everything else takes the general path, which decides what is valid.
 _PLAIN_URL = re.compile(
     r"([hH][tT][tT][pP][sS]?)://([A-Za-z0-9_.-]+)(?::([0-9]{1,5}))?"
-    r"(/[^?#\x00-\x20\x7f]*)?(?:\?([^#\x00-\x20\x7f]*))?(?:#[^\x00-\x20\x7f]*)?"
+    r"(/[^?#\x00-\x20\x7f\\\"<>`{}]*)?(?:\?([^#\x00-\x20\x7f\"<>']*))?(?:#[^\x00-\x20\x7f]*)?"
 )
 _plain_match = _PLAIN_URL.fullmatch
 
 # A URL normalize_url() gives back unchanged, as long as its port (if any) is
 # not the default one, its query is not empty and it has no dot segment:
-# lower-case scheme and host (no user info, no IPv6, no trailing dot),
-# a path, no fragment, only characters a request line carries.
-_NORMAL_FORM = re.compile(r"(https?)://[a-z0-9.\-]*[a-z0-9\-](?::([1-9][0-9]{0,4}))?/[\x21\x22\x24-\x7e]*")
+# lower-case scheme and host (no user info, no IPv6, no trailing dot, a last
+# label that is no number but in a dotted-decimal IPv4 address), a path, no
+# fragment, only characters a request line carries but "\" (a "/" in a path).
+_NORMAL_FORM = re.compile(
+    # the host: one ending in a letter no number has (nearly all), or in dotted decimal, or with a last label
+    # that starts with a letter
+    r"(https?)://(?:[a-z0-9.\-]*[g-wyz\-]|"
+    rf"{_DOTTED_DECIMAL}|(?:[a-z0-9\-]*+\.)*+[a-z\-][a-z0-9\-]*+)(?::([1-9][0-9]{{0,4}}))?"
+    # the path and the query: nothing of their WHATWG percent-encode sets (below), no "\\"
+    r"/[^\x00-\x20\x7f-\U0010ffff\"#<>?\\`{}]*+(?:\?[^\x00-\x20\x7f-\U0010ffff\"#<>'\\]*+)?"
+)
 _normal_match = _NORMAL_FORM.fullmatch
 
-# A request target is visible ASCII (RFC 9112 3.2, h11's request_target): any
-# other character is sent as the %XX escapes of its UTF-8 bytes.  "%" itself is
-# safe, so escapes already there stay as they are.
-_REQUEST_LINE_SAFE = "".join(map(chr, range(0x21, 0x7F)))
-_needs_encoding = re.compile(r"[^\x21-\x7e]").search
+# What a path and a query percent-encode, as UTF-8: WHATWG's path and special-query
+# percent-encode sets, which hold everything a request line cannot carry (RFC 9112 3.2: visible
+# ASCII only) and what a browser encodes besides.  "%" itself is safe, so escapes already there
+# stay as they are.  One home for both the request target and the link.
+_PATH_UNSAFE = re.compile(r'[^\x21-\x7e]|["<>`{}]').search
+_QUERY_UNSAFE = re.compile(r"[^\x21-\x7e]|[\"<>']").search
+_PATH_SAFE = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in '"<>`{}#?')
+_QUERY_SAFE = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in "\"<>'#")
+
+
+def _percent_encoded(path: str, query: str | None) -> tuple[str, str | None]:
+    """``path`` and ``query`` with what their WHATWG sets hold percent-encoded as UTF-8."""
+    if _PATH_UNSAFE(path):
+        path = quote(path, safe=_PATH_SAFE)
+    if query and _QUERY_UNSAFE(query):
+        query = quote(query, safe=_QUERY_SAFE)
+    return path, query
 
 # An escape with a lower-case hex digit: "%c3%bc" is "%C3%BC" (RFC 3986 6.2.2.1), and
 # upper case is the form both are stored and sent in.
@@ -170,10 +219,13 @@ def _upper_escape(match: re.Match[str]) -> str:
 _escape = re.compile(r"%[0-9a-fA-F]{2}")
 
 # A dot segment ("/./", "/../", or one at the end of the path), for all three
-# forms.  Tried only where "/." occurs, so that "/.well-known/" costs a search
-# and not the long way round.  (No string it is tried on ends in a newline, so
+# forms; WHATWG reads "%2e" as a dot there too ("/%2e%2E/" is "/../").  Tried
+# only where "/." or "%2" occurs, so that "/.well-known/" costs a search and
+# not the long way round.  (No string it is tried on ends in a newline, so
 # "\Z" and "$" are the same here.)
-_dot_segment = re.compile(r"/\.\.?(?:[/?#]|\Z)").search
+_dot_segment = re.compile(r"/(?:\.|%2[eE]){1,2}(?:[/?#]|\Z)").search
+_DOT = frozenset([".", "%2e", "%2E"])
+_DOUBLE_DOT = frozenset(a + b for a in _DOT for b in _DOT)
 
 # What is stripped from both ends of a URL or an href: C0 controls and space, as
 # the WHATWG URL standard says.  str.strip() would take Unicode spaces too
@@ -203,16 +255,39 @@ def check_url_characters(url: str) -> None:
 def normal_host(host: str) -> str:
     """A host name as it goes on the wire, to the resolver and into the frontier.
 
-    Lower-cased, trailing dots dropped, a non-ASCII name as IDNA A-labels
-    (``bücher.example`` -> ``xn--bcher-kva.example``).  The encoding is Python's
-    own "idna" codec, IDNA 2003 (RFC 3490): the ``idna`` package (IDNA 2008)
-    is not a dependency of niofetcher.  The two differ on a few characters:
-    IDNA 2003 maps "ß" to "ss", so ``faß.de`` goes out as ``fass.de`` here and
-    as ``xn--fa-hia.de`` from a browser (UTS 46, non-transitional).
+    :func:`whatwg_host` (lower case, IDNA A-labels, an IPv4 address in any of
+    its forms as dotted decimal), its trailing dots dropped.  A host with a ":"
+    is an IPv6 literal (a ``resolve`` key's ``[::1]``, urlsplit's ``::1``):
+    only lower-cased, as it always was here; the URL rules write it in its
+    canonical form before it comes here (:func:`_authority`).
+
+    Raises:
+        ValueError: for a host WHATWG refuses (see :func:`whatwg_host`), and for
+            one that ends in a number that is no IPv4 address once its trailing
+            dots are gone (``foo.09..``): a normal form is a host WHATWG takes.
+    """
+    if ":" in host:
+        return host.lower()
+    name = whatwg_host(host)
+    stripped = name.rstrip(".")
+    return whatwg_host(stripped) if stripped != name and _ends_in_number(stripped) else stripped
+
+
+def whatwg_host(host: str) -> str:
+    """A host name (percent-decoded, no IPv6 literal) as the WHATWG host parser writes it.
+
+    Lower-cased, a non-ASCII name as IDNA A-labels (``bücher.example`` ->
+    ``xn--bcher-kva.example``), and a name that ends in a number read as an
+    IPv4 address (:func:`_ipv4`: ``0x7f.1`` is ``127.0.0.1``).  The encoding
+    is UTS #46 as WHATWG applies it (:func:`_a_labels`), not Python's "idna"
+    codec (IDNA 2003, which maps "ß" to "ss": ``faß.de`` would go out as
+    ``fass.de``, where browsers send ``xn--fa-hia.de``).  Trailing dots are
+    kept, as WHATWG keeps them.
 
     Raises:
         ValueError: when the name cannot be encoded (an empty or over-long
-            label, a character IDNA prohibits).
+            label, a character IDNA prohibits), holds a WHATWG forbidden
+            domain code point, or ends in a number and is no IPv4 address.
     """
     host = host.lower()
     if not host.isascii():
@@ -220,16 +295,66 @@ def normal_host(host: str) -> str:
             host = _a_labels(host)
         except UnicodeError as exc:
             raise ValueError(f"host {host!r} cannot be encoded as IDNA: {exc}") from None
-    return host.rstrip(".")
+    if _FORBIDDEN_IN_DOMAIN(host):
+        raise ValueError(f"host {host!r} holds a character no host name may hold")
+    if _ends_in_number(host):
+        return _ipv4(host)
+    return host
+
+
+# WHATWG's forbidden domain code points: C0 controls, space, "#%/:<>?@[\]^|" and DEL.
+_FORBIDDEN_IN_DOMAIN = re.compile(r"[\x00-\x20#%/:<>?@\[\\\]^|\x7f]").search
+
+# A host whose last label (one trailing dot left out) is a number, decimal or "0x" hex: WHATWG
+# reads it as an IPv4 address, and refuses it when it is none (``foo.09``, ``1.2.3.256``).
+_ends_in_number = re.compile(r"(?:\A|\.)(?:[0-9]+|0[xX][0-9a-fA-F]*)\.?\Z").search
+
+_IPV4_PART = re.compile(r"0[xX]([0-9a-fA-F]*)|0([0-7]+)|([1-9][0-9]*|0)")
+
+
+def _ipv4(host: str) -> str:
+    """A host that ends in a number, as the dotted-decimal IPv4 address WHATWG reads in it.
+
+    Up to four parts, each decimal, octal (a leading "0") or hex ("0x"); the
+    last fills the bytes the others leave (``127.1`` is ``127.0.0.1``,
+    ``3232235521`` is ``192.168.0.1``), as inet_aton has always read them.
+
+    Raises:
+        ValueError: when it is no IPv4 address in any of these forms.
+    """
+    parts = host.split(".")
+    if parts[-1] == "" and len(parts) > 1:
+        parts.pop()
+    numbers: list[int] = []
+    for part in parts:
+        match = _IPV4_PART.fullmatch(part)
+        if match is None or len(parts) > 4:
+            raise ValueError(f"host {host!r} ends in a number but is no IPv4 address")
+        hexadecimal, octal, decimal = match.groups()
+        numbers.append(int(hexadecimal or "0", 16) if decimal is None and octal is None
+                       else int(octal, 8) if octal is not None else int(decimal))
+    last = numbers.pop()
+    if any(number > 255 for number in numbers) or last >= 256 ** (4 - len(numbers)):
+        raise ValueError(f"host {host!r} is an IPv4 address out of range")
+    address = last + sum(number << (8 * (3 - i)) for i, number in enumerate(numbers))
+    return str(ipaddress.IPv4Address(address))
 
 
 def _a_labels(host: str) -> str:
     """A lower-case host name in IDNA A-labels, the one encoding of both normal_host and absolute_url.
 
+    UTS #46 processing as the WHATWG host parser does it (non-transitional, no STD3 rules, no hyphen
+    or DNS length checks, so ``ü..x`` is ``xn--tda..x``): the ``idna`` package maps the name (``ß`` stays ``ß``, full-width letters
+    become ASCII, a disallowed code point raises), and each non-ASCII label is Punycode.
+
     Raises:
         UnicodeError: when the name cannot be encoded.
     """
-    return host.encode("idna").decode("ascii")
+    labels = idna.uts46_remap(host, std3_rules=False, transitional=False).split(".")
+    if any(label.startswith("xn--") and not label.isascii() for label in labels):
+        raise UnicodeError(f"{host!r} has an xn-- label that is not ASCII")  # UTS #46 4.1, step 4
+    return ".".join(label if label.isascii() else "xn--" + label.encode("punycode").decode("ascii")
+                    for label in labels)
 
 
 def bracketed(host: str) -> str:
@@ -242,30 +367,30 @@ def bracketed(host: str) -> str:
 
 
 def remove_dot_segments(path: str) -> str:
-    """An absolute path without "." and ".." segments (RFC 3986 5.2.4): ``/a/./b/../c`` -> ``/a/c``.
+    """An absolute path without "." and ".." segments, as WHATWG removes them: ``/a/./b/../c`` -> ``/a/c``.
 
-    Only literal dots count; ``%2E`` is an escape, kept as it is like every other.
+    RFC 3986 5.2.4, and "%2e" (either case) read as a dot: ``/a/%2E%2e`` is ``/``.
     """
     segments = path.split("/")  # segments[0] is the "" before the leading "/"
     kept: list[str] = []
     for segment in segments[1:]:
-        if segment == "..":
+        if segment in _DOUBLE_DOT:
             if kept:
                 kept.pop()
-        elif segment != ".":
+        elif segment not in _DOT:
             kept.append(segment)
-    if segments[-1] in (".", ".."):
+    if segments[-1] in _DOT or segments[-1] in _DOUBLE_DOT:
         kept.append("")  # "/a/.." is the directory "/", not "/a" minus its name
     return "/" + "/".join(kept)
 
 
-def _path_and_query(path: str, query: str) -> str:
-    """The request target of a path (at least "/") and a query ("" for none): both rules applied."""
-    if "/." in path and _dot_segment(path):
+def _path_and_query(path: str, query: str | None) -> str:
+    """The request target of a path (at least "/") and a query (None for none, "" for an empty one,
+    which WHATWG keeps: ``/x?``): both rules applied."""
+    if ("/." in path or "%2" in path) and _dot_segment(path):
         path = remove_dot_segments(path)
-    target = f"{path}?{query}" if query else path
-    if _needs_encoding(target):
-        target = quote(target, safe=_REQUEST_LINE_SAFE)
+    path, query = _percent_encoded(path, query)
+    target = path if query is None else f"{path}?{query}"
     if "%" in target and _lower_escape(target):
         target = _escape.sub(_upper_escape, target)
     return target
@@ -291,11 +416,13 @@ def redirect_url(location: str, base: str) -> tuple[str, str]:
     ends stripped), its fragment dropped; the request target of the next hop
     is then :func:`parse_target`'s.  The crawler reads the same header through
     :func:`absolute_url`, which also cleans what a browser would (see the
-    table): the two agree once :func:`normalize_url` has had both, but for
-    the characters only absolute_url encodes (``" < > ` { } '``).
+    table): the two agree once :func:`normalize_url` has had both.
     """
-    url = urljoin(base, location.strip())
+    location = location.strip()
+    url = urljoin(base, location)
     url = url.split("#", 1)[0] if "#" in url else url
+    if "?" not in url and "?" in location.partition("#")[0]:
+        url += "?"  # urljoin drops an empty query ("/x?"), which the next request keeps
     return url, urlsplit(url).scheme.lower()
 
 
@@ -304,17 +431,20 @@ def parse_target(url: str) -> Target:
     match = _plain_match(url) if type(url) is str else None
     if match is not None:
         scheme, host, port_text, path, query = match.groups()
-        host = normal_host(host)
+        try:
+            host = normal_host(host)
+        except ValueError:  # a name that ends in a number and is no IPv4 address: the general path says so
+            return _parse_target_general(url)
         port = int(port_text) if port_text is not None else None
         if host and (port is None or port <= 65535):
             origin, host_header = _origin(scheme.lower(), host, port)
             if not path:
                 path = "/"
             if (url.isascii() and ("/." not in path or not _dot_segment(path))
-                    and ("%" not in url or not _lower_escape(url))):  # no rule applies (and no NUL)
-                return Target(origin, host_header, f"{path}?{query}" if query else path)
+                    and ("%" not in url or not (_lower_escape(url) or ("/%2" in path and _dot_segment(path))))):  # no rule applies (and no NUL)
+                return Target(origin, host_header, path if query is None else f"{path}?{query}")
             check_url_characters(url)
-            return Target(origin, host_header, _path_and_query(path, query or ""))
+            return Target(origin, host_header, _path_and_query(path, query))
     return _parse_target_general(url)
 
 
@@ -373,8 +503,8 @@ def _normal_form(url: str) -> str:
     # normal form already; telling so by one regular expression is several
     # times faster than taking them apart.  _normalize_split() is the definition.
     match = _normal_match(url)
-    if (match is not None and not url.endswith("?") and ("/." not in url or not _dot_segment(url))
-            and ("%" not in url or not _lower_escape(url))):
+    if (match is not None and ("/." not in url or not _dot_segment(url))
+            and ("%" not in url or not (_lower_escape(url) or ("/%2" in url and _dot_segment(url))))):
         port = match.group(2)
         if port is None or (int(port) <= 65535 and int(port) != DEFAULT_PORTS[match.group(1)]):
             return url
@@ -409,29 +539,166 @@ def _normalize_split(url: str) -> str:
 def _split(url: str) -> _Parts:
     """The general path of parse_target and normalize_url: validate ``url`` and apply every rule."""
     check_url_characters(url)
+    text = url.strip(C0_CONTROL_OR_SPACE)
+    if "\t" in text or "\n" in text or "\r" in text:
+        text = text.translate(_TAB_OR_NEWLINE)
+    if "\\" in text and _ambiguous_authority(text):
+        # Browsers end the authority at a "\" (``http://u:p@a\x@b/`` goes to ``a``), RFC 3986
+        # readers (urllib, curl) at the last "@" (to ``b``): a URL that tools send to two hosts is
+        # refused; split_credentials has cut its userinfo where the browser does.
+        raise ValueError(f"URL has a \\ in its authority: {shown_url(url)!r}")
+    scheme_end = text.find(":") + 1
+    if text[scheme_end:scheme_end + 3].replace("\\", "/") == "///":
+        # An empty authority to RFC 3986 (browsers skip the slashes): a URL typed as a seed with
+        # its host left out (http:///x) is refused rather than sent to the host "x".
+        raise ValueError(f"URL has no host: {shown_url(url)!r}")
     try:
-        parts = urlsplit(url.strip(C0_CONTROL_OR_SPACE))
+        text = _special_form(text, None)
+        parts = urlsplit(text)
         port = parts.port
     except ValueError as exc:
         raise ValueError(f"malformed URL {shown_url(url)!r}: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS:
         raise ValueError(f"only absolute http:// and https:// URLs are supported, not {shown_url(url)!r}")
-    if "\\" in parts.netloc:
-        # Browsers end the authority at a "\" (``http://u:p@a\x@b/`` goes to ``a``), urlsplit at
-        # the last "@" (to ``b``): refused rather than sent to a host the page did not mean.
-        raise ValueError(f"URL has a \\ in its authority: {shown_url(url)!r}")
-    host = parts.hostname or ""  # lower-cased, without the IPv6 brackets
-    if ":" not in host:  # an IPv6 literal is no name
-        try:
-            host = normal_host(host)
-        except ValueError as exc:
-            raise ValueError(f"URL has an invalid host: {shown_url(url)!r}: {exc}") from None
+    try:
+        host = _authority(parts.netloc)[1].rstrip(".")
+    except ValueError as exc:
+        raise ValueError(f"URL has an invalid host: {shown_url(url)!r}: {exc}") from None
     if not host:
         raise ValueError(f"URL has no host: {shown_url(url)!r}")
-    if _bad_host_char(host) or not host.isascii():
-        raise ValueError(f"URL has an invalid host: {shown_url(url)!r}")
-    return _Parts(scheme, host, port, _path_and_query(parts.path or "/", parts.query))
+    return _Parts(scheme, host, port, _path_and_query(parts.path or "/", parts.query or _empty_query(text)))
+
+
+def _empty_query(url: str) -> str | None:
+    """"" when ``url`` (with no query but maybe an empty one) ends its path with a "?", else None:
+    urlsplit gives "" for both."""
+    return "" if "?" in url.partition("#")[0] else None
+
+
+# -- the WHATWG reading of an http(s) reference, for the general paths -------------
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+
+
+def _special_form(href: str, base_scheme: str | None) -> str:
+    """``href`` (tabs and newlines removed, ends stripped) written so that urlsplit and urljoin read it
+    as the WHATWG URL parser reads an http(s) reference against a base of ``base_scheme`` (None: no base).
+
+    A "\\" before the query is a "/"; any number of slashes after ``http:`` start the authority
+    (``http:///h/x`` and ``///h/x`` are ``http://h/x``); ``http:x`` is a relative reference
+    against an http base and the host ``x`` against any other.  Anything but http(s) is left as it is.
+    """
+    match = _SCHEME.match(href)
+    if match is None:
+        if base_scheme is None:
+            return href
+        scheme, rest = base_scheme, href
+    else:
+        scheme = match.group(1).lower()
+        if scheme not in DEFAULT_PORTS:
+            return href
+        rest = href[match.end():]
+    if "\\" in rest:
+        rest = _backslashes_as_slashes(rest)
+    if rest.startswith("//") or (match is not None and scheme != base_scheme):
+        rest = rest.lstrip("/")
+        at = rest.rfind("@", 0, _authority_end(rest))
+        if at > 0 and ("[" in rest[:at] or "]" in rest[:at]):
+            # WHATWG percent-encodes them in a userinfo; urlsplit would take them for an IPv6 literal's
+            rest = rest[:at].replace("[", "%5B").replace("]", "%5D") + rest[at:]
+        return f"{scheme}://{rest}"
+    if match is not None and _SCHEME.match(rest):
+        return f"./{rest}"  # "http:a:b" against an http base is the path "a:b", not the scheme "a"
+    return rest
+
+
+def _backslashes_as_slashes(text: str) -> str:
+    """``text`` with each "\\" before its query or fragment written as "/" (WHATWG, special schemes)."""
+    end = _query_start(text)
+    return text[:end].replace("\\", "/") + text[end:]
+
+
+def _query_start(text: str) -> int:
+    """Where the query or fragment of a reference starts: its first "?" or "#", else its end."""
+    end = len(text)
+    for delimiter in "?#":
+        found = text.find(delimiter, 0, end)
+        if found >= 0:
+            end = found
+    return end
+
+
+# A dot segment with an escaped dot in a path ("%2e", "%2E%2e", ".%2e", ...).
+_escaped_dot_segment = re.compile(r"(?:(?<=/)|\A)(?=[.%]*%2[eE])(?:\.|%2[eE]){1,2}(?=/|\Z)")
+
+
+def _literal_dots(match: re.Match[str]) -> str:
+    return "." * (len(match.group()) - 2 * match.group().count("%"))
+
+
+def _authority_end(text: str) -> int:
+    """Where the authority at the start of ``text`` ends: at its first "/", "?" or "#"."""
+    end = len(text)
+    for delimiter in "/?#":
+        found = text.find(delimiter, 0, end)
+        if found >= 0:
+            end = found
+    return end
+
+
+def _ambiguous_authority(url: str) -> bool:
+    """True when an http(s) ``url`` has a "\\" in its authority with an "@" after it: a browser ends
+    the authority at the "\\", urlsplit and curl take the host after the "@"."""
+    match = _SCHEME.match(url)
+    rest = url[match.end():].lstrip("/\\") if match is not None else url
+    end = _authority_end(rest)
+    backslash = rest.find("\\", 0, end)
+    return backslash >= 0 and rest.find("@", backslash, end) >= 0
+
+
+def _authority(netloc: str) -> tuple[str, str]:
+    """The userinfo (as written) and the host of urlsplit's ``netloc``, the host as WHATWG parses it:
+    percent-decoded, then :func:`whatwg_host`, or an IPv6 literal in its canonical form (RFC 5952,
+    as ipaddress writes it: ``[0:0::1]`` is ``::1``, ``[::127.0.0.1]`` is ``::7f00:1``), without
+    brackets.  Trailing dots are kept.
+
+    Raises:
+        ValueError: for a host WHATWG refuses.
+    """
+    userinfo, _, host_and_port = netloc.rpartition("@")
+    if host_and_port.startswith("["):
+        return userinfo, _ipv6(host_and_port[1:].partition("]")[0])  # urlsplit has checked the brackets
+    host = host_and_port.partition(":")[0]
+    if "%" in host:
+        host = unquote(host)  # as UTF-8; what is not UTF-8 becomes U+FFFD, which IDNA refuses
+    return userinfo, whatwg_host(host)
+
+
+def _ipv6(literal: str) -> str:
+    """An IPv6 address (no brackets) in its canonical form (RFC 5952), as WHATWG writes it.
+
+    Raises:
+        ValueError: for no IPv6 address, or one with a zone (``fe80::1%eth0``): it names an
+            interface of this machine, not a host.
+    """
+    if "%" in literal:
+        raise ValueError("an IPv6 zone names an interface of this machine, not a host")
+    return ipaddress.IPv6Address(literal).compressed
+
+
+# WHATWG's userinfo percent-encode set, plus everything non-ASCII.
+_USERINFO_SAFE = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in '"#<>?`{}/:;=@[\\]^|')
+
+
+def _userinfo(userinfo: str) -> str:
+    """A userinfo as WHATWG writes it before the host: percent-encoded, an empty password without
+    its ":", nothing at all for an empty one (``http://:@h/`` is ``http://h/``)."""
+    user, _, password = userinfo.partition(":")
+    user = quote(user, safe=_USERINFO_SAFE)
+    if password:
+        return f"{user}:{quote(password, safe=_USERINFO_SAFE)}@"
+    return f"{user}@" if user else ""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -449,27 +716,24 @@ def _origin(scheme: str, host: str, port: int | None) -> tuple[Origin, str]:
 # -- the absolute link ---------------------------------------------------------
 
 _TAB_OR_NEWLINE = {9: None, 10: None, 13: None}
-# WHATWG percent-encode sets (path; special-scheme query), plus everything non-ASCII.
-_PATH_UNSAFE = re.compile(r'[^\x21-\x7e]|["<>`{}]')
-_QUERY_UNSAFE = re.compile(r"[^\x21-\x7e]|[\"<>']")
-_PATH_SAFE = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in '"<>`{}#?')
-_QUERY_SAFE = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in "\"<>'#")
-# WHATWG forbidden host code points, less ":" (IPv6 hosts come without brackets).
-_BAD_HOST = re.compile(r"[\x00-\x20#%/<>?@\[\\\]^|\x7f]")
 
 
 # The shape of most URLs on real pages, already in the form the general path
-# below would give them: lower-case http(s), a plain lower-case host, maybe a
-# port, no userinfo, nothing to percent-encode, no empty "?", no ";" in the
+# below would give them: lower-case http(s), a plain lower-case host that does not
+# end in a number (but in dotted decimal), maybe a port, no userinfo, nothing to percent-encode, no ";" in the
 # path (against a base, urljoin reads one as the start of the last segment's
 # params: "/a;" is "/a", "/.;p" is "/;p"). For these the answer is the match
 # itself (fragment cut, "/" for an empty path), about eight times cheaper than
 # urljoin + urlsplit + urlunsplit; tests/test_url_rules.py and
 # tests/test_resolve_refs.py check that both paths agree.
 _FAST = re.compile(
-    r"(https?://[a-z0-9][a-z0-9._-]*(?::([0-9]{1,5}))?)"
+    # the host: labels, the last one starting with a letter (nearly all hosts), or an IPv4 address in
+    # dotted decimal; a last label that starts with a digit may be a number, and a host ending in a
+    # number is another form of an IPv4 address, or none: the general path says which
+    r"(https?://(?:(?:[a-z0-9_-]++\.)*+[a-z_-][a-z0-9_-]*+|"
+    rf"{_DOTTED_DECIMAL})(?::([1-9][0-9]{{0,4}}))?)"
     r"(/[A-Za-z0-9\-._~!$&'()*+,=:@%/]*)?"
-    r"(\?[A-Za-z0-9\-._~!$&()*+,;=:@%/?]+)?"
+    r"(\?[A-Za-z0-9\-._~!$&()*+,;=:@%/?]*)?"
     r"(?:#.*)?\Z",
     re.DOTALL,
 )
@@ -506,7 +770,7 @@ _MAX_PREFIXES = 256
 def _base_of(base: str) -> _Base | None:
     """The parts of ``base`` the fast paths build on; None when it is not of the fast shape."""
     match = _FAST.match(base)
-    if match is None or (match.group(2) is not None and int(match.group(2)) > 65535):
+    if match is None or not _plain_port(*match.group(1, 2)):
         return None
     origin, _, path, _ = match.groups()
     # urljoin's directory of the base: its path up to the last "/", merged as a
@@ -516,22 +780,29 @@ def _base_of(base: str) -> _Base | None:
     return _Base(origin, tuple(_merge((), segments)[:-1]), {})
 
 
+def _plain_port(origin: str, port: str | None) -> bool:
+    """True when the general path writes a ``_FAST`` match's port as it is: none, or one in range
+    that is not the default (WHATWG drops it)."""
+    return port is None or (int(port) <= 65535 and int(port) != (443 if origin[4] == "s" else 80))
+
+
 def _merge(directory: tuple[str, ...], segments: list[str]) -> list[str]:
     """RFC 3986 5.2.3-5.2.4 (merge, remove dot segments) as urljoin does them: the path, less its leading "/".
 
     urljoin differs from the RFC in two ways kept here: it leaves out empty
     segments but the last ("a//b" is "a/b"), and a ".." beyond the root is
-    dropped.  A "." or ".." at the end leaves a trailing "/".
+    dropped.  A "." or ".." at the end leaves a trailing "/".  "%2e" is a dot,
+    as the general path reads it after urljoin (:func:`remove_dot_segments`).
     """
     stack = list(directory)
     last = len(segments) - 1
     for i, segment in enumerate(segments):
-        if segment == "..":
+        if segment in _DOUBLE_DOT:
             if stack:
                 stack.pop()
-        elif segment != "." and (segment or i == last):
+        elif segment not in _DOT and (segment or i == last):
             stack.append(segment)
-    if segments and segments[-1] in (".", ".."):
+    if segments and (segments[-1] in _DOT or segments[-1] in _DOUBLE_DOT):
         stack.append("")
     return stack
 
@@ -545,7 +816,8 @@ def _relative(href: str, base: _Base) -> str | None:
     path, query = match.groups()
     cut = path.rfind("/") + 1
     name = path[cut:]
-    if name == "." or name == "..":  # a last segment that leaves a "/": merged with the rest
+    # a last segment that leaves a "/" (a dot segment: at most 6 characters, "%2e%2e"), merged with the rest
+    if len(name) <= 6 and (name in _DOT or name in _DOUBLE_DOT):
         url = f"{base.origin}/{'/'.join(_merge(base.directory, path.split('/')))}"
     else:
         # Any other last segment is appended to what the segments before it leave (_merge is a
@@ -557,7 +829,7 @@ def _relative(href: str, base: _Base) -> str | None:
                 base.prefixes.clear()
             prefix = base.prefixes[head] = f"{base.origin}/{'/'.join(_merge(base.directory, head.split('/')))}"
         url = prefix + name
-    return f"{url}?{query}" if query else url
+    return url if query is None else f"{url}?{query}"
 
 
 def absolute_url(href: str, base: str) -> str | None:
@@ -565,8 +837,9 @@ def absolute_url(href: str, base: str) -> str | None:
 
     The link a page's ``href``, ``src`` or ``action`` (or a redirect's
     ``Location``) leads to, made fetchable the way a browser would send it:
-    ends stripped and tabs and newlines inside removed, resolved by urljoin,
-    the host lower-cased and IDNA-encoded, the path and query percent-encoded
+    ends stripped and tabs and newlines inside removed, resolved as the WHATWG
+    URL parser resolves it (``\\`` as "/", ``%2e`` dot segments, the host read
+    by the WHATWG host parser, the default port dropped), the path and query percent-encoded
     as UTF-8 with the WHATWG sets.  See the table in the module docstring.
     ``base=""`` takes ``href`` as it is.  For the many hrefs of one page,
     :class:`LinkResolver` gives the same answers at a fraction of the cost.
@@ -585,21 +858,25 @@ def _fast_url(href: str, base: str, parsed: _Base | None) -> str | None:
 
     ``parsed`` is ``_base_of(base)`` (None for ``base=""``), taken apart once by the caller.  An
     answer depends on nothing of ``base`` but ``parsed``'s origin and directory when ``parsed`` is
-    not None: :class:`LinkResolver` shares answers between pages on this ground.
+    not None, but for an empty or fragment-only ``href`` (the page itself): :class:`LinkResolver`
+    shares the others between pages on this ground.
     """
     if href.startswith(("https://", "http://")):
         joined: str | None = href
+    elif not href or href[0] == "#":  # the page itself (hrefs="#", "#top": one a page, many on wikis)
+        joined = base if parsed is not None else None
     elif href.startswith("//"):
         joined = base[: base.find(":") + 1] + href if base.startswith(("https:", "http:")) else None
     elif href.startswith("/"):
-        joined = parsed.origin + href if parsed is not None and not _dot_segment(href) else None
+        joined = parsed.origin + href if parsed is not None else None
     else:
         return _relative(href, parsed) if parsed is not None else None
     if joined is not None:
         match = _FAST.match(joined)
         if match:
             origin, port, path, query = match.groups()
-            if port is None or int(port) <= 65535:  # a port out of range makes it no URL: the general path says so
+            if (port is None or _plain_port(origin, port)) and (
+                    path is None or ("/." not in path and "/%2" not in path) or not _dot_segment(path)):
                 return f"{origin}{path or '/'}{query or ''}"
     return None
 
@@ -654,6 +931,8 @@ class LinkResolver:
         url = _fast_url(stripped, self.base, self._parsed)
         if url is None:
             url = cache[href] = _absolute_general(stripped, self.base)
+        elif not stripped or stripped[0] == "#":  # the page itself: this page's answer, not its directory's
+            cache[href] = url
         else:
             self._shared[href] = url
         return url
@@ -672,44 +951,44 @@ def _directory_cache(origin: str, directory: tuple[str, ...]) -> dict[str, str |
 
 
 def _absolute_general(href: str, base: str) -> str | None:
-    """``absolute_url`` for any href (already stripped): urljoin, then check and percent-encode."""
+    """``absolute_url`` for any href (already stripped): read as WHATWG reads it (``_special_form``),
+    urljoin, then check the host and percent-encode."""
     if "\t" in href or "\n" in href or "\r" in href:
         # removed before anything else reads the href, as the WHATWG URL parser does
         href = href.translate(_TAB_OR_NEWLINE)
+    if "\\" in href or href.startswith("//") or href[:4].lower() == "http":  # else _special_form changes nothing
+        base_scheme = base[: base.find(":")].lower() if base else None
+        href = _special_form(href, base_scheme if base_scheme in DEFAULT_PORTS else None)
+    if "%2" in href:
+        # urljoin merges only literal dots: "%2e/.." is "" to WHATWG, and the segment "%2e" less to urljoin
+        href = _escaped_dot_segment.sub(_literal_dots, href[:_query_start(href)]) + href[_query_start(href):]
     try:
         parts = urlsplit(urljoin(base, href) if base else href)
         scheme = parts.scheme
         if scheme != "http" and scheme != "https":
             return None
-        host = parts.hostname  # lower-cased, without brackets or port
         port = parts.port  # ValueError unless empty or 0-65535
+        userinfo, host = _authority(parts.netloc)
     except ValueError:
         return None
     if not host:
         return None
-    netloc = parts.netloc
-    if not host.isascii():
-        try:
-            host = _a_labels(host)
-        except UnicodeError:
-            return None
-        netloc = ""
-    if _BAD_HOST.search(host):
-        return None
-    if not netloc or netloc != netloc.lower():
-        userinfo = parts.netloc.rpartition("@")[0]
-        netloc = bracketed(host)
-        if port is not None:
-            netloc = f"{netloc}:{port}"
-        if userinfo:
-            netloc = f"{userinfo}@{netloc}"
+    netloc = bracketed(host)
+    if port is not None and port != DEFAULT_PORTS[scheme]:
+        netloc = f"{netloc}:{port}"
+    if userinfo:
+        netloc = _userinfo(userinfo) + netloc
     path = parts.path or "/"
-    if _PATH_UNSAFE.search(path):
-        path = quote(path, safe=_PATH_SAFE)
-    query = parts.query
-    if query and _QUERY_UNSAFE.search(query):
-        query = quote(query, safe=_QUERY_SAFE)
-    return urlunsplit((scheme, netloc, path, query, ""))
+    if ("/." in path or "%2" in path) and _dot_segment(path):
+        path = remove_dot_segments(path)  # urljoin leaves those of an absolute href, and every "%2e"
+    query: str | None = parts.query
+    if not query:
+        # urlsplit (and urljoin) lose an empty query, which WHATWG keeps: the href's own, or the
+        # base's when the href is no more than a fragment
+        reference = href.partition("#")[0]
+        query = _empty_query(reference if reference or not base else base)
+    path, query = _percent_encoded(path, query)
+    return f"{scheme}://{netloc}{path}" if query is None else f"{scheme}://{netloc}{path}?{query}"
 
 
 # -- allowed domains -------------------------------------------------------------
@@ -797,7 +1076,7 @@ def _domain_name(host: str, wildcard: bool) -> str:
     if "*" in host:
         raise ValueError("a * stands only in front, for the names below a domain: *.example.com")
     host = normal_host(host)  # ValueError for a name IDNA cannot encode
-    if not host or _BAD_HOST.search(host) or "" in host.split("."):
+    if not host or "" in host.split("."):
         raise ValueError("not a host name or address")
     if wildcard and _ip_version(host) == 4:
         raise ValueError("*. stands for the names below a domain, and an address has none")
@@ -963,8 +1242,8 @@ class NoProxy:
             try:
                 name = normal_host(text.lstrip("."))
             except ValueError as exc:
-                raise ValueError(f"{entry!r}: {exc}") from None
-            if not name or _bad_host_char(name) or ":" in name or "/" in name:
+                raise ValueError(f"{entry!r} is neither a host name nor an IP address or network: {exc}") from None
+            if not name or ":" in name:  # an address with a port (normal_host lets a ":" through as IPv6)
                 raise ValueError(f"{entry!r} is neither a host name nor an IP address or network")
             names.append(name)
         self._names = tuple(names)
