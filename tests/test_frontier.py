@@ -283,7 +283,7 @@ def test_add_counts_new_urls_and_ignores_known_ones_in_any_form(frontier: Fronti
     assert frontier.add(["ftp://a.test/", "mailto:x@a.test", "/relative", "http://", "http://[::1/"]) == 0
     assert frontier.add([]) == 0
     assert frontier.add(["https://a.test/x"]) == 1  # another scheme is another URL
-    assert frontier.add(["http://a.test/x?"]) == 0  # an empty query is no query
+    assert frontier.add(["http://a.test/x?"]) == 1  # an empty query is kept, as WHATWG keeps it: another URL
     assert frontier.add(["http://a.test/x?a=1", "http://a.test/x?A=1"]) == 2  # the query's case counts
 
     # Known in any state: a done or failed URL is not added again.

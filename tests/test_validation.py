@@ -43,7 +43,7 @@ def test_register_rejects_bad_method_and_type() -> None:
         ("read_timeout", float("nan")), ("request_timeout", 0), ("low_speed_limit", -5),
         ("host_delay", -0.1), ("host_delay_jitter", 1.5), ("max_body_size", 0), ("max_header_size", -1),
         ("max_redirects", -1), ("dns_cache_ttl", -1), ("resolver", "getaddrinfo"), ("user_agent", ""),
-        ("headers", {"X": 1}), ("resolve", {"a.test": "not-an-ip"}), ("resolve", {"b\u00fccher..test": "127.0.0.1"}),
+        ("headers", {"X": 1}), ("resolve", {"a.test": "not-an-ip"}), ("resolve", {"xn--\u00fc.test": "127.0.0.1"}),
         ("resolve", {"b\u00fccher.test:80": "127.0.0.1", "xn--bcher-kva.test:80": "127.0.0.2"}), ("allowed_ports", [0]),
         ("allowed_ports", []), ("deny_networks", ["galaxy"]), ("deny_networks", "private"),
         ("max_pending", 0), ("max_completed", -3),
