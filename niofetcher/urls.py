@@ -456,6 +456,17 @@ def _parse_target_general(url: str) -> Target:
     return Target(origin, host_header, parts.target)
 
 
+def normal_or_none(url: str | None) -> str | None:
+    """:func:`normalize_url` of ``url``, or None for None and for what it refuses: the frontier's
+    form of a link that may lead nowhere."""
+    if url is None:
+        return None
+    try:
+        return normalize_url(url)
+    except ValueError:
+        return None
+
+
 def normalize_url(url: str) -> str:
     """The form a URL is stored and de-duplicated in.
 
@@ -619,14 +630,19 @@ def _backslashes_as_slashes(text: str) -> str:
     return text[:end].replace("\\", "/") + text[end:]
 
 
-def _query_start(text: str) -> int:
-    """Where the query or fragment of a reference starts: its first "?" or "#", else its end."""
+def _first_of(text: str, delimiters: str) -> int:
+    """Where the first of ``delimiters`` stands in ``text``, else its end."""
     end = len(text)
-    for delimiter in "?#":
+    for delimiter in delimiters:
         found = text.find(delimiter, 0, end)
         if found >= 0:
             end = found
     return end
+
+
+def _query_start(text: str) -> int:
+    """Where the query or fragment of a reference starts: its first "?" or "#", else its end."""
+    return _first_of(text, "?#")
 
 
 # A dot segment with an escaped dot in a path ("%2e", "%2E%2e", ".%2e", ...).
@@ -639,12 +655,7 @@ def _literal_dots(match: re.Match[str]) -> str:
 
 def _authority_end(text: str) -> int:
     """Where the authority at the start of ``text`` ends: at its first "/", "?" or "#"."""
-    end = len(text)
-    for delimiter in "/?#":
-        found = text.find(delimiter, 0, end)
-        if found >= 0:
-            end = found
-    return end
+    return _first_of(text, "/?#")
 
 
 def _ambiguous_authority(url: str) -> bool:

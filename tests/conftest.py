@@ -10,10 +10,12 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,6 +25,20 @@ if TYPE_CHECKING:
     from niofetcher import FetchResult, NIOFetcher
 
 MakeServer = Callable[..., RawServer]
+
+
+@pytest.fixture
+def small_disk() -> Iterator[Path]:
+    """A tmpfs of 512 KiB, mounted for the test: a real filesystem that really fills up."""
+    with tempfile.TemporaryDirectory(prefix="niofetcher-small-disk-") as folder:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", folder],
+                                 capture_output=True, text=True, check=False)
+        if mounted.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or mounted.returncode}")
+        try:
+            yield Path(folder)
+        finally:
+            subprocess.run(["umount", "-l", folder], check=False)
 
 
 @pytest.fixture

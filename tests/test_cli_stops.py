@@ -24,9 +24,7 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -141,20 +139,6 @@ def test_a_new_crawl_appends_to_an_existing_out_file(tmp_path: Path) -> None:
 
 
 # -- full disks and other I/O errors ------------------------------------------------------------
-
-
-@pytest.fixture
-def small_disk() -> Iterator[Path]:
-    """A tmpfs of 512 KiB, mounted for the test: a real filesystem that really fills up."""
-    with tempfile.TemporaryDirectory(prefix="niofetcher-small-disk-") as folder:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", folder],
-                                 capture_output=True, text=True, check=False)
-        if mounted.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or mounted.returncode}")
-        try:
-            yield Path(folder)
-        finally:
-            subprocess.run(["umount", "-l", folder], check=False)
 
 
 def fill(disk: Path, leave: int) -> None:

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import pytest
 
 from niofetcher.crawl.parse import EXTRACTORS, extract
-from niofetcher.urls import absolute_url, normalize_url
+from niofetcher.urls import absolute_url, normal_or_none
 
 DATA = Path(__file__).parent / "data" / "wpt-url" / "urltestdata.json"
 
@@ -105,18 +105,9 @@ def _expected(case: Case) -> tuple[str | None, str | None]:
     return link, _ESCAPE.sub(lambda match: match.group().upper(), normal)
 
 
-def _normal(url: str | None) -> str | None:
-    if url is None:
-        return None
-    try:
-        return normalize_url(url)
-    except ValueError:
-        return None
-
-
 def _outcome(case: Case) -> tuple[str | None, str | None]:
     link = absolute_url(case.input, case.base or "")
-    return link, _normal(case.input if case.base is None else link)
+    return link, normal_or_none(case.input if case.base is None else link)
 
 
 def _agrees(case: Case) -> bool:

@@ -24,10 +24,9 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -178,20 +177,6 @@ def test_a_run_whose_batches_the_resume_cuts_away_loses_its_warcinfo_with_them(t
     assert cut_away not in ids(split)
     assert [fields["http-header-user-agent"] for fields in warcinfo_fields(warc)] == ["run/1", "run/3"]
     assert_warcio_checks_and_indexes(warc, 2 + 2 * 3)
-
-
-@pytest.fixture
-def small_disk() -> Iterator[Path]:
-    """A tmpfs of 512 KiB, mounted for the test: a real filesystem that really fills up."""
-    with tempfile.TemporaryDirectory(prefix="niofetcher-small-disk-") as folder:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", folder],
-                                 capture_output=True, text=True, check=False)
-        if mounted.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or mounted.returncode}")
-        try:
-            yield Path(folder)
-        finally:
-            subprocess.run(["umount", "-l", folder], check=False)
 
 
 def test_a_batch_that_fills_the_disk_takes_the_warcinfo_and_the_next_batch_writes_it_again(

@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 from lxml import etree  # type: ignore[import-untyped,unused-ignore]
 
 from ..models import FetchResult
-from ..urls import Origin, absolute_url, host_key, normalize_url, parse_target
+from ..urls import Origin, absolute_url, host_key, normal_or_none, normalize_url, parse_target
 from .frontier import FrontierURL
 from .policy import LinkScope, is_redirect
 from .robots import RobotsRules
@@ -348,7 +348,7 @@ class Sitemaps:
         listed: list[tuple[str, str | None]] = []
         foreign = 0
         for loc, lastmod in sitemap.entries:
-            page = _normal(absolute_url(loc, base))
+            page = normal_or_none(absolute_url(loc, base))
             if page is None or not self._scope.in_scope(page):
                 continue
             if page.startswith(allowed):
@@ -368,7 +368,7 @@ class Sitemaps:
         what vouches for them kept (added up when a sitemap is named twice).  ``probe``: made up by
         the crawl; a sitemap named by anyone (robots.txt, an index) is none, even if made up too."""
         entries: list[Entry] = []
-        for url in dict.fromkeys(normal for normal in map(_normal, urls) if normal is not None):
+        for url in dict.fromkeys(normal for normal in map(normal_or_none, urls) if normal is not None):
             if not self._scope.in_scope(url):
                 continue
             known = self._known.get(url)
@@ -389,16 +389,6 @@ class Sitemaps:
                     self._probes.add(url)
             entries.append((url, depth, parent, SITEMAP_PRIORITY))
         return entries
-
-
-def _normal(url: str | None) -> str | None:
-    """``url`` in the frontier's normal form; None for None or what the frontier would not take."""
-    if url is None:
-        return None
-    try:
-        return normalize_url(url)
-    except ValueError:
-        return None
 
 
 def _directory(url: str) -> str:
