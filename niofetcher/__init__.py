@@ -19,6 +19,7 @@ from .errors import ErrorKind
 from .fetcher import NIOFetcher
 from .models import Exchange, FetcherStats, FetchResult, HostStats, URLBean
 from .protocols import FetchedHandler, Fetcher, URLRegister
+from .throttle import Throttle
 from .urls import Origin
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ __all__ = [
     "NIOFetcher",
     "Origin",
     "PageLinks",
+    "Throttle",
     "URLBean",
     "URLRegister",
     "__version__",

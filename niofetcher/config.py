@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._version import __version__
+from .throttle import Throttle
 from .urls import NoProxy, Proxy, normal_host, parse_proxy
 
 Sockaddr = tuple[Any, ...]  # (host, port) or (host, port, flowinfo, scope_id), as socket.connect() takes it
@@ -76,6 +77,7 @@ class FetcherConfig:
     proxy: str | None = field(default=None, repr=False)  # its password must stay out of logs
     no_proxy: Sequence[str] = ()
     max_connections_per_proxy: int | None = None
+    throttle: Throttle | None = None
 
     def __post_init__(self) -> None:
         _positive_int(self, "max_connections")
@@ -95,6 +97,8 @@ class FetcherConfig:
         _positive_time(self, "dns_cache_ttl", allow_zero=True)
         if not 0.0 <= self.host_delay_jitter <= 1.0:
             raise ValueError(f"host_delay_jitter must be within [0, 1], not {self.host_delay_jitter!r}")
+        if self.throttle is not None and not isinstance(self.throttle, Throttle):
+            raise ValueError(f"throttle must be a Throttle or None, not {self.throttle!r}")
         if self.resolver is not None and not callable(self.resolver):
             raise ValueError(f"resolver must be callable, not {self.resolver!r}")
         if not isinstance(self.user_agent, str) or not self.user_agent:

@@ -45,6 +45,7 @@ from .request import (
     Task,
 )
 from .resolver import ResolverPool
+from .throttle import Throttle, retry_after
 from .transport import tls_context
 from .urls import Origin, Target, parse_target, redirect_url, split_credentials
 
@@ -181,6 +182,8 @@ class Engine:
                 requests_served=slot.served,
                 mean_queue_wait=slot.wait_sum / slot.dispatched if slot.dispatched else 0.0,
                 max_queue_wait=slot.wait_max,
+                delay=max(slot.delay, slot.throttle_delay),
+                backoffs=slot.backoffs,
             )
             for slot in slots
         }
@@ -394,6 +397,9 @@ class Engine:
         """``conn`` brought ``task``'s response: a result or the next hop; the connection idles or closes."""
         status = response.status
         self._exchange_ended(task, conn.slot)
+        throttle = self.config.throttle
+        if throttle is not None:
+            self._throttle(throttle, conn.slot, task, status, response.headers)
         self._keep_or_close(conn)
         location = header_value(response.headers, "location") if status in REDIRECT_STATUSES else None
         if location is not None and self.config.follow_redirects:
@@ -408,6 +414,9 @@ class Engine:
         """``task`` failed on ``conn`` (closed by now), after ``head`` if one came (the response as far as it
         came, body included, which the result keeps): a replay or a result."""
         self._exchange_ended(task, conn.slot, served=False)
+        throttle = self.config.throttle
+        if throttle is not None:
+            self._throttle(throttle, conn.slot, task, None, [])
         if replayable and not task.replayed and self.phase < _CANCELLING and task.method in IDEMPOTENT_METHODS:
             task.replayed = True
             task.needs_fresh_connection = True
@@ -475,6 +484,19 @@ class Engine:
         task.state = ROUTING
         self.counters.in_flight -= 1
         self.table.exchange_ended(slot, served, self.loop.now)
+
+    def _throttle(
+        self, throttle: Throttle, slot: HostSlot, task: Task, status: int | None, headers: list[tuple[str, str]]
+    ) -> None:
+        """Move ``slot``'s throttled delay by how the exchange went: ``status`` None for a failure."""
+        now = self.loop.now
+        if status is not None and status in throttle.backoff_statuses:
+            wait = retry_after(header_value(headers, "retry-after"), time.time())
+            self.table.throttled(slot, throttle.backed_off(slot.throttle_delay),
+                                 now + wait if wait is not None else now, now)
+        else:
+            good = status is not None and status < 500
+            self.table.throttled(slot, throttle.eased(slot.throttle_delay, now - task.dispatched_at, good), None, now)
 
     def _keep_or_close(self, conn: Connection) -> None:
         """After a response: back to the idle pool, unless it may not serve another request."""

@@ -189,3 +189,5 @@ class HostStats:
     requests_served: int
     mean_queue_wait: float
     max_queue_wait: float
+    delay: float = 0.0  # between request starts now: host_delay, a set delay or the Throttle's, the largest
+    backoffs: int = 0  # answers with a Throttle's backoff status (429, 503)

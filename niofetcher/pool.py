@@ -100,6 +100,8 @@ class HostSlot:
     start_until: float = math.inf  # its gate: no request starts at or after it (module docstring)
     ready_entry: tuple[int, int, int, HostSlot] | None = field(default=None, repr=False)
     delay_timer_armed: bool = field(default=False, repr=False)
+    throttle_delay: float = 0.0  # the Throttle's delay (throttle.py): the larger of it and ``delay`` holds
+    backoffs: int = 0  # answers that asked it to slow down (429, 503)
     tls_session: ssl.SSLSession | None = field(default=None, repr=False)  # resumed by the next connection
     parked: str | None = field(default=None, repr=False)  # the proxy it waits on for a place (module docstring)
     woken: str | None = field(default=None, repr=False)  # the proxy whose free place it was woken for
@@ -111,9 +113,10 @@ class HostSlot:
 
     def next_delay(self) -> float:
         """The gap before this host's next request start, randomised by ± jitter."""
+        delay = max(self.delay, self.throttle_delay)
         if self.jitter:
-            return self.delay * (1.0 + random.uniform(-self.jitter, self.jitter))
-        return self.delay
+            return delay * (1.0 + random.uniform(-self.jitter, self.jitter))
+        return delay
 
 
 def _tasks_only(entry: PendingURL, origin: Origin) -> Task:
@@ -219,6 +222,15 @@ class HostTable:
         slot = self.slots.get(origin) or self.recent.get(origin)
         if slot is not None:
             slot.delay = delay
+            self.refresh(slot, now)
+
+    def throttled(self, slot: HostSlot, delay: float, pause_until: float | None, now: float) -> None:
+        """``slot``'s throttled delay is ``delay`` from its next start on; with ``pause_until`` (a backoff),
+        none of its requests starts before then, nor before ``delay`` from now."""
+        slot.throttle_delay = delay
+        if pause_until is not None:
+            slot.backoffs += 1
+            slot.next_start_at = max(slot.next_start_at, now + delay, pause_until)
             self.refresh(slot, now)
 
     def set_gate(self, origin: Origin, start_until: float | None, now: float) -> None:
@@ -405,7 +417,7 @@ class HostTable:
             slot.dispatched += 1
             slot.wait_sum += wait
             slot.wait_max = max(slot.wait_max, wait)
-            if slot.delay:
+            if slot.delay or slot.throttle_delay:
                 slot.next_start_at = now + slot.next_delay()
             return Assignment(slot, task, conn, evict, evict_for_proxy)
         return None

@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from .._version import __version__
 from ..config import FetcherConfig, MiB
+from ..throttle import Throttle
 from ..urls import parse_target
 from .errors import UsageError
 
@@ -214,6 +215,15 @@ def _add_fetcher_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--user-agent", default=None, metavar="UA",
                         help="the User-Agent header, and the name robots.txt rules are read for "
                              "(default niofetcher/VERSION)")
+    parser.add_argument("--throttle", action="store_true",
+                        help="per-host delays that follow the server: toward its latency / "
+                             "--target-concurrency while answers are good, at least doubled by a 429 or "
+                             "503, which also pauses the host until its Retry-After")
+    parser.add_argument("--target-concurrency", type=_positive_float, metavar="X",
+                        help="with --throttle: requests a server should be serving for us at once (default 1)")
+    parser.add_argument("--max-delay", type=_positive_float, metavar="S",
+                        help="with --throttle: the longest throttled delay (default 60; a longer "
+                             "Retry-After still pauses the host, up to an hour)")
     parser.add_argument("--connect-timeout", type=_positive_float, default=10.0, metavar="S",
                         help="seconds to resolve and connect")
     parser.add_argument("--read-timeout", type=_positive_float, default=30.0, metavar="S",
@@ -353,6 +363,7 @@ def config_from(args: argparse.Namespace, **extra: object) -> FetcherConfig:
     }
     if args.user_agent is not None:
         options["user_agent"] = args.user_agent
+    options["throttle"] = _throttle(args)
     options.update(extra)
     try:
         return FetcherConfig(**options)
@@ -361,6 +372,17 @@ def config_from(args: argparse.Namespace, **extra: object) -> FetcherConfig:
         field = re.match(r"\w*", text)[0]  # type: ignore[index]  # \w* always matches
         option = _OPTION_OF.get(field)
         raise UsageError(option + text[len(field):] if option else text) from None
+
+
+def _throttle(args: argparse.Namespace) -> Throttle | None:
+    """The Throttle of --throttle and the options that tune it; UsageError for those without it."""
+    tuning = {"target_concurrency": args.target_concurrency, "max_delay": args.max_delay}
+    if not args.throttle:
+        for name, value in tuning.items():
+            if value is not None:
+                raise UsageError(f"--{name.replace('_', '-')} tunes --throttle, which is not given")
+        return None
+    return Throttle(**{name: value for name, value in tuning.items() if value is not None})
 
 
 def _integer(text: str, minimum: int) -> int:

@@ -1,0 +1,96 @@
+"""Throttle: per-host delays that follow the server's latency and its 429/503 answers.
+
+A host's throttled delay moves toward ``latency / target_concurrency`` (halfway
+at each answer, so one slow answer does not set it alone) while answers are
+good; a backoff status (429, 503) at least doubles it and pauses the whole host
+until its ``Retry-After`` has passed; later good answers bring it back down
+step by step.  It is one floor among the others of a host's delay
+(``host_delay``, a robots.txt Crawl-delay set through ``set_host_delay``): the
+host table starts requests at the largest of them.  The arithmetic is here; the
+host table (``pool``) keeps each host's figures and the engine feeds it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import math
+from dataclasses import dataclass
+
+#: The longest a Retry-After pauses a host, whatever it says (DESIGN.md: "up to an hour").
+MAX_PAUSE = 3600.0
+
+# The first backoff of a host whose delay was 0: doubling nothing would leave it at 0.
+FIRST_BACKOFF = 1.0
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """Politeness that listens (FetcherConfig.throttle); times in seconds.  Invalid values raise ValueError.
+
+    Attributes:
+        target_concurrency: how many requests the server should be serving for us at once, on
+            average: the delay goes toward ``latency / target_concurrency``.
+        min_delay: the throttled delay's floor.
+        max_delay: its ceiling; a longer Retry-After still pauses the host that long (up to an hour).
+        backoff_statuses: the statuses that say "slow down".
+    """
+
+    target_concurrency: float = 1.0
+    min_delay: float = 0.0
+    max_delay: float = 60.0
+    backoff_statuses: tuple[int, ...] = (429, 503)
+
+    def __post_init__(self) -> None:
+        if not _finite_number(self.target_concurrency) or self.target_concurrency <= 0:
+            raise ValueError(f"target_concurrency must be a positive number, not {self.target_concurrency!r}")
+        for name in ("min_delay", "max_delay"):
+            value = getattr(self, name)
+            if not _finite_number(value) or value < 0:
+                raise ValueError(f"{name} must be a non-negative number of seconds, not {value!r}")
+        if self.min_delay > self.max_delay:
+            raise ValueError(f"min_delay {self.min_delay!r} is above max_delay {self.max_delay!r}")
+        statuses = self.backoff_statuses
+        if (not isinstance(statuses, tuple)
+                or not all(type(status) is int and 100 <= status <= 599 for status in statuses)):
+            raise ValueError(f"backoff_statuses must be a tuple of HTTP status codes, not {statuses!r}")
+
+    def eased(self, delay: float, latency: float, good: bool) -> float:
+        """The delay after an answer that took ``latency`` seconds: halfway toward its target.
+
+        An answer that is not good (a 5xx not among the backoff statuses, a failure) may raise the
+        delay toward a slow server's latency but never lowers it.
+        """
+        target = latency / self.target_concurrency
+        eased = (delay + target) / 2
+        if not good and eased < delay:
+            return delay
+        return min(max(eased, self.min_delay), self.max_delay)
+
+    def backed_off(self, delay: float) -> float:
+        """The delay after a backoff status: at least doubled, within [min_delay, max_delay]."""
+        return min(max(2 * delay, FIRST_BACKOFF, self.min_delay), self.max_delay)
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """Seconds a ``Retry-After`` value asks to wait from ``now`` (wall-clock time), at most MAX_PAUSE.
+
+    RFC 9110 10.2.3: a number of seconds or an HTTP-date.  A date in the past is 0; a negative
+    number, a fraction, garbage or nothing is None (the backoff delay alone applies).
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return min(float(int(text)), MAX_PAUSE)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000", a zone not known: HTTP-dates are GMT
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return min(max(when.timestamp() - now, 0.0), MAX_PAUSE)
+
+
+def _finite_number(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]

@@ -1,0 +1,221 @@
+"""Throttle: politeness that listens (DESIGN.md "Throttle"; issue 28, item 1).
+
+Real loopback servers note when each request arrives; the assertions are on
+those times, from the server's side.  One negative control runs the same
+server without a Throttle and sees the host hammered on.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import itertools
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from rawserver import ConnInfo, Handler, RawServer, http_response, read_request
+
+from niofetcher import FetcherConfig, NIOFetcher, Throttle
+from niofetcher.throttle import MAX_PAUSE, retry_after
+
+Answer = Callable[[int, bytes], tuple[int, list[tuple[str, str]], float]]  # (n, path) -> status, headers, latency
+
+
+class Arrivals:
+    """A keep-alive handler that notes (path, monotonic time) of every request and answers by ``answer``."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.seen: list[tuple[bytes, float]] = []
+        self._lock = threading.Lock()
+
+    def handler(self) -> Handler:
+        def handle(sock: socket.socket, info: ConnInfo) -> None:
+            while True:
+                head = read_request(sock, info)
+                if head is None:
+                    return
+                path = head.split(b" ", 2)[1]
+                with self._lock:
+                    n = len(self.seen)
+                    self.seen.append((path, time.monotonic()))
+                status, headers, latency = self.answer(n, path)
+                if latency:
+                    info.sleep(latency)
+                sock.sendall(http_response(status, b"x" if status != 304 else b"", headers))
+
+        return handle
+
+    def times(self) -> list[float]:
+        return [at for _, at in self.seen]
+
+
+@pytest.fixture
+def server() -> Iterator[Callable[[Answer], tuple[RawServer, Arrivals]]]:
+    started: list[RawServer] = []
+
+    def start(answer: Answer) -> tuple[RawServer, Arrivals]:
+        arrivals = Arrivals(answer)
+        srv = RawServer(arrivals.handler()).start()
+        started.append(srv)
+        return srv, arrivals
+
+    yield start
+    for srv in started:
+        srv.stop()
+
+
+def fetch_all(config: FetcherConfig, urls: list[str]) -> list[int | None]:
+    with NIOFetcher(config) as fetcher:
+        for url in urls:
+            assert fetcher.register(url)
+        return [result.status for result in fetcher.results()]
+
+
+def one_429_first(retry: str | None) -> Answer:
+    def answer(n: int, path: bytes) -> tuple[int, list[tuple[str, str]], float]:
+        if n == 0:
+            return 429, [("Retry-After", retry)] if retry is not None else [], 0.0
+        return 200, [], 0.0
+    return answer
+
+
+def test_a_429_pauses_the_whole_host_until_retry_after(server: Callable[[Answer], tuple[RawServer, Arrivals]]) -> None:
+    srv, arrivals = server(one_429_first("2"))
+    config = FetcherConfig(max_connections_per_host=1, throttle=Throttle(max_delay=0.1))
+    statuses = fetch_all(config, [srv.url(f"/p{i}") for i in range(4)])
+    assert sorted(statuses, key=lambda status: status or 0) == [200, 200, 200, 429]  # the fetcher does not retry
+    times = arrivals.times()
+    assert times[1] - times[0] >= 1.9  # every other URL of the host waited for the Retry-After
+    assert times[-1] - times[1] < 1.0  # and then went on at the throttled pace (max_delay 0.1)
+
+
+def test_without_a_throttle_the_host_is_not_paused(server: Callable[[Answer], tuple[RawServer, Arrivals]]) -> None:
+    srv, arrivals = server(one_429_first("2"))  # the negative control of the test above
+    fetch_all(FetcherConfig(max_connections_per_host=1), [srv.url(f"/p{i}") for i in range(4)])
+    times = arrivals.times()
+    assert times[-1] - times[0] < 1.0
+
+
+def test_another_host_is_not_held_back(server: Callable[[Answer], tuple[RawServer, Arrivals]]) -> None:
+    slow_down, _ = server(one_429_first("3"))
+    other, other_arrivals = server(lambda n, path: (200, [], 0.0))
+    config = FetcherConfig(max_connections_per_host=1, throttle=Throttle(max_delay=0.1))
+    started = time.monotonic()
+    fetch_all(config, [slow_down.url("/a"), slow_down.url("/b"), *(other.url(f"/o{i}") for i in range(5))])
+    assert len(other_arrivals.seen) == 5
+    assert max(other_arrivals.times()) - started < 2.0  # done while the first host was paused
+
+
+def test_a_backoff_doubles_the_delay_and_good_answers_bring_it_back_down(
+    server: Callable[[Answer], tuple[RawServer, Arrivals]],
+) -> None:
+    statuses = {1: 503, 2: 503}  # two backoffs (no Retry-After), then good answers
+    srv, arrivals = server(lambda n, path: (statuses.get(n, 200), [], 0.0))
+    throttle = Throttle(max_delay=4.0)
+    with NIOFetcher(FetcherConfig(max_connections_per_host=1, throttle=throttle)) as fetcher:
+        for i in range(3):
+            fetcher.register(srv.url(f"/p{i}"))
+        list(fetcher.results())
+        [stats] = fetcher.host_stats().values()
+        assert stats.backoffs == 2
+        assert stats.delay == pytest.approx(2.0, abs=0.05)  # 1 s (from 0), doubled
+        for i in range(3, 9):
+            fetcher.register(srv.url(f"/p{i}"))
+        list(fetcher.results())
+        [stats] = fetcher.host_stats().values()
+    assert stats.delay < 0.1  # halved at each good, fast answer: 2 / 2**6
+    gaps = [b - a for a, b in itertools.pairwise(arrivals.times())]
+    assert gaps[1] >= 0.95 and gaps[2] >= 1.9  # after the first and the second backoff
+
+
+def test_the_delay_follows_latency_toward_target_concurrency(
+    server: Callable[[Answer], tuple[RawServer, Arrivals]],
+) -> None:
+    srv, _ = server(lambda n, path: (200, [], 0.2))
+    config = FetcherConfig(max_connections_per_host=4, throttle=Throttle(target_concurrency=2.0))
+    with NIOFetcher(config) as fetcher:
+        for i in range(12):
+            fetcher.register(srv.url(f"/p{i}"))
+        list(fetcher.results())
+        [stats] = fetcher.host_stats().values()
+    assert 0.06 <= stats.delay <= 0.11  # toward 0.2 s / 2
+    assert srv.max_open <= 4
+
+
+def test_never_below_host_delay_or_min_delay(server: Callable[[Answer], tuple[RawServer, Arrivals]]) -> None:
+    srv, arrivals = server(lambda n, path: (200, [], 0.0))
+    config = FetcherConfig(max_connections_per_host=2, host_delay=0.2, throttle=Throttle(min_delay=0.1))
+    with NIOFetcher(config) as fetcher:
+        for i in range(5):
+            fetcher.register(srv.url(f"/p{i}"))
+        list(fetcher.results())
+        [stats] = fetcher.host_stats().values()
+    times = arrivals.times()
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.18
+    assert stats.delay == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("value", ["garbage", "-5", "1.5", "", "Thu, 01 Jan 1970 00:00:00 GMT"])
+def test_a_retry_after_of_no_use_pauses_for_the_backoff_delay_only(
+    server: Callable[[Answer], tuple[RawServer, Arrivals]], value: str,
+) -> None:
+    srv, arrivals = server(one_429_first(value))
+    config = FetcherConfig(max_connections_per_host=1, throttle=Throttle(max_delay=0.3))
+    fetch_all(config, [srv.url(f"/p{i}") for i in range(3)])
+    times = arrivals.times()
+    assert 0.25 <= times[1] - times[0] < 1.5  # the backoff delay (1 s, capped at max_delay 0.3)
+
+
+def test_retry_after_values() -> None:
+    now = time.time()
+    assert retry_after("120", now) == 120.0
+    assert retry_after(" 7 ", now) == 7.0
+    assert retry_after("99999999999999999999", now) == MAX_PAUSE  # huge: an hour at most
+    assert retry_after(email.utils.formatdate(now + 30, usegmt=True), now) == pytest.approx(30, abs=1.5)
+    assert retry_after(email.utils.formatdate(now + 10 * 86400, usegmt=True), now) == MAX_PAUSE
+    assert retry_after(email.utils.formatdate(now - 30, usegmt=True), now) == 0.0  # in the past
+    for value in (None, "", "soon", "-1", "1.5", "Thu, 99 Foo 2020 00:00:00 GMT"):
+        assert retry_after(value, now) is None
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"target_concurrency": 0}, {"target_concurrency": -1.0}, {"target_concurrency": float("nan")},
+    {"min_delay": -1}, {"max_delay": float("inf")}, {"min_delay": 2.0, "max_delay": 1.0},
+    {"backoff_statuses": [429]}, {"backoff_statuses": (42,)}, {"backoff_statuses": ("429",)},
+])
+def test_a_throttle_refuses_nonsense(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        Throttle(**kwargs)  # type: ignore[arg-type]
+
+
+def test_fetcher_config_takes_only_a_throttle() -> None:
+    with pytest.raises(ValueError, match="throttle"):
+        FetcherConfig(throttle=2.0)  # type: ignore[arg-type]
+
+
+def test_the_command_line_throttles(server: Callable[[Answer], tuple[RawServer, Arrivals]], tmp_path: Path) -> None:
+    srv, arrivals = server(one_429_first("1"))
+    out = tmp_path / "results.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "niofetcher", "fetch", "--throttle", "--max-delay", "0.2", "--per-host", "1",
+         "--out", str(out), *(srv.url(f"/p{i}") for i in range(3))],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(json.loads(line)["status"] for line in out.read_text().splitlines()) == [200, 200, 429]
+    times = arrivals.times()
+    assert times[1] - times[0] >= 0.95
+
+
+def test_a_tuning_option_without_throttle_is_a_usage_error() -> None:
+    done = subprocess.run([sys.executable, "-m", "niofetcher", "fetch", "--max-delay", "3", "http://127.0.0.1:9/"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["niofetcher: error: --max-delay tunes --throttle, which is not given"]
