@@ -2,8 +2,11 @@
 
 The fetcher (the modules directly in ``niofetcher/``) knows nothing of the
 crawler, the command line or the test site; the crawler knows nothing of the
-command line; the test site is the standard library only. A module that breaks
-the rule fails here with the line that does it.
+command line; the test site is the standard library only. Above
+``crawl/frontier/`` nothing imports or names a database driver (sqlite3,
+psycopg) nor a backend's module: ``open_frontier()`` opens a frontier and
+``FrontierError`` carries its failures (issue 26). A module that breaks
+a rule fails here with the line that does it.
 """
 
 from __future__ import annotations
@@ -89,6 +92,61 @@ def violations(root: Path = PACKAGE) -> list[str]:
                 if target == banned or target.startswith(banned + "."):
                     found.append(f"{path.relative_to(root.parent)}:{line}: {layer} imports {target}")
     return found
+
+
+# The database drivers, which only the frontier's backends may import or name.
+DRIVERS = {"sqlite3", "_sqlite3", "psycopg", "psycopg_binary", "psycopg_c", "psycopg_pool", "psycopg2"}
+FRONTIER = "niofetcher.crawl.frontier"
+# The frontier's modules that are a backend or part of one; the rest (base, locations, hosts, recent)
+# is what any backend shares.
+BACKENDS = {f"{FRONTIER}.{name}" for name in
+            ("sqlite", "schema", "transactions", "wal", "claims", "lock", "postgres", "postgres_schema")}
+
+
+def backend_leaks(root: Path = PACKAGE) -> list[str]:
+    """Every import or name of a driver, and every import of a backend's module, outside the frontier."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        name = module_name(path, root)
+        if name == FRONTIER or name.startswith(FRONTIER + "."):
+            continue
+        where = path.relative_to(root.parent)
+        for line, target in imports_of(path, root):
+            if target.split(".")[0] in DRIVERS:
+                found.append(f"{where}:{line}: imports {target}")
+            elif any(target == backend or target.startswith(backend + ".") for backend in BACKENDS):
+                found.append(f"{where}:{line}: imports the backend module {target}")
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            named = node.id if isinstance(node, ast.Name) else node.value if isinstance(node, ast.Constant) else None
+            if isinstance(named, str) and (named.split(".")[0] in DRIVERS or named in BACKENDS):
+                found.append(f"{where}:{node.lineno}: names {named}")  # type: ignore[attr-defined]
+    return found
+
+
+def test_no_driver_and_no_backend_above_the_frontier() -> None:
+    assert backend_leaks() == []
+
+
+def test_the_checker_sees_a_driver_or_a_backend_above_the_frontier(tmp_path: Path) -> None:
+    """Negative control: what the frontier's backends may do, the rest of the package may not."""
+    fake = tmp_path / "niofetcher"
+    (fake / "crawl" / "frontier").mkdir(parents=True)
+    (fake / "cli").mkdir()
+    (fake / "crawl" / "frontier" / "sqlite.py").write_text("import sqlite3\nERRORS = (sqlite3.Error,)\n")
+    (fake / "crawl" / "pipeline.py").write_text("import os\nfrom .frontier import open_frontier\n"
+                                                "ERRORS = (sqlite3.Error, OSError)\n")
+    (fake / "cli" / "status.py").write_text("from ..crawl.frontier.postgres import crawl_status\n"
+                                            "from ..crawl.frontier.base import CrawlStatus\n")
+    (fake / "cli" / "crawl.py").write_text("import importlib\nimportlib.import_module('psycopg')\n"
+                                           "from psycopg import errors\n")
+    assert backend_leaks(fake) == [
+        "niofetcher/cli/crawl.py:3: imports psycopg",
+        "niofetcher/cli/crawl.py:3: imports psycopg.errors",
+        "niofetcher/cli/crawl.py:2: names psycopg",
+        "niofetcher/cli/status.py:1: imports the backend module niofetcher.crawl.frontier.postgres",
+        "niofetcher/cli/status.py:1: imports the backend module niofetcher.crawl.frontier.postgres.crawl_status",
+        "niofetcher/crawl/pipeline.py:3: names sqlite3",
+    ]
 
 
 def test_imports_point_one_way() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sqlite3
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from ..crawl import CrawlConfig, CrawlSummary
-from ..crawl.frontier import Frontier, FrontierBackend, FrontierError
+from ..crawl.frontier import FrontierError, open_frontier
 from .args import check_frontier_options, config_from, urls_from
 from .errors import CommandFailed, UsageError
 from .output import SQLITE_SIDE_FILES, PageWriter, ResumeError, check_distinct_files, open_error, writes_to_stdout
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     # counts() takes hosts like a worker, and its counts are every worker's anyway.
     finished_before = 0
     if args.frontier is not None:
-        _check_postgres(args.frontier, args.crawl)
+        _check_shared(args.frontier, args.crawl)
     else:
         counts = _check_database(db)
         finished_before = counts["done"] + counts["error"]
@@ -67,10 +67,8 @@ def run(args: argparse.Namespace) -> int:
             ran = run_crawl(config, writer, args.progress, finished_before, stop_grace=args.stop_grace)
     except ResumeError as exc:
         raise UsageError(str(exc)) from None
-    except FrontierError as exc:  # a statement on --db failed (a full disk, an I/O error); it names the file
+    except FrontierError as exc:  # a statement on the frontier failed (a full disk, an I/O error); it names it
         raise CommandFailed(str(exc)) from None
-    except sqlite3.Error as exc:  # the frontier is the crawl's only database
-        raise CommandFailed(f"{exc}: {db}") from None
     except RuntimeError as exc:  # the crawl could not go on: its fetcher loop or one of its threads died
         raise CommandFailed(str(exc)) from None
     failures = _first_failures(args, db, started) if ran.summary.errors else []
@@ -104,7 +102,7 @@ def _check_database(path: str) -> dict[str, int]:
     """One line naming the problem once for a --db that cannot be used, before anything starts;
     else its URLs per state."""
     try:
-        frontier = Frontier(path)
+        frontier = open_frontier(path)
     except FrontierError as exc:
         # The frontier's message names the file itself: "cannot open PATH: why", "PATH is in use ...".
         text = str(exc)
@@ -127,31 +125,22 @@ def _remove_frontier(path: str) -> None:
             os.unlink(name)
 
 
-def _check_postgres(url: str, crawl: str) -> None:
+def _check_shared(url: str, crawl: str) -> None:
     """One clear line for a --frontier that cannot be reached or used, before anything starts."""
     try:
-        from ..crawl.frontier.postgres import PostgresFrontier
-
-        PostgresFrontier(url, crawl).close()
-    except ImportError as exc:
-        raise UsageError(f"cannot use --frontier: {exc}") from None
+        open_frontier(url, crawl=crawl).close()
     except FrontierError as exc:  # it names the crawl and host:port/db, never a password
         raise UsageError(f"cannot use --frontier: {exc}") from None
 
 
 def _first_failures(args: argparse.Namespace, db: str, since: float) -> list[tuple[str, str]]:
     """The first URLs that ended in 'error' since ``since`` (this run), with why, as the frontier
-    recorded them (with --frontier: any worker's); none when it cannot be opened again.  A PostgreSQL
-    frontier is opened as a worker, as _check_postgres does: it may take free hosts with work for
+    recorded them (with --frontier: any worker's); none when it cannot be opened again.  A shared
+    frontier is opened as a worker, as _check_shared does: it may take free hosts with work for
     the moment it is open, and gives them back as it closes."""
+    options: dict[str, Any] = {} if args.frontier is None else {"crawl": args.crawl}
     try:
-        if args.frontier is not None:
-            from ..crawl.frontier.postgres import PostgresFrontier
-
-            frontier: FrontierBackend = PostgresFrontier(args.frontier, args.crawl)
-        else:
-            frontier = Frontier(db)
-        with frontier:
+        with open_frontier(db if args.frontier is None else args.frontier, **options) as frontier:
             return frontier.failures(since, FAILURES_SHOWN)
-    except (FrontierError, OSError, sqlite3.Error):
+    except (FrontierError, OSError):
         return []

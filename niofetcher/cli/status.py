@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..crawl.frontier import FrontierError
+from ..crawl.frontier import frontier_status
 from .args import check_frontier_options
 from .errors import UsageError
 
@@ -15,13 +15,24 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the crawl's URLs per state, its busiest hosts and, on PostgreSQL, its live workers;
+    """Print the crawl's URLs per state, its busiest hosts and, on a shared frontier, its live workers;
     exit status 0."""
     _check_where(args)
-    if args.db is not None:
-        _print_sqlite(args.db, args.top)
-    else:
-        _print_postgres(args.frontier, args.crawl, args.top)
+    shared = args.db is None
+    try:
+        status = (frontier_status(args.frontier, top=args.top, crawl=args.crawl) if shared
+                  else frontier_status(args.db, top=args.top))
+    except ValueError as exc:  # a FrontierError, or a bad crawl name: one line, naming the file, or the
+        # crawl and host:port/db (never a password)
+        raise UsageError(f"cannot use --frontier: {exc}" if shared else f"--db {exc}") from None
+    print(f"crawl {args.crawl if shared else args.db}")
+    for state, n in status.counts.items():
+        print(f"  {state:<10}  {n:>12}")
+    if shared:
+        _print_workers(status)
+    print(f"hosts with the most URLs waiting: {len(status.busiest)}")
+    for host, waiting, owner in status.busiest:
+        print(f"  {waiting:>10}  {host}  {owner or '(free)'}" if shared else f"  {waiting:>10}  {host}")
     return 0
 
 
@@ -32,45 +43,11 @@ def _check_where(args: argparse.Namespace) -> None:
     check_frontier_options(args)
 
 
-def _print_sqlite(path: str, top: int) -> None:
-    from ..crawl.frontier.sqlite import crawl_status
-
-    try:
-        status = crawl_status(path, top=top)
-    except FrontierError as exc:  # one line, naming the file first: "PATH does not exist"
-        raise UsageError(f"--db {exc}") from None
-    print(f"crawl {path}")
-    _print_counts(status)
-    _print_busiest(status, owners=False)
-
-
-def _print_postgres(dsn: str, crawl: str, top: int) -> None:
-    try:
-        from ..crawl.frontier.postgres import crawl_status
-
-        status = crawl_status(dsn, crawl, top=top)
-    except ImportError as exc:
-        raise UsageError(f"cannot use --frontier: {exc}") from None
-    except (FrontierError, ValueError) as exc:  # one line: it names the crawl and host:port/db, never a password
-        raise UsageError(f"cannot use --frontier: {exc}") from None
-    print(f"crawl {crawl}")
-    _print_counts(status)
+def _print_workers(status: CrawlStatus) -> None:
+    """The live workers of a shared frontier, as their last heartbeats say."""
     print(f"workers: {len(status.workers)} live")
     if status.workers:
         print(f"  {'id':<32}  {'host':<20}  {'pid':>7}  {'hosts':>6}  {'pages/min':>9}  {'heartbeat':>9}")
         for worker in status.workers:
             print(f"  {worker.id:<32}  {worker.host_name:<20}  {worker.pid:>7}  {worker.hosts_held:>6}  "
                   f"{worker.pages_last_minute:>9}  {worker.heartbeat_age:>8.1f}s")
-    _print_busiest(status, owners=True)
-
-
-def _print_counts(status: CrawlStatus) -> None:
-    for state, n in status.counts.items():
-        print(f"  {state:<10}  {n:>12}")
-
-
-def _print_busiest(status: CrawlStatus, owners: bool) -> None:
-    """The hosts with the most URLs waiting; with ``owners`` (PostgreSQL), the worker holding each."""
-    print(f"hosts with the most URLs waiting: {len(status.busiest)}")
-    for host, waiting, owner in status.busiest:
-        print(f"  {waiting:>10}  {host}  {owner or '(free)'}" if owners else f"  {waiting:>10}  {host}")

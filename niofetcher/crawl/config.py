@@ -11,7 +11,7 @@ from ..config import FetcherConfig
 from ..models import FetchResult
 from ..urls import domain_host, parse_target
 from .directives import canonical_header, header_directives
-from .frontier.postgres_schema import check_crawl_name
+from .frontier.locations import check_crawl_name, check_shared_location
 
 if TYPE_CHECKING:  # a program that reads CrawlConfig need not load bs4 and lxml
     from .parse import PageLinks
@@ -108,13 +108,12 @@ class CrawlConfig:
             if self.crawl_name is not None:
                 raise ValueError("crawl_name names a crawl in a PostgreSQL frontier: give frontier too")
             return
-        if not isinstance(self.frontier, str) or not self.frontier.lower().startswith(("postgresql://", "postgres://")):
-            raise ValueError("frontier must be a postgresql:// (or postgres://) URL")
+        check_shared_location(self.frontier)
         if self.db_path != ":memory:":
             raise ValueError("give db_path (a SQLite frontier) or frontier (a PostgreSQL one), not both")
         if self.crawl_name is None:
             raise ValueError("a PostgreSQL frontier needs crawl_name: the crawl's name in that database")
-        try:  # kept as the name of its schema, in lower case (postgres_schema.check_crawl_name says why)
+        try:  # kept as the name of its schema, in lower case (locations.check_crawl_name says why)
             object.__setattr__(self, "crawl_name", check_crawl_name(self.crawl_name))
         except TypeError as exc:
             raise ValueError(str(exc)) from None

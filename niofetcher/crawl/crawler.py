@@ -82,7 +82,7 @@ from ..fetcher import NIOFetcher
 from ..models import URLBean
 from ..urls import Origin, parse_target, split_credentials
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
-from .frontier import Frontier, FrontierBackend, FrontierError, FrontierURL
+from .frontier import FrontierBackend, FrontierError, FrontierURL, open_frontier
 from .inflight import InProgress, windows
 from .parsing import ParseExecutor
 from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
@@ -572,16 +572,14 @@ def _cleaning_up_after(error: BaseException | None) -> Iterator[None]:
 
 
 def _open_frontier(config: CrawlConfig) -> FrontierBackend:
-    """The frontier of a crawl: the one place that names a backend (PostgreSQL at ``config.frontier``,
-    else SQLite at ``config.db_path``).  A worker of a PostgreSQL crawl holds no more hosts than its
-    window keeps busy, so that workers share the hosts."""
+    """The frontier of a crawl: shared by workers at ``config.frontier``, else the file at
+    ``config.db_path`` (:func:`open_frontier` says which backend).  A worker of a shared crawl holds
+    no more hosts than its window keeps busy, so that workers share the hosts."""
     if config.frontier is not None:
-        from .frontier.postgres import PostgresFrontier  # psycopg only for crawls that use it
-
         fetcher = config.fetcher
         window, per_host = windows(fetcher.max_connections, fetcher.max_connections_per_host, fetcher.host_delay)
         max_hosts = max(1, window // per_host)
-        return PostgresFrontier(config.frontier, str(config.crawl_name), max_attempts=config.max_attempts,
-                                retry_delay=config.retry_delay, lease_seconds=config.lease_seconds,
-                                max_hosts=max_hosts)
-    return Frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay)
+        return open_frontier(config.frontier, crawl=str(config.crawl_name), max_attempts=config.max_attempts,
+                             retry_delay=config.retry_delay, lease_seconds=config.lease_seconds,
+                             max_hosts=max_hosts)
+    return open_frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,8 +38,9 @@ log = logging.getLogger("niofetcher")
 #: second make a hundred in the pump's 0.1 s), but a bound on the lists a burst can make.
 _PUMP_BATCH = 10_000
 
-#: The failures of storage that end a crawl as they are (one line for the user), without a traceback.
-IO_ERRORS = (FrontierError, sqlite3.Error, OSError)
+#: The failures of storage that end a crawl as they are (one line for the user), without a traceback:
+#: every backend raises its database's errors as FrontierError.
+IO_ERRORS = (FrontierError, OSError)
 
 
 @dataclass(slots=True)

@@ -34,6 +34,7 @@ documents how it keeps these promises; a new backend keeps the same ones.
 from __future__ import annotations
 
 import contextlib
+import enum
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from typing import NamedTuple, Protocol
 from ...urls import host_key, normalize_url
 
 __all__ = [
-    "ROBOTS_SECONDS", "STATES", "CrawlStatus", "FrontierBackend", "FrontierError", "FrontierURL", "StoredRobots",
+    "ROBOTS_SECONDS", "STATES", "CrawlStatus", "FrontierBackend", "FrontierError", "FrontierErrorKind", "FrontierURL", "StoredRobots",
     "WorkerStatus", "check_checkpoint", "check_int", "check_time", "normal_lastmods", "processing_key", "retry_delay",
 ]
 
@@ -83,9 +84,31 @@ class FrontierURL:
         return host_key(self.url)
 
 
+class FrontierErrorKind(str, enum.Enum):
+    """What went wrong with a frontier, whatever stores it: each backend turns its driver's errors
+    into one of these where it calls the driver, so that nothing above it names a driver."""
+
+    UNAVAILABLE = "unavailable"  # not opened: no such directory, no permission, no server, no driver
+    NOT_A_FRONTIER = "not_a_frontier"  # opened, but it holds something else: not a database, damaged, a newer schema
+    LOCKED = "locked"  # another crawl owns it
+    STORAGE = "storage"  # a statement on an open frontier failed: a full disk, an I/O error, a lost connection
+    CLOSED = "closed"  # called after close()
+
+
 class FrontierError(ValueError):
     """Raised when a frontier cannot be used (corrupt, not a frontier, a newer schema) or a
-    statement on it fails (a full disk, an I/O error)."""
+    statement on it fails (a full disk, an I/O error): one line, and its :attr:`kind`.
+
+    Args:
+        message: the line a user reads; it names the frontier, never a password.
+        kind: what went wrong, for a caller that acts on it.
+    """
+
+    default_kind = FrontierErrorKind.STORAGE
+
+    def __init__(self, message: str, kind: FrontierErrorKind | None = None) -> None:
+        super().__init__(message)
+        self.kind = self.default_kind if kind is None else kind
 
 
 def retry_delay(attempts: int, retry_after: float | None, first: float, most: float) -> float:

@@ -30,13 +30,15 @@ import stat
 import weakref
 from typing import ClassVar
 
-from .base import FrontierError
+from .base import FrontierError, FrontierErrorKind
 
 __all__ = ["FrontierLocked", "OwnerLock", "path_problem"]
 
 
 class FrontierLocked(FrontierError):
     """Raised when a frontier file is open in another Frontier, in this process or another."""
+
+    default_kind = FrontierErrorKind.LOCKED
 
 
 class OwnerLock:
@@ -55,7 +57,8 @@ class OwnerLock:
             try:
                 file = open(self.path, "a+b", buffering=0)  # noqa: SIM115 -- held open until release()
             except OSError as exc:
-                raise FrontierError(f"cannot open {db_path}: cannot create {self.path}: {exc.strerror}") from exc
+                raise FrontierError(f"cannot open {db_path}: cannot create {self.path}: {exc.strerror}",
+                                    FrontierErrorKind.UNAVAILABLE) from exc
             try:
                 fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -86,23 +86,24 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ...urls import host_key, normalize_url
+from ...urls import normalize_url
 from .base import (
     ROBOTS_SECONDS,
     STATES,
     CrawlStatus,
     FrontierError,
+    FrontierErrorKind,
     FrontierURL,
     StoredRobots,
     WorkerStatus,
     check_checkpoint,
     check_int,
     check_time,
-    normal_lastmods,
     processing_key,
     retry_delay,
 )
 from .hosts import HostRotation, Turn
+from .locations import check_crawl_name
 from .postgres_schema import (
     BUSIEST_HOSTS,
     CLAIM_ROWS,
@@ -136,10 +137,10 @@ from .postgres_schema import (
     STORE_COUNTS,
     STORE_ROBOTS,
     TAKE,
-    check_crawl_name,
     create_or_check,
 )
 from .recent import RecentURLs
+from .service import prepare_additions
 
 if TYPE_CHECKING:
     import psycopg
@@ -195,7 +196,7 @@ class PostgresFrontier:
         dsn: a libpq connection string (``postgresql://user@host:port/db``); a password in it
             is never repeated in a message.
         crawl: the crawl's name, which is its schema's, in lower case (see
-            ``postgres_schema.check_crawl_name``).
+            ``locations.check_crawl_name``).
         max_attempts, retry_delay, max_retry_delay, clock: as for the SQLite
             :class:`~niofetcher.crawl.frontier.sqlite.Frontier`.
         connect_timeout: seconds to wait for the server when connecting.
@@ -284,12 +285,14 @@ class PostgresFrontier:
                 **_keepalives(psycopg, dsn, self.lease_seconds),
             )
         except psycopg.Error as exc:
-            raise FrontierError(f"cannot open crawl {crawl!r} at {self.where}: {_first_line(exc)}") from None
+            raise FrontierError(f"cannot open crawl {crawl!r} at {self.where}: {_first_line(exc)}",
+                                FrontierErrorKind.UNAVAILABLE) from None
         try:
             self._open(conn, statement_timeout)
         except psycopg.Error as exc:
             conn.close()
-            raise FrontierError(f"cannot open crawl {crawl!r} at {self.where}: {_first_line(exc)}") from None
+            raise FrontierError(f"cannot open crawl {crawl!r} at {self.where}: {_first_line(exc)}",
+                                FrontierErrorKind.UNAVAILABLE) from None
         except BaseException:
             conn.close()
             raise
@@ -487,7 +490,8 @@ class PostgresFrontier:
         with self._lock:
             conn = self._conn
             if conn is None:
-                raise FrontierError(f"the frontier of crawl {self.crawl!r} at {self.where} is closed")
+                raise FrontierError(f"the frontier of crawl {self.crawl!r} at {self.where} is closed",
+                                    FrontierErrorKind.CLOSED)
             try:
                 yield conn
             except self._psycopg.Error as exc:
@@ -560,43 +564,15 @@ class PostgresFrontier:
         ``lastmods`` as in the SQLite Frontier's add_many() (one more statement when given).
 
         A URL given twice keeps its first place and priority, and the smallest depth with the
-        parent that gave it (PostgreSQL's upsert may not touch a row twice in one statement,
-        so the batch is folded here first).  URLs of hosts another worker holds wait for it;
+        parent that gave it (PostgreSQL's upsert may not touch a row twice in one statement, so
+        service.prepare_additions folds the batch).  URLs of hosts another worker holds wait for it;
         new hosts are free, and this worker takes them at its next claim if it has room.
         """
-        parents: dict[str | None, str | None] = {None: None}
-        rows: dict[str, list[Any]] = {}  # url -> [depth, priority, parent, host]
-        hosts: dict[str, int] = {}  # the hosts of these URLs, and the highest priority of each
-        checked: tuple[object, object] = (None, None)
-        recent = self._recent
         with self._db() as conn:
-            for url, depth, parent, priority in entries:
-                try:
-                    key = normalize_url(url)
-                except ValueError:
-                    continue
-                if depth is not checked[0] or priority is not checked[1]:  # identity: True == 1
-                    check_int("depth", depth, 0)
-                    check_int("priority", priority)
-                    checked = (depth, priority)
-                if recent.changes_nothing(key, depth):
-                    continue
-                if parent not in parents:
-                    try:
-                        parents[parent] = normalize_url(parent)  # type: ignore[arg-type]
-                    except (TypeError, ValueError):
-                        parents[parent] = parent
-                row = rows.get(key)
-                if row is None:
-                    host = host_key(key)
-                    rows[key] = [depth, priority, parents[parent], host]
-                    if hosts.get(host, priority - 1) < priority:
-                        hosts[host] = priority
-                elif depth < row[0]:
-                    row[0], row[2] = depth, parents[parent]
-            dated = normal_lastmods(lastmods) if lastmods else None
-            if not rows and not dated:
+            additions = prepare_additions(entries, lastmods, self._recent)
+            if not additions:
                 return 0
+            rows, hosts = additions.rows, additions.hosts
             # In statements of a cut each, in URL order across the cuts: workers adding the same huge
             # seed list take its keys in one order (each statement inserts in URL order), never
             # each waiting for a key the other inserted in an earlier cut.
@@ -620,14 +596,15 @@ class PostgresFrontier:
                     n += again
                 added += n
                 fresh += new_hosts
-            if dated:
+            if additions.lastmods:
+                dated = additions.lastmods
                 conn.execute(SET_LASTMODS, {"urls": list(dated), "lastmods": list(dated.values())})
             self._delta["waiting"] += added
             if fresh:
                 self._take_soon = True
             self._commit(conn)
             for key, row in rows.items():
-                recent.added(key, row[0])
+                self._recent.added(key, row[0])
             for host, top in hosts.items():
                 self._offer(host, top)
             return int(added)
@@ -1078,7 +1055,7 @@ def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float 
         with psycopg.connect(dsn, connect_timeout=max(1, round(connect_timeout)), autocommit=True) as conn:
             if not conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s LIMIT 1",
                                 (crawl,)).fetchone():
-                raise FrontierError(f"there is no crawl {crawl!r} at {where}")
+                raise FrontierError(f"there is no crawl {crawl!r} at {where}", FrontierErrorKind.NOT_A_FRONTIER)
             create_or_check(conn, crawl, where, time.time)  # it has tables: this only checks them
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(crawl)))
             counts = dict.fromkeys(STATES, 0)
@@ -1086,7 +1063,8 @@ def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float 
             workers = [WorkerStatus(*row) for row in conn.execute(LIVE_WORKERS)]
             busiest = [(host, int(n), owner) for host, n, owner in conn.execute(BUSIEST_HOSTS, {"top": top})]
     except psycopg.Error as exc:
-        raise FrontierError(f"cannot read crawl {crawl!r} at {where}: {_first_line(exc)}") from None
+        raise FrontierError(f"cannot read crawl {crawl!r} at {where}: {_first_line(exc)}",
+                            FrontierErrorKind.UNAVAILABLE) from None
     return CrawlStatus(counts, workers, busiest)
 
 
@@ -1115,7 +1093,8 @@ def _where(psycopg: Any, dsn: str) -> str:
     try:
         params = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error as exc:
-        raise FrontierError(f"not a PostgreSQL connection string: {_first_line(exc)}") from None
+        raise FrontierError(f"not a PostgreSQL connection string: {_first_line(exc)}",
+                            FrontierErrorKind.UNAVAILABLE) from None
     host = params.get("host") or os.environ.get("PGHOST") or "localhost"
     port = params.get("port") or os.environ.get("PGPORT") or "5432"
     database = params.get("dbname") or os.environ.get("PGDATABASE") or params.get("user") or "postgres"

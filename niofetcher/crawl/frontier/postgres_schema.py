@@ -14,11 +14,11 @@ thousand URLs is one statement and one round trip to the server, as on SQLite it
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .base import FrontierError
+from .base import FrontierError, FrontierErrorKind
+from .locations import check_crawl_name  # its home; named here as it always was
 
 if TYPE_CHECKING:  # psycopg is loaded by postgres.py only, when a PostgreSQL frontier is opened
     import psycopg
@@ -37,16 +37,6 @@ SCHEMA_VERSION = 3
 
 # The server's clock in unix seconds: every lease is measured by it, never by a worker's.
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
-
-# A crawl name is the name of its schema: 1 to 63 ASCII letters, digits, "_" and "-" (63 bytes is
-# PostgreSQL's longest identifier), quoted as an identifier wherever it reaches SQL (a "-", or a
-# digit first, needs the quotes), and not one of PostgreSQL's own (pg_*, public, information_schema).
-# Folded to lower case, as PostgreSQL folds a name it is given unquoted: ``SET search_path TO MyCrawl``
-# in psql finds the crawl of ``--crawl MyCrawl``, a worker started with ``--crawl MyCrawl`` joins the
-# one started with ``--crawl mycrawl`` instead of beginning a second crawl beside it, and a crawl
-# made before "-" was allowed (lower case then) opens under the name it had.
-_CRAWL_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}")
-_RESERVED = ("public", "information_schema")
 
 # {schema} is the quoted crawl name.  The tables are created in it; the statements further down
 # name them unqualified (the connection's search_path is the crawl's schema).
@@ -449,24 +439,6 @@ ORDER BY fetched_at, seq LIMIT %(limit)s
 MIN_DUE_DEPTH = "SELECT depth FROM urls WHERE state = 'waiting' AND next_attempt_at <= %s ORDER BY depth LIMIT 1"
 
 
-def check_crawl_name(crawl: object) -> str:
-    """``crawl`` as the name of its schema: checked, and in lower case (see above).
-
-    Raises:
-        TypeError: for anything but a str.
-        ValueError: for a str that is no crawl name, in one line.
-    """
-    if not isinstance(crawl, str):
-        raise TypeError(f"crawl must be a str, not {crawl!r}")
-    name = crawl.lower()
-    if not _CRAWL_NAME.fullmatch(crawl) or name.startswith("pg_") or name in _RESERVED:
-        raise ValueError(
-            f"crawl name {crawl!r} must be 1 to 63 letters, digits, '_' and '-' (the name of its schema, "
-            "in lower case), and not pg_*, public or information_schema"
-        )
-    return name
-
-
 def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, where: str,
                     clock: Callable[[], float]) -> None:
     """Inside the caller's transaction: create the crawl's schema and tables, or check that the
@@ -489,7 +461,7 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
                      .format(schema), (str(SCHEMA_VERSION), repr(clock())))
         return
     if "meta" not in tables:
-        raise FrontierError(f"{name}: schema {crawl} holds tables that are not a niofetcher frontier (no meta table)")
+        raise FrontierError(f"{name}: schema {crawl} holds tables that are not a niofetcher frontier (no meta table)", FrontierErrorKind.NOT_A_FRONTIER)
     row = conn.execute(sql.SQL("SELECT value FROM {}.meta WHERE key = 'schema_version'").format(schema)).fetchone()
     version = str(row[0]) if row is not None else ""
     if version == "2" and "urls" in tables:  # the one upgrade: under the caller's lock, workers one at a time
@@ -499,7 +471,7 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
         version = str(SCHEMA_VERSION)
     if version != str(SCHEMA_VERSION):
         raise FrontierError(f"{name} has frontier schema version {version or 'none'}; "
-                            f"this niofetcher reads version {SCHEMA_VERSION}")
+                            f"this niofetcher reads version {SCHEMA_VERSION}", FrontierErrorKind.NOT_A_FRONTIER)
     missing = [table for table in ("urls", "hosts", "checkpoints", "state_counts") if table not in tables]
     if missing:
-        raise FrontierError(f"{name} is a damaged niofetcher frontier: the {missing[0]} table is missing")
+        raise FrontierError(f"{name} is a damaged niofetcher frontier: the {missing[0]} table is missing", FrontierErrorKind.NOT_A_FRONTIER)

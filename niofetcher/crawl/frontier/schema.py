@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 
 from ...urls import host_key
-from .base import FrontierError
+from .base import FrontierError, FrontierErrorKind
 
 __all__ = [
     "BUSIEST_HOSTS", "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "FAILURES", "GIVE_UP", "INSERT", "INSERT_HOSTS",
@@ -360,7 +360,7 @@ def check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:
     whose tables are ``tables``; FrontierError (naming ``path``) for any other file."""
     if "meta" not in tables:
         raise FrontierError(
-            f"{path} is a SQLite database but not a niofetcher frontier (it has no meta table)"
+            f"{path} is a SQLite database but not a niofetcher frontier (it has no meta table)", FrontierErrorKind.NOT_A_FRONTIER
         )
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     try:
@@ -368,17 +368,17 @@ def check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:
     except (TypeError, ValueError):
         version = None
     if version is None:
-        raise FrontierError(f"{path} is not a niofetcher frontier (no schema version in its meta table)")
+        raise FrontierError(f"{path} is not a niofetcher frontier (no schema version in its meta table)", FrontierErrorKind.NOT_A_FRONTIER)
     if version not in range(1, SCHEMA_VERSION + 1):
         newer = "a newer niofetcher" if version > SCHEMA_VERSION else "an unknown version"
         raise FrontierError(
             f"{path} has frontier schema version {version} (from {newer}); "
-            f"this niofetcher reads version {SCHEMA_VERSION}"
+            f"this niofetcher reads version {SCHEMA_VERSION}", FrontierErrorKind.NOT_A_FRONTIER
         )
     wanted = ["urls", *(["checkpoints"] if version >= 2 else []), *(["hosts", "state_counts"] if version >= 3 else [])]
     missing = [table for table in wanted if table not in tables]
     if missing:
-        raise FrontierError(f"{path} is a damaged niofetcher frontier: the {missing[0]} table is missing")
+        raise FrontierError(f"{path} is a damaged niofetcher frontier: the {missing[0]} table is missing", FrontierErrorKind.NOT_A_FRONTIER)
     return version
 
 

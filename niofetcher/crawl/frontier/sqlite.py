@@ -91,12 +91,12 @@ from .base import (
     STATES,
     CrawlStatus,
     FrontierError,
+    FrontierErrorKind,
     FrontierURL,
     StoredRobots,
     check_checkpoint,
     check_int,
     check_time,
-    normal_lastmods,
     processing_key,
     retry_delay,
 )
@@ -129,7 +129,8 @@ from .schema import (
     check_schema,
     create_or_upgrade,
 )
-from .transactions import Transactions
+from .service import prepare_additions
+from .transactions import Transactions, database_error
 from .wal import LogCheckpointer
 
 __all__ = [
@@ -198,7 +199,7 @@ class Frontier(Transactions):
         if self.path not in ("", ":memory:"):  # "" is a temporary file of SQLite's own
             problem = path_problem(self.path)
             if problem is not None:
-                raise FrontierError(f"cannot open {self.path}: {problem}")
+                raise FrontierError(f"cannot open {self.path}: {problem}", FrontierErrorKind.UNAVAILABLE)
             self._owner = OwnerLock(self.path)  # before anything reads the file
             self._log = LogCheckpointer(self.path)
             weakref.finalize(self, self._log.stop_soon)  # its thread outlives no frontier
@@ -212,7 +213,7 @@ class Frontier(Transactions):
                 raise
         except sqlite3.Error as exc:
             self._let_go()
-            raise FrontierError(f"cannot open {self.path}: {exc}") from exc
+            raise database_error(exc, f"cannot open {self.path}: {exc}") from exc
         except BaseException:
             self._let_go()
             raise
@@ -354,49 +355,23 @@ class Frontier(Transactions):
         Returns:
             How many URLs were new.
         """
-        parents: dict[str | None, str | None] = {None: None}
-        rows = []
-        hosts: dict[str, int] = {}  # the hosts of these URLs, and the highest priority of each
-        checked: tuple[object, object] = (None, None)
-        recent = self._recent
         with self._db() as conn:
+            additions = prepare_additions(entries, lastmods, self._recent)
+            if not additions:
+                return 0
             now = self._clock()
             seq = self._next_seq
-            for url, depth, parent, priority in entries:
-                try:
-                    key = normalize_url(url)
-                except ValueError:
-                    continue
-                # The entries of a page share depth and priority: check them when they change
-                # (by identity -- True == 1, but True is not 1).
-                if depth is not checked[0] or priority is not checked[1]:
-                    check_int("depth", depth, 0)
-                    check_int("priority", priority)
-                    checked = (depth, priority)
-                if recent.changes_nothing(key, depth):
-                    continue
-                if parent not in parents:
-                    try:
-                        parents[parent] = normalize_url(parent)  # type: ignore[arg-type]
-                    except (TypeError, ValueError):
-                        parents[parent] = parent
-                host = host_key(key)
-                rows.append((key, depth, priority, parents[parent], seq, host))
-                if hosts.get(host, priority - 1) < priority:
-                    hosts[host] = priority
-                seq += 1
-            dated = normal_lastmods(lastmods) if lastmods else None
-            if not rows and not dated:
-                return 0
+            rows = [(key, depth, priority, parent, seq + i, host)
+                    for i, (key, (depth, priority, parent, host)) in enumerate(additions.rows.items())]
             self._begin(conn)
             queues = self._queues
-            fresh = [host for host in hosts if host not in queues]
+            fresh = [host for host in additions.hosts if host not in queues]
             if fresh:  # a host in line or parked has its row already
                 conn.execute(INSERT_HOSTS, (json.dumps(fresh),))
             if rows:
                 conn.execute(INSERT, (now, json.dumps(rows)))
-            if dated:
-                conn.execute(SET_LASTMODS, (json.dumps(dated),))
+            if additions.lastmods:
+                conn.execute(SET_LASTMODS, (json.dumps(additions.lastmods),))
             # The new rows got the rowids after the largest one (SQLite's way, short of 2**63
             # rows), so the largest rowid now tells how many were new: the row count cannot,
             # it counts the known URLs whose depth went down too.
@@ -406,12 +381,12 @@ class Frontier(Transactions):
             self._counts["waiting"] += added
             self._commit(conn)
             for row in rows:
-                recent.added(row[0], row[1])
+                self._recent.added(row[0], row[1])
             # Known URLs leave gaps in seq; only the order matters.
-            self._next_seq = seq
+            self._next_seq = seq + len(rows)
             # Every host of the batch, whether its URLs were new or not: a host in line with
             # nothing waiting costs one look when its turn comes, a host left out would be lost.
-            for host, top in hosts.items():
+            for host, top in additions.hosts.items():
                 self._queues.offer(host, top)
             return added
 
@@ -694,7 +669,7 @@ class Frontier(Transactions):
                         self._before_commit(conn)
                         conn.execute("COMMIT")
                     except sqlite3.Error as exc:  # closing rolls it back
-                        raise FrontierError(f"{exc}: frontier {self.path}") from exc
+                        raise database_error(exc, f"{exc}: frontier {self.path}") from exc
                 with contextlib.suppress(sqlite3.Error):  # only an optimisation: a full disk may refuse it
                     # Sampled: the ANALYZE that optimize runs on tables never analyzed (every new
                     # file's) otherwise reads every entry of every index, 169 s at 10M URLs.
@@ -743,9 +718,9 @@ def crawl_status(path: str | os.PathLike[str], *, top: int = 10) -> CrawlStatus:
     check_int("top", top, 1)
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FrontierError(f"{path} does not exist")
+        raise FrontierError(f"{path} does not exist", FrontierErrorKind.UNAVAILABLE)
     if os.path.isdir(path):
-        raise FrontierError(f"{path} is a directory")
+        raise FrontierError(f"{path} is a directory", FrontierErrorKind.UNAVAILABLE)
     # mode=ro: SQLite never creates the file, and refuses to write to it.  With no log beside the
     # file, no crawl has it open (a crawl's connection keeps its -wal until it closes): immutable=1
     # then reads it without the -shm and -wal that even a read-only reader of a WAL file creates,
@@ -759,12 +734,13 @@ def crawl_status(path: str | os.PathLike[str], *, top: int = 10) -> CrawlStatus:
             version = check_schema(conn, path, tables)
             if version < _STATUS_SINCE_VERSION:
                 raise FrontierError(f"{path} has frontier schema version {version}, which status does not read: "
-                                    f"a crawl run on it upgrades it to version {SCHEMA_VERSION}")
+                                    f"a crawl run on it upgrades it to version {SCHEMA_VERSION}",
+                                    FrontierErrorKind.NOT_A_FRONTIER)
             (counts,) = conn.execute(COUNTS).fetchone()
             stored = json.loads(counts)
             busiest: list[tuple[str, int, str | None]] = [
                 (str(host), int(n), None) for host, n in conn.execute(BUSIEST_HOSTS, (top,))]
     except sqlite3.DatabaseError as exc:  # "file is not a database", "unable to open database file", ...
         what = "is not a SQLite database" if "not a database" in str(exc) else f"cannot be read: {exc}"
-        raise FrontierError(f"{path} {what}") from None
+        raise database_error(exc, f"{path} {what}") from None
     return CrawlStatus({state: int(stored.get(state, 0)) for state in STATES}, [], busiest)

@@ -18,7 +18,8 @@ transaction is rolled back -- outcomes still pending with it, and their
 checkpoint -- and what the frontier keeps in memory is read from the file again: the frontier is
 left as the last commit left it, and the error is raised as one
 :class:`FrontierError` line that starts with SQLite's words ("database or
-disk is full: ...").  Nothing is half-done, and close() after it has nothing
+disk is full: ..."), of the kind SQLite's result code says (:func:`database_error`:
+every sqlite3 error that leaves the SQLite backend goes through it).  Nothing is half-done, and close() after it has nothing
 left to commit.
 
 *Threads.*  The crawler calls the frontier from its coordinator thread only,
@@ -35,9 +36,28 @@ import threading
 import time
 from collections.abc import Iterator
 
-from .base import FrontierError, check_int, check_time
+from .base import FrontierError, FrontierErrorKind, check_int, check_time
 
-__all__ = ["Transactions"]
+__all__ = ["Transactions", "database_error"]
+
+# SQLite's primary result codes (sqlite3.Error.sqlite_errorcode, Python 3.11 on, & 0xFF) that say
+# more than "a statement failed"; the numbers are SQLite's, stable since version 3.
+_KINDS = {
+    3: FrontierErrorKind.UNAVAILABLE,  # SQLITE_PERM
+    8: FrontierErrorKind.UNAVAILABLE,  # SQLITE_READONLY
+    11: FrontierErrorKind.NOT_A_FRONTIER,  # SQLITE_CORRUPT
+    14: FrontierErrorKind.UNAVAILABLE,  # SQLITE_CANTOPEN
+    23: FrontierErrorKind.UNAVAILABLE,  # SQLITE_AUTH
+    26: FrontierErrorKind.NOT_A_FRONTIER,  # SQLITE_NOTADB
+}
+
+
+def database_error(exc: sqlite3.Error, message: str) -> FrontierError:
+    """``exc`` as the FrontierError saying ``message``, of the kind its result code says (a failed
+    statement when the code says nothing more, or Python is older than 3.11 and gives none)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    kind = _KINDS.get(code & 0xFF, FrontierErrorKind.STORAGE) if isinstance(code, int) else FrontierErrorKind.STORAGE
+    return FrontierError(message, kind)
 
 
 class Transactions:
@@ -86,7 +106,7 @@ class Transactions:
         with self._lock:
             conn = self._conn
             if conn is None:
-                raise FrontierError(f"frontier {self.path} is closed")
+                raise FrontierError(f"frontier {self.path} is closed", FrontierErrorKind.CLOSED)
             try:
                 yield conn
             except sqlite3.ProgrammingError:
@@ -98,7 +118,7 @@ class Transactions:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     self._reload(conn)
-                raise FrontierError(f"{exc}: frontier {self.path}") from exc
+                raise database_error(exc, f"{exc}: frontier {self.path}") from exc
             except BaseException:
                 if not self._pending and conn.in_transaction:
                     # Inside a batch() the transaction may hold earlier calls' work: what the

@@ -1,0 +1,154 @@
+"""Where a frontier is kept, and the one place that names the backends: :func:`open_frontier` and
+:func:`frontier_status`.
+
+A location is a filesystem path -- a SQLite file, or ``":memory:"`` -- or a URL: ``postgresql://``
+(or ``postgres://``) is a crawl in a PostgreSQL database, shared by workers; any other scheme is a
+backend that an installed package declares as an entry point of the group ``niofetcher.frontiers``,
+named after the scheme, whose object is a callable ``(location, **options)`` returning a
+:class:`~niofetcher.crawl.frontier.base.FrontierBackend`.  A backend's module is imported only when
+a location names it, so that psycopg is loaded by a PostgreSQL crawl alone.
+
+The name of a crawl is the other rule here: any frontier shared by workers holds crawls by name,
+and a configuration checks one before anything is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any
+
+from .base import CrawlStatus, FrontierError, FrontierErrorKind
+
+if TYPE_CHECKING:
+    from .base import FrontierBackend
+
+__all__ = ["ENTRY_POINT_GROUP", "check_crawl_name", "check_shared_location", "frontier_status", "open_frontier"]
+
+#: The entry point group where a package declares a frontier backend, by URL scheme.
+ENTRY_POINT_GROUP = "niofetcher.frontiers"
+
+_POSTGRES_SCHEMES = ("postgresql", "postgres")
+# RFC 3986's scheme, then "//": a path never starts so ("C:\\x" and "./a:b" do not).
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+# A crawl name becomes the name of a PostgreSQL schema: 1 to 63 ASCII letters, digits, "_" and "-"
+# (63 bytes is PostgreSQL's longest identifier), quoted as an identifier wherever it reaches SQL (a
+# "-", or a digit first, needs the quotes), and not one of PostgreSQL's own (pg_*, public,
+# information_schema).  Folded to lower case, as PostgreSQL folds a name it is given unquoted:
+# ``SET search_path TO MyCrawl`` in psql finds the crawl of ``--crawl MyCrawl``, a worker started
+# with ``--crawl MyCrawl`` joins the one started with ``--crawl mycrawl`` instead of beginning a
+# second crawl beside it, and a crawl made before "-" was allowed (lower case then) opens under the
+# name it had.  Any shared backend takes the same names, so that a crawl keeps its name when moved.
+_CRAWL_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}")
+_RESERVED = ("public", "information_schema")
+
+
+def check_crawl_name(crawl: object) -> str:
+    """``crawl`` as the name of its schema: checked, and in lower case (see above).
+
+    Raises:
+        TypeError: for anything but a str.
+        ValueError: for a str that is no crawl name, in one line.
+    """
+    if not isinstance(crawl, str):
+        raise TypeError(f"crawl must be a str, not {crawl!r}")
+    name = crawl.lower()
+    if not _CRAWL_NAME.fullmatch(crawl) or name.startswith("pg_") or name in _RESERVED:
+        raise ValueError(
+            f"crawl name {crawl!r} must be 1 to 63 letters, digits, '_' and '-' (the name of its schema, "
+            "in lower case), and not pg_*, public or information_schema"
+        )
+    return name
+
+
+def check_shared_location(location: object) -> str:
+    """``location`` checked to be the URL of a frontier shared by workers (``CrawlConfig.frontier``).
+
+    Raises:
+        ValueError: in one line, for anything else (a path is a SQLite frontier's ``db_path``).
+    """
+    scheme = _scheme(location) if isinstance(location, str) else None
+    if scheme is None or (scheme not in _POSTGRES_SCHEMES and scheme not in _plugins()):
+        raise ValueError(f"frontier must be a postgresql:// (or postgres://{_others()}) URL")
+    return str(location)
+
+
+def open_frontier(location: str | os.PathLike[str], **options: Any) -> FrontierBackend:
+    """Open (creating when missing) the frontier at ``location``, with the options of its backend.
+
+    A path: the SQLite :class:`~niofetcher.crawl.frontier.sqlite.Frontier` (``max_attempts``,
+    ``retry_delay``, ...).  A ``postgresql://`` URL: a worker of a
+    :class:`~niofetcher.crawl.frontier.postgres.PostgresFrontier` (``crawl`` names the crawl,
+    required; ``lease_seconds``, ``max_hosts``, ...).  Another scheme: the backend of the
+    ``niofetcher.frontiers`` entry point of that name.
+
+    Raises:
+        FrontierError: one line, when it cannot be opened; its ``kind`` says why (a URL no backend
+            takes, and a backend whose driver is not installed, are ``unavailable``).
+        TypeError, ValueError: for options its backend does not take, or takes no such value of.
+    """
+    scheme = _scheme(location)
+    if scheme is None:
+        from .sqlite import Frontier
+
+        return Frontier(location, **options)
+    dsn = os.fspath(location)
+    if scheme in _POSTGRES_SCHEMES:
+        from .postgres import PostgresFrontier
+
+        try:
+            return PostgresFrontier(dsn, **options)
+        except ImportError as exc:  # the driver, which only this backend needs
+            raise FrontierError(str(exc), FrontierErrorKind.UNAVAILABLE) from exc
+    entry = _plugins().get(scheme)
+    if entry is None:
+        raise FrontierError(f"no frontier backend takes {scheme}:// URLs (known: a path, postgresql://, "
+                            f"postgres://{_others()})", FrontierErrorKind.UNAVAILABLE)
+    backend: FrontierBackend = entry.load()(dsn, **options)
+    return backend
+
+
+def frontier_status(location: str | os.PathLike[str], *, top: int = 10, **options: Any) -> CrawlStatus:
+    """Where the crawl at ``location`` stands, read without joining it (``niofetcher status``): its
+    URLs per state, its ``top`` busiest hosts and, on a shared frontier, its live workers.  A
+    PostgreSQL frontier needs ``crawl``.
+
+    Raises:
+        FrontierError: one line naming the frontier, when it cannot be read; for a backend that
+            has no status reader (an entry point's), ``unavailable``.
+    """
+    scheme = _scheme(location)
+    if scheme is None:
+        from .sqlite import crawl_status
+
+        return crawl_status(location, top=top)
+    if scheme in _POSTGRES_SCHEMES:
+        from .postgres import crawl_status as postgres_status
+
+        try:
+            return postgres_status(os.fspath(location), top=top, **options)
+        except ImportError as exc:
+            raise FrontierError(str(exc), FrontierErrorKind.UNAVAILABLE) from exc
+    raise FrontierError(f"status reads SQLite and PostgreSQL frontiers, not {scheme}:// ones",
+                        FrontierErrorKind.UNAVAILABLE)
+
+
+def _scheme(location: str | os.PathLike[str] | object) -> str | None:
+    """The URL scheme of ``location`` in lower case; None for a path."""
+    if not isinstance(location, str):
+        return None  # an os.PathLike is a path
+    match = _URL.match(location)
+    return match.group(1).lower() if match is not None else None
+
+
+def _plugins() -> dict[str, EntryPoint]:
+    """The backends installed packages declare, by scheme (PostgreSQL's own cannot be replaced)."""
+    found = {entry.name.lower(): entry for entry in entry_points(group=ENTRY_POINT_GROUP)}
+    return {scheme: entry for scheme, entry in found.items() if scheme not in _POSTGRES_SCHEMES}
+
+
+def _others() -> str:
+    """The schemes of :func:`_plugins`, for a message: ", redis://" and so on."""
+    return "".join(f", {scheme}://" for scheme in sorted(_plugins()))
