@@ -898,7 +898,7 @@ def test_a_long_add_goes_in_as_several_statements_and_adds_the_same(
 ) -> None:
     """Cut into statements of _INSERT_ROWS URLs (so that a million seeds do not outlive the
     statement_timeout): the same URLs, depths and hosts as one statement gives."""
-    import niofetcher.crawl.frontier.postgres as postgres_module
+    import niofetcher.crawl.frontier.postgres.frontier as postgres_module
 
     pg = postgres_only(backend)
     monkeypatch.setattr(postgres_module, "_INSERT_ROWS", 3)

@@ -71,7 +71,7 @@ def test_a_bad_depth_or_priority_is_refused(depth: object, priority: object, err
 
 def test_both_backends_prepare_their_additions_here() -> None:
     """One home: each backend's add_many() calls prepare_additions and normalises nothing itself."""
-    for name in ("sqlite.py", "postgres.py"):
+    for name in ("sqlite/frontier.py", "postgres/frontier.py"):
         tree = ast.parse((FRONTIER / name).read_text())
         (add_many,) = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "add_many"]
         called = {node.func.id for node in ast.walk(add_many)

@@ -1,4 +1,4 @@
-"""The SQLite frontier's log checkpoints in a thread of their own (niofetcher/crawl/frontier/wal.py).
+"""The SQLite frontier's log checkpoints in a thread of their own (niofetcher/crawl/frontier/sqlite/wal.py).
 
 On real files: the thread copies the log into the file while the writer goes on, so that the next
 commit starts the log again from its beginning (the file grows, the log does not); without it
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from niofetcher.crawl.frontier import Frontier
-from niofetcher.crawl.frontier.wal import LogCheckpointer
+from niofetcher.crawl.frontier.sqlite.wal import LogCheckpointer
 
 PAGE = 2048
 ROW = b"x" * 1500  # about a page a row

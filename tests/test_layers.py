@@ -97,10 +97,9 @@ def violations(root: Path = PACKAGE) -> list[str]:
 # The database drivers, which only the frontier's backends may import or name.
 DRIVERS = {"sqlite3", "_sqlite3", "psycopg", "psycopg_binary", "psycopg_c", "psycopg_pool", "psycopg2"}
 FRONTIER = "niofetcher.crawl.frontier"
-# The frontier's modules that are a backend or part of one; the rest (base, locations, hosts, recent)
-# is what any backend shares.
-BACKENDS = {f"{FRONTIER}.{name}" for name in
-            ("sqlite", "schema", "transactions", "wal", "claims", "lock", "postgres", "postgres_schema")}
+# The frontier's backends (a package each, every module in it included) and their SQL; the rest
+# (base, locations, hosts, recent, service) is what any backend shares.
+BACKENDS = {f"{FRONTIER}.{name}" for name in ("sqlite", "schema", "postgres", "postgres_schema")}
 
 
 def backend_leaks(root: Path = PACKAGE) -> list[str]:
@@ -130,9 +129,9 @@ def test_no_driver_and_no_backend_above_the_frontier() -> None:
 def test_the_checker_sees_a_driver_or_a_backend_above_the_frontier(tmp_path: Path) -> None:
     """Negative control: what the frontier's backends may do, the rest of the package may not."""
     fake = tmp_path / "niofetcher"
-    (fake / "crawl" / "frontier").mkdir(parents=True)
+    (fake / "crawl" / "frontier" / "sqlite").mkdir(parents=True)
     (fake / "cli").mkdir()
-    (fake / "crawl" / "frontier" / "sqlite.py").write_text("import sqlite3\nERRORS = (sqlite3.Error,)\n")
+    (fake / "crawl" / "frontier" / "sqlite" / "frontier.py").write_text("import sqlite3\nERRORS = (sqlite3.Error,)\n")
     (fake / "crawl" / "pipeline.py").write_text("import os\nfrom .frontier import open_frontier\n"
                                                 "ERRORS = (sqlite3.Error, OSError)\n")
     (fake / "cli" / "status.py").write_text("from ..crawl.frontier.postgres import crawl_status\n"
@@ -146,6 +145,49 @@ def test_the_checker_sees_a_driver_or_a_backend_above_the_frontier(tmp_path: Pat
         "niofetcher/cli/status.py:1: imports the backend module niofetcher.crawl.frontier.postgres",
         "niofetcher/cli/status.py:1: imports the backend module niofetcher.crawl.frontier.postgres.crawl_status",
         "niofetcher/crawl/pipeline.py:3: names sqlite3",
+    ]
+
+
+# Inside the frontier, the modules that may import a backend: the package's face (``Frontier`` is the
+# SQLite class, which users construct by that name) and locations.py, which opens any of them.
+OPENERS = {FRONTIER, f"{FRONTIER}.locations"}
+# Each backend with its own SQL: what it may import of the backends.
+OWN = {"sqlite": ("sqlite", "schema"), "postgres": ("postgres", "postgres_schema")}
+
+
+def backends_named_inside(root: Path = PACKAGE) -> list[str]:
+    """Every import of a backend inside the frontier by a module that is not an opener nor that backend."""
+    found = []
+    for path in sorted((root / "crawl" / "frontier").rglob("*.py")):
+        name = module_name(path, root)
+        if name in OPENERS:
+            continue
+        part = name[len(FRONTIER) + 1:].split(".")[0]
+        own = {f"{FRONTIER}.{mine}" for mine in OWN.get(part, (part,))}
+        for line, target in imports_of(path, root):
+            for backend in BACKENDS - own:
+                if target == backend or target.startswith(backend + "."):
+                    found.append(f"{path.relative_to(root.parent)}:{line}: imports {target}")
+    return found
+
+
+def test_inside_the_frontier_only_locations_opens_a_backend() -> None:
+    """The shared modules (base, hosts, recent, service) know no backend, and no backend knows another."""
+    assert backends_named_inside() == []
+
+
+def test_the_checker_sees_a_backend_named_inside_the_frontier(tmp_path: Path) -> None:
+    """Negative control: a shared module or another backend that imports a backend is reported."""
+    frontier = tmp_path / "niofetcher" / "crawl" / "frontier"
+    (frontier / "postgres").mkdir(parents=True)
+    (frontier / "service.py").write_text("from .sqlite import Frontier\n")
+    (frontier / "locations.py").write_text("from .postgres import PostgresFrontier\n")
+    (frontier / "postgres" / "leases.py").write_text("from ..postgres_schema import TAKE\nfrom ..schema import COUNTS\n")
+    assert backends_named_inside(tmp_path / "niofetcher") == [
+        "niofetcher/crawl/frontier/postgres/leases.py:2: imports niofetcher.crawl.frontier.schema",
+        "niofetcher/crawl/frontier/postgres/leases.py:2: imports niofetcher.crawl.frontier.schema.COUNTS",
+        "niofetcher/crawl/frontier/service.py:1: imports niofetcher.crawl.frontier.sqlite",
+        "niofetcher/crawl/frontier/service.py:1: imports niofetcher.crawl.frontier.sqlite.Frontier",
     ]
 
 

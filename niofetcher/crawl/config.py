@@ -11,7 +11,8 @@ from ..config import FetcherConfig
 from ..models import FetchResult
 from ..urls import domain_host, parse_target
 from .directives import canonical_header, header_directives
-from .frontier.locations import check_crawl_name, check_shared_location
+from .frontier.base import check_crawl_name
+from .frontier.locations import check_shared_location
 
 if TYPE_CHECKING:  # a program that reads CrawlConfig need not load bs4 and lxml
     from .parse import PageLinks
@@ -113,7 +114,7 @@ class CrawlConfig:
             raise ValueError("give db_path (a SQLite frontier) or frontier (a PostgreSQL one), not both")
         if self.crawl_name is None:
             raise ValueError("a PostgreSQL frontier needs crawl_name: the crawl's name in that database")
-        try:  # kept as the name of its schema, in lower case (locations.check_crawl_name says why)
+        try:  # kept as the name of its schema, in lower case (frontier.base.check_crawl_name says why)
             object.__setattr__(self, "crawl_name", check_crawl_name(self.crawl_name))
         except TypeError as exc:
             raise ValueError(str(exc)) from None

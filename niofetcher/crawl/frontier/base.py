@@ -1,5 +1,5 @@
 """What every frontier backend shares: the states, the claimed URL, the errors, the retry delay,
-and :class:`FrontierBackend`, the protocol the crawler's coordinator knows a frontier by.
+the names of crawls, and :class:`FrontierBackend`, the protocol the crawler's coordinator knows a frontier by.
 
 Each URL is in exactly one state::
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -44,7 +45,7 @@ from ...urls import host_key, normalize_url
 
 __all__ = [
     "ROBOTS_SECONDS", "STATES", "CrawlStatus", "FrontierBackend", "FrontierError", "FrontierErrorKind", "FrontierURL", "StoredRobots",
-    "WorkerStatus", "check_checkpoint", "check_int", "check_time", "normal_lastmods", "processing_key", "retry_delay",
+    "WorkerStatus", "check_checkpoint", "check_crawl_name", "check_int", "check_time", "normal_lastmods", "processing_key", "retry_delay",
 ]
 
 #: How long a stored robots.txt answer is used instead of fetching it again (RFC 9309: a crawler
@@ -147,6 +148,37 @@ def check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:
             raise TypeError(f"checkpoint names must be str, not {name!r}")
         entries[name] = check_int(f"checkpoint[{name!r}]", value, 0)
     return entries
+
+
+# Any frontier shared by workers holds crawls by name, and a configuration checks one before anything
+# is opened.  A crawl name becomes the name of a PostgreSQL schema: 1 to 63 ASCII letters, digits, "_" and "-"
+# (63 bytes is PostgreSQL's longest identifier), quoted as an identifier wherever it reaches SQL (a
+# "-", or a digit first, needs the quotes), and not one of PostgreSQL's own (pg_*, public,
+# information_schema).  Folded to lower case, as PostgreSQL folds a name it is given unquoted:
+# ``SET search_path TO MyCrawl`` in psql finds the crawl of ``--crawl MyCrawl``, a worker started
+# with ``--crawl MyCrawl`` joins the one started with ``--crawl mycrawl`` instead of beginning a
+# second crawl beside it, and a crawl made before "-" was allowed (lower case then) opens under the
+# name it had.  Any shared backend takes the same names, so that a crawl keeps its name when moved.
+_CRAWL_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}")
+_RESERVED = ("public", "information_schema")
+
+
+def check_crawl_name(crawl: object) -> str:
+    """``crawl`` as the name of its schema: checked, and in lower case (see above).
+
+    Raises:
+        TypeError: for anything but a str.
+        ValueError: for a str that is no crawl name, in one line.
+    """
+    if not isinstance(crawl, str):
+        raise TypeError(f"crawl must be a str, not {crawl!r}")
+    name = crawl.lower()
+    if not _CRAWL_NAME.fullmatch(crawl) or name.startswith("pg_") or name in _RESERVED:
+        raise ValueError(
+            f"crawl name {crawl!r} must be 1 to 63 letters, digits, '_' and '-' (the name of its schema, "
+            "in lower case), and not pg_*, public or information_schema"
+        )
+    return name
 
 
 def normal_lastmods(lastmods: Mapping[str, str]) -> dict[str, str]:

@@ -7,9 +7,6 @@ backend that an installed package declares as an entry point of the group ``niof
 named after the scheme, whose object is a callable ``(location, **options)`` returning a
 :class:`~niofetcher.crawl.frontier.base.FrontierBackend`.  A backend's module is imported only when
 a location names it, so that psycopg is loaded by a PostgreSQL crawl alone.
-
-The name of a crawl is the other rule here: any frontier shared by workers holds crawls by name,
-and a configuration checks one before anything is opened.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from .base import CrawlStatus, FrontierError, FrontierErrorKind
 if TYPE_CHECKING:
     from .base import FrontierBackend
 
-__all__ = ["ENTRY_POINT_GROUP", "check_crawl_name", "check_shared_location", "frontier_status", "open_frontier"]
+__all__ = ["ENTRY_POINT_GROUP", "check_shared_location", "frontier_status", "open_frontier"]
 
 #: The entry point group where a package declares a frontier backend, by URL scheme.
 ENTRY_POINT_GROUP = "niofetcher.frontiers"
@@ -32,36 +29,6 @@ ENTRY_POINT_GROUP = "niofetcher.frontiers"
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
 # RFC 3986's scheme, then "//": a path never starts so ("C:\\x" and "./a:b" do not).
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-
-# A crawl name becomes the name of a PostgreSQL schema: 1 to 63 ASCII letters, digits, "_" and "-"
-# (63 bytes is PostgreSQL's longest identifier), quoted as an identifier wherever it reaches SQL (a
-# "-", or a digit first, needs the quotes), and not one of PostgreSQL's own (pg_*, public,
-# information_schema).  Folded to lower case, as PostgreSQL folds a name it is given unquoted:
-# ``SET search_path TO MyCrawl`` in psql finds the crawl of ``--crawl MyCrawl``, a worker started
-# with ``--crawl MyCrawl`` joins the one started with ``--crawl mycrawl`` instead of beginning a
-# second crawl beside it, and a crawl made before "-" was allowed (lower case then) opens under the
-# name it had.  Any shared backend takes the same names, so that a crawl keeps its name when moved.
-_CRAWL_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}")
-_RESERVED = ("public", "information_schema")
-
-
-def check_crawl_name(crawl: object) -> str:
-    """``crawl`` as the name of its schema: checked, and in lower case (see above).
-
-    Raises:
-        TypeError: for anything but a str.
-        ValueError: for a str that is no crawl name, in one line.
-    """
-    if not isinstance(crawl, str):
-        raise TypeError(f"crawl must be a str, not {crawl!r}")
-    name = crawl.lower()
-    if not _CRAWL_NAME.fullmatch(crawl) or name.startswith("pg_") or name in _RESERVED:
-        raise ValueError(
-            f"crawl name {crawl!r} must be 1 to 63 letters, digits, '_' and '-' (the name of its schema, "
-            "in lower case), and not pg_*, public or information_schema"
-        )
-    return name
-
 
 def check_shared_location(location: object) -> str:
     """``location`` checked to be the URL of a frontier shared by workers (``CrawlConfig.frontier``).

@@ -130,7 +130,7 @@ ALTER TABLE hosts ADD COLUMN robots_at REAL;  -- unix time it was fetched
 """
 
 # Statements that take many URLs take them as one JSON array (json_each), so that a whole
-# batch is one sqlite3 call: see "The GIL" in sqlite.py.  json_extract() rather than ->>, which
+# batch is one sqlite3 call: see "The GIL" in sqlite/frontier.py.  json_extract() rather than ->>, which
 # needs SQLite 3.38.
 
 # ?1 is a JSON array of host keys; the ones not known yet get a row.

@@ -30,7 +30,7 @@ import stat
 import weakref
 from typing import ClassVar
 
-from .base import FrontierError, FrontierErrorKind
+from ..base import FrontierError, FrontierErrorKind
 
 __all__ = ["FrontierLocked", "OwnerLock", "path_problem"]
 

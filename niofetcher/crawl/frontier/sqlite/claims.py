@@ -23,8 +23,8 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from .hosts import HostRotation, Turn
-from .schema import CLAIM_ROWS, EMPTY_HOSTS, QUEUED_HOSTS, TOO_DEEP_HOSTS, TOP_PRIORITIES
+from ..hosts import HostRotation, Turn
+from ..schema import CLAIM_ROWS, EMPTY_HOSTS, QUEUED_HOSTS, TOO_DEEP_HOSTS, TOP_PRIORITIES
 
 __all__ = ["DEEPEST", "HostQueues", "Row"]
 

@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from .base import FrontierError, FrontierErrorKind, check_int, check_time
+from ..base import FrontierError, FrontierErrorKind, check_int, check_time
 
 __all__ = ["Transactions", "database_error"]
 
@@ -187,6 +187,11 @@ class Transactions:
                 self._commit_deferred = False
                 with self._db() as conn:
                     self._commit(conn)
+
+    def flush(self) -> None:
+        """Commit the complete()s and fail()s still pending."""
+        with self._db() as conn:
+            self._commit(conn)
 
     def _outcome_recorded(self, conn: sqlite3.Connection, n: int = 1) -> None:
         """After complete()/fail() of ``n`` URLs: commit if enough are pending, or for long enough."""

@@ -1,0 +1,21 @@
+"""The SQLite frontier: :class:`Frontier`, a crawl's URLs in one file that one process holds, and
+:func:`crawl_status`, which reads such a file from outside.
+
+One job a module: ``frontier.py`` (opening, adding, claiming, outcomes, robots.txt),
+``transactions.py`` (the connection, and when its changes commit), ``claims.py`` (claims host by
+host), ``leases.py`` (what a frontier shared by workers keeps in leases: nothing here), ``status.py``
+(what the frontier reads of its crawl, and :func:`crawl_status`), ``lock.py`` (one owner a file),
+``wal.py`` (the log's checkpoints, in a thread).  Its SQL is ``schema.py``'s.
+"""
+
+from ....urls import normalize_url
+from ..base import STATES, FrontierError, FrontierURL
+from ..schema import SCHEMA_VERSION
+from .frontier import Frontier
+from .lock import FrontierLocked
+from .status import crawl_status
+
+__all__ = [
+    "SCHEMA_VERSION", "STATES", "Frontier", "FrontierError", "FrontierLocked", "FrontierURL", "crawl_status",
+    "normalize_url",
+]
