@@ -492,11 +492,17 @@ class Engine:
         now = self.loop.now
         if status is not None and status in throttle.backoff_statuses:
             wait = retry_after(header_value(headers, "retry-after"), time.time())
-            self.table.throttled(slot, throttle.backed_off(slot.throttle_delay),
-                                 now + wait if wait is not None else now, now)
+            pause_until = now + wait if wait is not None else now
+            if task.dispatched_at >= slot.backoff_at:  # sent after the last backoff began: a new one
+                delay, too_fast = throttle.backed_off(max(slot.throttle_delay, slot.delay), slot.start_gap,
+                                                      slot.served - slot.served_at_backoff)
+                self.table.backed_off(slot, delay, too_fast, pause_until, now)
+            else:
+                self.table.pause(slot, pause_until, now)
         else:
             good = status is not None and status < 500
-            self.table.throttled(slot, throttle.eased(slot.throttle_delay, now - task.dispatched_at, good), None, now)
+            delay, too_fast = throttle.eased(slot.throttle_delay, slot.too_fast, now - task.dispatched_at, good)
+            self.table.throttled(slot, delay, too_fast)
 
     def _keep_or_close(self, conn: Connection) -> None:
         """After a response: back to the idle pool, unless it may not serve another request."""

@@ -101,7 +101,12 @@ class HostSlot:
     ready_entry: tuple[int, int, int, HostSlot] | None = field(default=None, repr=False)
     delay_timer_armed: bool = field(default=False, repr=False)
     throttle_delay: float = 0.0  # the Throttle's delay (throttle.py): the larger of it and ``delay`` holds
-    backoffs: int = 0  # answers that asked it to slow down (429, 503)
+    too_fast: float = 0.0  # the Throttle's: the delay its last backoff found too short
+    backoff_at: float = -math.inf  # when its last backoff began: an answer to a request sent before is of it
+    backoffs: int = 0  # backoffs, each begun by an answer that asked it to slow down (429, 503)
+    served_at_backoff: int = 0  # ``served`` when its last backoff began
+    last_start_at: float = math.inf  # when its last request started, and the gap before that one
+    start_gap: float = 0.0
     tls_session: ssl.SSLSession | None = field(default=None, repr=False)  # resumed by the next connection
     parked: str | None = field(default=None, repr=False)  # the proxy it waits on for a place (module docstring)
     woken: str | None = field(default=None, repr=False)  # the proxy whose free place it was woken for
@@ -224,13 +229,26 @@ class HostTable:
             slot.delay = delay
             self.refresh(slot, now)
 
-    def throttled(self, slot: HostSlot, delay: float, pause_until: float | None, now: float) -> None:
-        """``slot``'s throttled delay is ``delay`` from its next start on; with ``pause_until`` (a backoff),
-        none of its requests starts before then, nor before ``delay`` from now."""
+    def throttled(self, slot: HostSlot, delay: float, too_fast: float) -> None:
+        """``slot``'s throttled delay is ``delay`` from its next start on (``too_fast``: see throttle.py)."""
         slot.throttle_delay = delay
-        if pause_until is not None:
-            slot.backoffs += 1
-            slot.next_start_at = max(slot.next_start_at, now + delay, pause_until)
+        slot.too_fast = too_fast
+
+    def backed_off(self, slot: HostSlot, delay: float, too_fast: float, pause_until: float, now: float) -> None:
+        """A backoff of ``slot`` begins: ``delay`` from now on, and none of its requests starts before
+        ``pause_until`` (a Retry-After) nor before ``delay`` from now."""
+        slot.throttle_delay = delay
+        slot.too_fast = too_fast
+        slot.backoffs += 1
+        slot.backoff_at = now
+        slot.served_at_backoff = slot.served
+        self.pause(slot, now + delay, now)
+        self.pause(slot, pause_until, now)
+
+    def pause(self, slot: HostSlot, until: float, now: float) -> None:
+        """None of ``slot``'s requests starts before ``until``."""
+        if until > slot.next_start_at:
+            slot.next_start_at = until
             self.refresh(slot, now)
 
     def set_gate(self, origin: Origin, start_until: float | None, now: float) -> None:
@@ -417,6 +435,8 @@ class HostTable:
             slot.dispatched += 1
             slot.wait_sum += wait
             slot.wait_max = max(slot.wait_max, wait)
+            slot.start_gap = now - slot.last_start_at
+            slot.last_start_at = now
             if slot.delay or slot.throttle_delay:
                 slot.next_start_at = now + slot.next_delay()
             return Assignment(slot, task, conn, evict, evict_for_proxy)

@@ -2,11 +2,20 @@
 
 A host's throttled delay moves toward ``latency / target_concurrency`` (halfway
 at each answer, so one slow answer does not set it alone) while answers are
-good; a backoff status (429, 503) at least doubles it and pauses the whole host
-until its ``Retry-After`` has passed; later good answers bring it back down
-step by step.  It is one floor among the others of a host's delay
-(``host_delay``, a robots.txt Crawl-delay set through ``set_host_delay``): the
-host table starts requests at the largest of them.  The arithmetic is here; the
+good.  A backoff status (429, 503) begins an *episode*: the delay that was too
+short (the larger of the delay and the spacing the requests actually had) is
+remembered and the delay set to twice it (four times while backoffs come
+within a few answers of each other, as when a limit is first sought), and the
+whole host pauses until its ``Retry-After`` has passed; the answers to requests sent before the episode
+began belong to it and back off no further (their Retry-After still holds),
+as TCP halves its window once per loss.  Later good answers bring the delay
+down in small steps (5% an answer), never below 1.25 times the delay that was
+too short -- which itself is forgotten slowly (1% a hundred answers), so that a
+limit that was lifted is found again.  Halving toward the latency instead, a
+server that answers in a millisecond would be hammered into its limit again
+within a few answers (benchmarks/throttle.py).  It is one floor among the
+others of a host's delay (``host_delay``, a robots.txt Crawl-delay set through
+``set_host_delay``): the host table starts requests at the largest of them.  The arithmetic is here; the
 host table (``pool``) keeps each host's figures and the engine feeds it.
 """
 
@@ -20,8 +29,13 @@ from dataclasses import dataclass
 #: The longest a Retry-After pauses a host, whatever it says (DESIGN.md: "up to an hour").
 MAX_PAUSE = 3600.0
 
-# The first backoff of a host whose delay was 0: doubling nothing would leave it at 0.
-FIRST_BACKOFF = 1.0
+# The least delay a backoff takes as too short: doubling nothing would leave it at 0.
+LEAST_TOO_FAST = 0.001
+STEP_DOWN = 0.05  # after a backoff, a good answer lowers the delay by this share ...
+MARGIN = 1.25  # ... down to this many times the delay that was too short ...
+FORGET = 0.0001  # ... which shrinks by this share at each good answer
+# A backoff within this many answers of the last one: the limit is still far off, so x 4
+QUICK_REPEAT = 8
 
 
 @dataclass(frozen=True)
@@ -55,21 +69,33 @@ class Throttle:
                 or not all(type(status) is int and 100 <= status <= 599 for status in statuses)):
             raise ValueError(f"backoff_statuses must be a tuple of HTTP status codes, not {statuses!r}")
 
-    def eased(self, delay: float, latency: float, good: bool) -> float:
-        """The delay after an answer that took ``latency`` seconds: halfway toward its target.
+    def eased(self, delay: float, too_fast: float, latency: float, good: bool) -> tuple[float, float]:
+        """The delay after an answer that took ``latency`` seconds, and the delay a backoff found
+        too short (``too_fast``, 0 before any) as it is now (see the module docstring).
 
         An answer that is not good (a 5xx not among the backoff statuses, a failure) may raise the
         delay toward a slow server's latency but never lowers it.
         """
         target = latency / self.target_concurrency
-        eased = (delay + target) / 2
+        if too_fast:
+            if good:
+                too_fast *= 1 - FORGET
+            target = max(target, too_fast * MARGIN)
+            eased = max(target, delay * (1 - STEP_DOWN)) if delay > target else (delay + target) / 2
+        else:
+            eased = (delay + target) / 2
         if not good and eased < delay:
-            return delay
-        return min(max(eased, self.min_delay), self.max_delay)
+            eased = delay
+        return min(max(eased, self.min_delay), self.max_delay), too_fast
 
-    def backed_off(self, delay: float) -> float:
-        """The delay after a backoff status: at least doubled, within [min_delay, max_delay]."""
-        return min(max(2 * delay, FIRST_BACKOFF, self.min_delay), self.max_delay)
+    def backed_off(self, delay: float, spacing: float, good_since: int) -> tuple[float, float]:
+        """The delay after a backoff status that begins an episode, and the delay found too short:
+        the larger of ``delay`` and the ``spacing`` the host's requests had, doubled -- four times
+        when the last backoff was at most QUICK_REPEAT good answers ago, as while the limit is
+        first sought -- within [min_delay, max_delay]."""
+        too_fast = max(delay, spacing, LEAST_TOO_FAST)
+        factor = 4 if good_since <= QUICK_REPEAT else 2
+        return min(max(factor * too_fast, self.min_delay), self.max_delay), too_fast
 
 
 def retry_after(value: str | None, now: float) -> float | None:
