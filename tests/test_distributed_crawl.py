@@ -94,10 +94,16 @@ class Workers:
             return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
 
     def worker_id(self, proc: subprocess.Popen[bytes], timeout: float = 30) -> str:
+        """The id under which ``proc`` crawls: its row of ``workers`` that holds a host or has counted
+        a change.  Before crawling, ``crawl --frontier`` opens the crawl once to check it
+        (cli/crawl.py's _check_shared) under another id of the same pid, gone a moment later: that
+        one must never be taken for the worker (a loop waiting for its pages then waits for ever)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                found = self.rows("SELECT id FROM workers WHERE pid = %s", proc.pid)
+                found = self.rows(
+                    "SELECT id FROM workers WHERE pid = %s AND (EXISTS (SELECT 1 FROM hosts WHERE owner = workers.id)"
+                    " OR EXISTS (SELECT 1 FROM state_counts WHERE worker = workers.id))", proc.pid)
             except Exception:  # noqa: BLE001 - the schema may not be there yet
                 found = []
             if found:
