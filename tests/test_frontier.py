@@ -48,6 +48,12 @@ class FakeClock:
         self.now += seconds
 
 
+# The columns of the urls table, in their order: the same on every SQL store (PostgreSQL's:
+# tests/test_frontier_postgres.py), so that a user's queries work on each.
+URL_COLUMNS = ["url", "state", "attempts", "depth", "priority", "parent", "status", "error", "discovered_at",
+               "fetched_at", "next_attempt_at", "seq", "host_id", "lastmod"]
+
+
 # -- helpers ------------------------------------------------------------------
 
 
@@ -1023,6 +1029,16 @@ def test_four_threads_add_claim_and_complete(db: Path) -> None:
 
 
 # -- read by a user -----------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_the_urls_table_has_the_columns_of_every_sql_store(frontier: Frontier, db: Path) -> None:
+    """URL_COLUMNS, in their order, and a host row for each URL: PostgreSQL's tables are the same."""
+    frontier.add(["http://a.test/"])
+    frontier.flush()
+    assert [name for (name,) in read_rows(db, "SELECT name FROM pragma_table_info('urls')")] == URL_COLUMNS
+    assert read_rows(db, "SELECT urls.url, hosts.origin FROM urls JOIN hosts ON hosts.id = urls.host_id") == [
+        ("http://a.test/", "http://a.test")]
 
 
 @pytest.mark.timeout(30)

@@ -1,140 +1,130 @@
-"""One frontier suite for every backend: the SQLite ``Frontier`` and the ``PostgresFrontier`` keep
-the promises of ``niofetcher/crawl/frontier/base.py`` alike (issue 12, item 5d).
+"""The contract of a frontier store: every store keeps the promises of
+``niofetcher/crawl/frontier/base.py`` alike, and this suite holds each one to them (issue 12, item 5d;
+issue 26, item 3).  docs/extending.md tells how a new store joins.
 
-Each test gets a ``backend``: a fresh frontier file, or a fresh crawl (a schema) in the one
-throwaway PostgreSQL cluster of the session (``pg_cluster.py``); ``backend.open()`` opens the
-frontier, ``backend.rows(sql)`` reads the tables as a user would, through a connection of its
-own -- the same SQL on both, which is the point of the one table shape.  Time is a fake clock.
-The SQLite frontier commits every outcome at once here (``commit_every=1``), as the PostgreSQL
-one always does outside ``batch()``: what a second reader sees is then the same.
+The suite reads a frontier only through :class:`~niofetcher.crawl.frontier.base.FrontierBackend`
+-- what the crawler asks of it, and ``lookup()``, which gives one URL as the frontier keeps it --
+and never through SQL, so that a store without SQL passes it like the two with.  What a second
+reader of the storage would see is what a store keeps through a crash: ``Store.crash()`` ends a
+frontier as a killed process does (``Store.kill()``, the one piece of a store's insides the suite
+needs), and the next ``Store.open()`` reads what survived.
 
-The SQLite-only and PostgreSQL-only rules (files that cannot be opened, the statements a batch
-costs, the parked hosts' walks) stay in tests/test_frontier*.py; PostgreSQL's own are at the end.
+Each test gets a ``store`` from :data:`STORES`: a place of its own (a fresh SQLite file, a fresh
+crawl -- a schema -- in the one throwaway PostgreSQL cluster of the session, ``pg_cluster.py``),
+where ``store.open()`` opens a frontier by ``open_frontier()``, as the crawler does.  Time is a
+fake clock.  The SQLite frontier commits every outcome at once here (``commit_every=1``), as the
+PostgreSQL one always does outside ``batch()``.
+
+What is a store's own -- its tables, indexes and upgrades, its files, its races between workers
+-- is tested beside it: tests/test_frontier*.py (SQLite), tests/test_frontier_postgres.py,
+tests/test_postgres_hosts.py and tests/test_crawler_postgres.py (PostgreSQL).
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import random
-import signal
-import sqlite3
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar
 
 import pytest
 from test_frontier import FakeClock
 
-from niofetcher.crawl.frontier import STATES, Frontier, FrontierError, FrontierLocked, FrontierURL
-from niofetcher.testing import PostgresCluster
+from niofetcher.crawl.frontier import FrontierBackend, FrontierError, FrontierErrorKind, open_frontier
+from niofetcher.crawl.frontier.base import STATES, FrontierURL, StoredURL
+from niofetcher.urls import normalize_url
 
 pytest_plugins = ["pg_cluster"]
 pytestmark = pytest.mark.timeout(60)
 
-_crawl_names = itertools.count()
+# The options of every store's frontier that the suite passes (a store takes them all).
+OPTIONS = {"max_attempts": 3, "retry_delay": 1.0, "max_retry_delay": 300.0}
 
 
-class Backend:
-    """A place for one test's frontier, and a user's view of its tables."""
+class Store:
+    """How the suite makes the frontiers of one store: a new store is one subclass of this, added to
+    :data:`STORES`.
 
-    name = ""
+    ``location`` and ``options`` are what ``open_frontier()`` gets (the suite adds ``clock`` and
+    :data:`OPTIONS`, or a test's own); every ``open()`` opens the same place again.
+    """
 
-    def __init__(self, clock: FakeClock) -> None:
+    name: ClassVar[str] = ""
+    # Workers share it: a second open() joins as another worker, which takes none of the first one's
+    # hosts.  Otherwise a second open() is refused (FrontierError, kind LOCKED) and changes nothing.
+    shared: ClassVar[bool] = False
+
+    def __init__(self, request: pytest.FixtureRequest, clock: FakeClock) -> None:
         self.clock = clock
-        self.opened: list[Any] = []
+        self.location = ""
+        self.options: dict[str, Any] = {}
+        self.opened: list[FrontierBackend] = []
+        self.crashed: list[FrontierBackend] = []
 
-    def open(self, **kwargs: Any) -> Any:
-        kwargs.setdefault("clock", self.clock)
-        frontier = self._open(**kwargs)
+    def open(self, **options: Any) -> FrontierBackend:
+        """A frontier on the store's place, with the suite's clock, the store's options and ``options``."""
+        frontier = self.make(**{"clock": self.clock, **self.options, **options})
         self.opened.append(frontier)
         return frontier
 
-    def _open(self, **kwargs: Any) -> Any:
-        raise NotImplementedError
+    def make(self, **options: Any) -> FrontierBackend:
+        """The frontier at ``location``, found as the crawler finds it; a store not installed yet
+        (no ``niofetcher.frontiers`` entry point) constructs its class here instead."""
+        return open_frontier(self.location, **options)
 
-    def rows(self, sql: str) -> list[tuple[Any, ...]]:
-        """What a user's query gives, through a connection of its own (what is committed)."""
-        raise NotImplementedError
+    def crash(self, frontier: FrontierBackend) -> None:
+        """End ``frontier`` as a killed process does (:meth:`kill`); the test's end leaves it alone."""
+        self.crashed.append(frontier)
+        self.kill(frontier)
 
-    def columns(self, table: str) -> list[str]:
-        """The names of ``table``'s columns, in their order."""
-        raise NotImplementedError
-
-    def crash(self, frontier: Any) -> None:
-        """End ``frontier`` as a killed process does: its connection gone, nothing committed."""
+    def kill(self, frontier: Any) -> None:
+        """What a killed process leaves of ``frontier``: nothing of it committed after this, its hold
+        on the store gone, and a call of it raising FrontierError."""
         raise NotImplementedError
 
     def close_all(self) -> None:
         for frontier in self.opened:
-            if not frontier.closed:
+            if frontier not in self.crashed:
                 frontier.close()
 
 
-class SQLiteBackend(Backend):
+class SQLiteStore(Store):
     name = "sqlite"
 
-    def __init__(self, clock: FakeClock, path: Path) -> None:
-        super().__init__(clock)
-        self.path = path
-        self.integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
+    def __init__(self, request: pytest.FixtureRequest, clock: FakeClock) -> None:
+        super().__init__(request, clock)
+        self.location = str(request.getfixturevalue("tmp_path") / "crawl.db")
+        self.options = {"commit_every": 1}
 
-    def _open(self, **kwargs: Any) -> Any:
-        kwargs.setdefault("commit_every", 1)
-        return Frontier(self.path, **kwargs)
-
-    def rows(self, sql: str) -> list[tuple[Any, ...]]:
-        conn = sqlite3.connect(self.path)
-        try:
-            with conn:
-                return conn.execute(sql).fetchall()
-        finally:
-            conn.close()
-
-    def columns(self, table: str) -> list[str]:
-        return [name for (name,) in self.rows(f"SELECT name FROM pragma_table_info('{table}')")]
-
-    def crash(self, frontier: Any) -> None:
+    def kill(self, frontier: Any) -> None:
         conn, frontier._conn = frontier._conn, None
-        conn.close()
-        frontier._let_go()
+        conn.close()  # what is not committed is rolled back
+        frontier._let_go()  # the lock a dead process's file descriptors let go of
 
 
-class PostgresBackend(Backend):
+_crawl_names = itertools.count()
+
+
+class PostgresStore(Store):
     name = "postgres"
+    shared = True
 
-    def __init__(self, clock: FakeClock, dsn: str) -> None:
-        super().__init__(clock)
-        import psycopg
-
-        self.psycopg = psycopg
-        self.dsn = dsn
+    def __init__(self, request: pytest.FixtureRequest, clock: FakeClock) -> None:
+        super().__init__(request, clock)
+        self.dsn = self.location = request.getfixturevalue("postgres_dsn")  # skips where there is no PostgreSQL
         self.crawl = f"test_{next(_crawl_names)}_{int(time.time() * 1000) % 10**9}"
-        self.integrity_errors = (psycopg.errors.CheckViolation,)
+        self.options = {"crawl": self.crawl}
 
-    def _open(self, **kwargs: Any) -> Any:
-        from niofetcher.crawl.frontier.postgres import PostgresFrontier
-
-        return PostgresFrontier(self.dsn, self.crawl, **kwargs)
-
-    def rows(self, sql: str) -> list[tuple[Any, ...]]:
-        with self.psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute(f"SET search_path TO {self.crawl}")
-            cursor = conn.execute(sql)  # type: ignore[call-overload]
-            return cursor.fetchall() if cursor.description is not None else []
-
-    def columns(self, table: str) -> list[str]:
-        return [name for (name,) in self.rows(
-            "SELECT column_name FROM information_schema.columns"
-            f" WHERE table_schema = '{self.crawl}' AND table_name = '{table}' ORDER BY ordinal_position")]
-
-    def crash(self, frontier: Any) -> None:
+    def kill(self, frontier: Any) -> None:
         conn, frontier._conn = frontier._conn, None
         conn.close()  # the open transaction is rolled back by the server; the lock goes with the session
+
+
+#: Every store the suite runs for: a new store adds its Store here.
+STORES: list[type[Store]] = [SQLiteStore, PostgresStore]
 
 
 @pytest.fixture
@@ -142,13 +132,9 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path) -> Iterator[Backend]:
-    made: Backend
-    if request.param == "sqlite":
-        made = SQLiteBackend(clock, tmp_path / "crawl.db")
-    else:
-        made = PostgresBackend(clock, request.getfixturevalue("postgres_dsn"))
+@pytest.fixture(params=STORES, ids=lambda made: made.name)
+def store(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Store]:
+    made: Store = request.param(request, clock)
     try:
         yield made
     finally:
@@ -156,8 +142,8 @@ def backend(request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path) ->
 
 
 @pytest.fixture
-def frontier(backend: Backend) -> Any:
-    return backend.open(max_attempts=3, retry_delay=1.0, max_retry_delay=300.0)
+def frontier(store: Store) -> FrontierBackend:
+    return store.open(**OPTIONS)
 
 
 # -- helpers ------------------------------------------------------------------
@@ -172,74 +158,101 @@ def clustered(hosts: str, per_host: int) -> list[str]:
     return [f"http://{host}.test/{i}" for host in hosts for i in range(per_host)]
 
 
-def assert_consistent(frontier: Any, backend: Backend) -> dict[str, int]:
-    """Every URL in exactly one of the four states, and counts() agreeing with the table."""
-    counts: dict[str, int] = frontier.counts()
+def stored(frontier: FrontierBackend, url: str) -> StoredURL:
+    """``url`` as ``frontier`` keeps it; it must be there."""
+    entry = frontier.lookup(url)
+    assert entry is not None, f"{url} is not in the frontier"
+    return entry
+
+
+def state_of(frontier: FrontierBackend, url: str) -> str | None:
+    entry = frontier.lookup(url)
+    return entry.state if entry is not None else None
+
+
+def assert_consistent(frontier: FrontierBackend, known: Iterable[str]) -> dict[str, int]:
+    """Every URL in exactly one of the four states, and counts() agreeing with the URLs themselves.
+
+    ``known``: every URL the test gave the frontier, in any form, those it refused included.  Each
+    is looked up, and the states found must add up to counts(): no URL stored twice, none stored
+    that was not given, none in a fifth state.  A waiting URL is due some time, and one that is
+    done or an error is not due at all.
+    """
+    counts = frontier.counts()
     assert set(counts) == set(STATES)
-    assert backend.rows("SELECT COUNT(*) FROM urls WHERE state NOT IN ('waiting', 'processing', 'done', 'error')") \
-        == [(0,)]
-    ((total, distinct),) = backend.rows("SELECT COUNT(*), COUNT(DISTINCT url) FROM urls")
-    assert total == distinct == sum(counts.values())
-    on_table = dict.fromkeys(STATES, 0)
-    on_table.update(backend.rows("SELECT state, COUNT(*) FROM urls GROUP BY state"))
-    assert counts == on_table
-    assert backend.rows("SELECT COUNT(*) FROM urls WHERE state = 'waiting' AND next_attempt_at IS NULL") == [(0,)]
-    assert backend.rows(
-        "SELECT COUNT(*) FROM urls WHERE state IN ('done', 'error') AND next_attempt_at IS NOT NULL") == [(0,)]
+    found: dict[str, StoredURL] = {}
+    for url in set(known):
+        entry = frontier.lookup(url)
+        if entry is not None:
+            assert entry.url == normalize_url(url)
+            found[entry.url] = entry
+    by_state = Counter(entry.state for entry in found.values())
+    assert set(by_state) <= set(STATES), by_state
+    assert counts == {state: by_state[state] for state in STATES}
+    assert all(entry.next_attempt_at is not None for entry in found.values() if entry.state == "waiting")
+    assert all(entry.next_attempt_at is None for entry in found.values() if entry.state in ("done", "error"))
     return counts
 
 
-def claim_all(frontier: Any, batch: int = 7) -> list[FrontierURL]:
+def claim_all(frontier: FrontierBackend, batch: int = 7) -> list[FrontierURL]:
     out: list[FrontierURL] = []
     while claimed := frontier.claim(batch):
         out.extend(claimed)
     return out
 
 
+# -- the protocol -------------------------------------------------------------
+
+# The protocol's methods: its public ones, and the context manager's.
+PROTOCOL = sorted(
+    name for name, value in vars(FrontierBackend).items()
+    if callable(value) and (not name.startswith("_") or name in ("__enter__", "__exit__"))
+)
+
+
+def test_the_frontier_has_every_method_of_the_protocol_with_its_parameters(frontier: FrontierBackend) -> None:
+    """What mypy checks of the stores in the package, checked of any store at run time."""
+    for name in PROTOCOL:
+        wanted = list(inspect.signature(getattr(FrontierBackend, name)).parameters.values())[1:]  # no self
+        got = inspect.signature(getattr(frontier, name)).parameters.values()
+        assert [(p.name, p.kind, p.default) for p in got] == [(p.name, p.kind, p.default) for p in wanted], name
+
+
 # -- the life of a URL --------------------------------------------------------
 
 
-def test_life_of_a_url_every_url_in_exactly_one_state(frontier: Any, backend: Backend, clock: FakeClock) -> None:
+def test_life_of_a_url_every_url_in_exactly_one_state(frontier: FrontierBackend, clock: FakeClock) -> None:
     assert frontier.counts() == {"waiting": 0, "processing": 0, "done": 0, "error": 0}
     assert frontier.next_due() is None and frontier.min_due_depth() is None
     assert frontier.add(urls(6)) == 6
-    assert assert_consistent(frontier, backend) == {"waiting": 6, "processing": 0, "done": 0, "error": 0}
+    assert assert_consistent(frontier, urls(6)) == {"waiting": 6, "processing": 0, "done": 0, "error": 0}
     assert frontier.next_due() == clock.now and frontier.min_due_depth() == 0
 
     claimed = frontier.claim(4)
     assert [c.url for c in claimed] == urls(4)
     assert all(c.attempts == 1 for c in claimed)
-    assert assert_consistent(frontier, backend) == {"waiting": 2, "processing": 4, "done": 0, "error": 0}
+    assert assert_consistent(frontier, urls(6)) == {"waiting": 2, "processing": 4, "done": 0, "error": 0}
 
     clock.advance(1)
     frontier.complete_many([(claimed[0].url, 200)])
     assert frontier.fail(claimed[1].url, "read_timeout") == "waiting"
     assert frontier.fail(claimed[2].url, "not found", status=404, retry=False) == "error"
     frontier.release([claimed[3].url])
-    assert assert_consistent(frontier, backend) == {"waiting": 4, "processing": 0, "done": 1, "error": 1}
-    assert frontier.state("HTTP://A.TEST:80/page/0#x") == "done"
-    assert frontier.state("http://a.test/unknown") is None and frontier.state("not a url") is None
+    assert assert_consistent(frontier, urls(6)) == {"waiting": 4, "processing": 0, "done": 1, "error": 1}
+    assert state_of(frontier, "HTTP://A.TEST:80/page/0#x") == "done"
+    assert frontier.lookup("http://a.test/unknown") is None and frontier.lookup("not a url") is None
 
-    rows = {row[0]: row[1:] for row in backend.rows("SELECT url, state, attempts, status, error, fetched_at FROM urls")}
-    assert rows["http://a.test/page/0"] == ("done", 1, 200, None, clock.now)
-    assert rows["http://a.test/page/1"] == ("waiting", 1, None, "read_timeout", clock.now)
-    assert rows["http://a.test/page/2"] == ("error", 1, 404, "not found", clock.now)
-    assert rows["http://a.test/page/3"] == ("waiting", 0, None, None, None)
-    # The CHECK constraint keeps even a user's UPDATE to the four states.
-    with pytest.raises(backend.integrity_errors):  # type: ignore[attr-defined]
-        backend.rows("UPDATE urls SET state = 'fetching' WHERE url = 'http://a.test/page/0'")
+    def outcome(url: str) -> tuple[object, ...]:
+        entry = stored(frontier, url)
+        return entry.state, entry.attempts, entry.status, entry.error, entry.fetched_at
 
-
-def test_the_tables_have_the_same_columns(frontier: Any, backend: Backend) -> None:
-    """The urls table has the same columns in the same order on both backends: the same queries work."""
-    frontier.add(["http://a.test/"])
-    assert backend.columns("urls") == ["url", "state", "attempts", "depth", "priority", "parent", "status", "error",
-                                       "discovered_at", "fetched_at", "next_attempt_at", "seq", "host_id", "lastmod"]
-    assert backend.rows("SELECT urls.url, hosts.origin FROM urls JOIN hosts ON hosts.id = urls.host_id") == [
-        ("http://a.test/", "http://a.test")]
+    assert outcome("http://a.test/page/0") == ("done", 1, 200, None, clock.now)
+    assert outcome("http://a.test/page/1") == ("waiting", 1, None, "read_timeout", clock.now)
+    assert outcome("http://a.test/page/2") == ("error", 1, 404, "not found", clock.now)
+    assert outcome("http://a.test/page/3") == ("waiting", 0, None, None, None)
 
 
-def test_outcomes_only_for_claimed_urls(frontier: Any, backend: Backend) -> None:
+def test_outcomes_only_for_claimed_urls(frontier: FrontierBackend) -> None:
     frontier.add(urls(2))
     with pytest.raises(ValueError, match="not 'processing'"):
         frontier.complete_many([(urls(1)[0], 200)])  # waiting, not claimed
@@ -252,127 +265,142 @@ def test_outcomes_only_for_claimed_urls(frontier: Any, backend: Backend) -> None
     with pytest.raises(ValueError):
         frontier.fail(item.url, "late")
     frontier.release([item.url, "http://elsewhere.test/", "garbage"])  # not processing: left alone
-    assert frontier.state(item.url) == "done"
+    assert state_of(frontier, item.url) == "done"
     (item,) = frontier.claim(1)
     frontier.complete_many([("HTTP://a.test:80/page/1#top", 204)])  # any form of a claimed URL
     frontier.add(["http://a.test/f"])
     (fail_me,) = frontier.claim(1)
     assert frontier.fail("HTTP://A.test/f", "boom", retry=False) == "error"
-    assert frontier.state(fail_me.url) == "error"
-    assert assert_consistent(frontier, backend) == {"waiting": 0, "processing": 0, "done": 2, "error": 1}
+    assert state_of(frontier, fail_me.url) == "error"
+    assert assert_consistent(frontier, [*urls(2), "http://a.test/f", "http://elsewhere.test/"]) == {
+        "waiting": 0, "processing": 0, "done": 2, "error": 1}
 
 
-def test_complete_many_is_all_or_nothing_with_its_checkpoint(frontier: Any, backend: Backend) -> None:
+def test_complete_many_is_all_or_nothing_with_its_checkpoint(frontier: FrontierBackend) -> None:
     frontier.add(urls(5))
     first, second, third, fourth = frontier.claim(4)
     frontier.complete_many([(fourth.url, 200)], {"out": 1})
     with pytest.raises(ValueError, match="not 'processing'"):
         frontier.complete_many([(first.url, 200), (urls(5)[4], 200), (second.url, 200)], {"out": 2})
-    assert [frontier.state(u) for u in (first.url, second.url, fourth.url)] == ["processing", "processing", "done"]
+    assert [state_of(frontier, u) for u in (first.url, second.url, fourth.url)] == ["processing", "processing", "done"]
     with pytest.raises(ValueError, match="'done'"):
         frontier.complete_many([(second.url, 200), (second.url, 200)], {"out": 3})  # the same URL twice
-    assert frontier.state(second.url) == "processing" and frontier.checkpoint() == {"out": 1}
+    assert state_of(frontier, second.url) == "processing" and frontier.checkpoint() == {"out": 1}
     frontier.complete_many([(first.url, 201), (second.url, 202)], {"out": 4, "warc": 9})
     assert frontier.checkpoint() == {"out": 4, "warc": 9}
     frontier.complete_many([], {"out": 5})  # no outcomes: stored all the same; names not given stay
-    assert backend.rows("SELECT name, value FROM checkpoints ORDER BY name") == [("out", 5), ("warc", 9)]
-    assert backend.rows("SELECT status FROM urls WHERE state = 'done' ORDER BY seq") == [(201,), (202,), (200,)]
+    assert frontier.checkpoint() == {"out": 5, "warc": 9}
+    assert [stored(frontier, item.url).status for item in (first, second, fourth)] == [201, 202, 200]
     for bad, error in (({"out": -1}, ValueError), ({"out": True}, TypeError), ({3: 4}, TypeError)):
         with pytest.raises(error):
-            frontier.complete_many([(third.url, 200)], bad)
-    assert frontier.state(third.url) == "processing"
-    assert assert_consistent(frontier, backend) == {"waiting": 1, "processing": 1, "done": 3, "error": 0}
+            frontier.complete_many([(third.url, 200)], bad)  # type: ignore[arg-type]
+    assert state_of(frontier, third.url) == "processing"
+    assert assert_consistent(frontier, urls(5)) == {"waiting": 1, "processing": 1, "done": 3, "error": 0}
 
 
 # -- adding -------------------------------------------------------------------
 
 
-def test_add_counts_new_urls_and_ignores_known_ones_in_any_form(frontier: Any, backend: Backend) -> None:
-    assert frontier.add(["http://a.test/x", "http://a.test/y"]) == 2
-    assert frontier.add(["HTTP://A.TEST/x", "http://a.test:80/x#frag", "http://a.test/y", "http://a.test/z"]) == 1
-    assert frontier.add(["http://a.test/q", "http://a.test/q", "http://A.test/q#1"]) == 1
-    assert frontier.add(["ftp://a.test/", "mailto:x@a.test", "/relative", "http://", "http://[::1/"]) == 0
+def test_add_counts_new_urls_and_ignores_known_ones_in_any_form(frontier: FrontierBackend) -> None:
+    given = ["http://a.test/x", "http://a.test/y"]
+    assert frontier.add(given) == 2
+    given += ["HTTP://A.TEST/x", "http://a.test:80/x#frag", "http://a.test/y", "http://a.test/z"]
+    assert frontier.add(given[-4:]) == 1
+    given += ["http://a.test/q", "http://a.test/q", "http://A.test/q#1"]
+    assert frontier.add(given[-3:]) == 1
+    refused = ["ftp://a.test/", "mailto:x@a.test", "/relative", "http://", "http://[::1/"]
+    assert frontier.add(refused) == 0
     assert frontier.add([]) == 0
     for item in claim_all(frontier):
         if item.url.endswith("/x"):
             frontier.complete_many([(item.url, 200)])
         else:
             frontier.fail(item.url, "boom", retry=False)
-    assert frontier.add(["http://a.test/x", "http://A.TEST/y", "http://a.test/new"]) == 1  # known in any state
-    assert assert_consistent(frontier, backend)["waiting"] == 1
+    given += ["http://a.test/x", "http://A.TEST/y", "http://a.test/new"]
+    assert frontier.add(given[-3:]) == 1  # known in any state
+    assert assert_consistent(frontier, given + refused) == {"waiting": 1, "processing": 0, "done": 1, "error": 3}
     with pytest.raises(TypeError):
         frontier.add("http://a.test/oops")
     with pytest.raises(ValueError):
         frontier.add(["http://a.test/d"], depth=-1)
 
 
-def test_add_records_depth_parent_priority_and_discovery_time(frontier: Any, backend: Backend, clock: FakeClock) -> None:
+def test_add_records_depth_parent_priority_and_discovery_time(frontier: FrontierBackend, clock: FakeClock) -> None:
     frontier.add(["http://a.test/"])
     clock.advance(5)
     assert frontier.add(["http://a.test/child"], depth=1, parent="HTTP://A.test/", priority=3) == 1
     assert frontier.add_many([("http://b.test/1", 2, "http://a.test/child", 1), ("http://b.test/2", 2, None, 0),
                               ("bogus", 1, None, 0), ("http://b.test/1", 5, None, 9)]) == 2
-    rows = {r[0]: r[1:] for r in backend.rows("SELECT url, depth, parent, priority, discovered_at, attempts FROM urls")}
-    assert rows == {
+
+    def added(url: str) -> tuple[object, ...]:
+        entry = stored(frontier, url)
+        return entry.depth, entry.parent, entry.priority, entry.discovered_at, entry.attempts
+
+    assert {url: added(url) for url in ("http://a.test/", "http://a.test/child", "http://b.test/1", "http://b.test/2")} == {
         "http://a.test/": (0, None, 0, clock.now - 5, 0),
         "http://a.test/child": (1, "http://a.test/", 3, clock.now, 0),  # the parent is stored normalised
         "http://b.test/1": (2, "http://a.test/child", 1, clock.now, 0),  # the first add wins
         "http://b.test/2": (2, None, 0, clock.now, 0),
     }
+    assert frontier.lookup("bogus") is None and frontier.counts()["waiting"] == 4
     item = next(c for c in frontier.claim(10) if c.url == "http://a.test/child")
     assert item == FrontierURL("http://a.test/child", depth=1, priority=3, attempts=1, parent="http://a.test/")
 
 
-def test_a_known_url_found_nearer_a_seed_gets_the_smaller_depth_in_any_state(frontier: Any, backend: Backend) -> None:
-    def row(url: str) -> tuple[Any, ...]:
-        (found,) = backend.rows(f"SELECT depth, parent, state, seq FROM urls WHERE url = '{url}'")
-        return found
+def test_a_known_url_found_nearer_a_seed_gets_the_smaller_depth_in_any_state(frontier: FrontierBackend) -> None:
+    def found(url: str) -> tuple[object, ...]:
+        entry = stored(frontier, url)
+        return entry.depth, entry.parent, entry.state
 
     names = ["processing", "done", "error", "waiting"]  # claimed in this order
     assert frontier.add([f"http://a.test/{name}" for name in names], depth=5, parent="http://a.test/far") == 4
     claimed = {item.url: item for item in frontier.claim(3)}
     frontier.complete_many([("http://a.test/done", 200)])
     frontier.fail("http://a.test/error", "boom", retry=False)
-    seqs = {name: row(f"http://a.test/{name}")[3] for name in names}
     assert frontier.add_many([(f"http://a.test/{name}", 7, "http://a.test/deeper", 0) for name in names]) == 0
-    assert {row(f"http://a.test/{name}")[:2] for name in names} == {(5, "http://a.test/far")}
+    assert {found(f"http://a.test/{name}")[:2] for name in names} == {(5, "http://a.test/far")}
+    # Found nearer in the reverse order of their discovery: a URL that took a new place in the
+    # discovery order (not only a new depth) would now be claimed before those found before it.
     assert frontier.add_many([("http://a.test/new", 1, "http://a.test/", 0)]
-                             + [(f"HTTP://A.test/{name}", 2, "http://a.test/near", 0) for name in names]) == 1
+                             + [(f"HTTP://A.test/{name}", 2, "http://a.test/near", 0) for name in reversed(names)]) == 1
     for name in names:
-        assert row(f"http://a.test/{name}") == (2, "http://a.test/near", name, seqs[name])
+        assert found(f"http://a.test/{name}") == (2, "http://a.test/near", name)
     assert claimed["http://a.test/processing"].depth == 5
     frontier.release(["http://a.test/processing"])
-    assert {item.url: item.depth for item in frontier.claim(10)} == {
-        "http://a.test/new": 1, "http://a.test/waiting": 2, "http://a.test/processing": 2}
+    assert [(item.url, item.depth) for item in frontier.claim(10)] == [
+        ("http://a.test/new", 1), ("http://a.test/processing", 2), ("http://a.test/waiting", 2)]
     # One batch with a URL twice keeps the smaller depth, with its parent.
     assert frontier.add_many([("http://a.test/x", 3, "http://a.test/p3", 0), ("http://a.test/x", 1, "http://a.test/p1", 0),
                               ("http://a.test/x", 2, "http://a.test/p2", 0)]) == 1
-    assert row("http://a.test/x")[:2] == (1, "http://a.test/p1")
-    assert assert_consistent(frontier, backend)["waiting"] == 1
+    assert found("http://a.test/x")[:2] == (1, "http://a.test/p1")
+    known = [f"http://a.test/{name}" for name in [*names, "new", "x"]]
+    assert assert_consistent(frontier, known) == {"waiting": 1, "processing": 3, "done": 1, "error": 1}
 
 
-def test_a_sitemap_lastmod_is_stored_and_handed_back_with_claims(frontier: Any, backend: Backend) -> None:
-    """add_many()'s lastmods: a column of urls (NULL for a link), for a new URL or a known one, in
-    the claims of every attempt; a URL the frontier would not take is left out, as add_many() does."""
+def test_a_sitemap_lastmod_is_stored_and_handed_back_with_claims(frontier: FrontierBackend, clock: FakeClock) -> None:
+    """add_many()'s lastmods: kept for a new URL or a known one (None for a link), in the claims of
+    every attempt; a URL the frontier would not take is left out, as add_many() does."""
     frontier.add(["http://a.test/known", "http://a.test/link"])
     assert frontier.add_many([("http://a.test/new", 1, "http://a.test/map.xml", 0), ("http://a.test/known", 1, None, 0)],
                              {"HTTP://A.test/new": "2024-01-02", "http://a.test/known": "2024", "bogus": "x"}) == 1
     frontier.add_many([], {"http://a.test/known": "2024-03-04T05:06:07+00:00"})  # listed again, dated anew
-    assert sorted(backend.rows("SELECT url, lastmod FROM urls")) == [
-        ("http://a.test/known", "2024-03-04T05:06:07+00:00"), ("http://a.test/link", None),
-        ("http://a.test/new", "2024-01-02")]
+    assert {url: stored(frontier, url).lastmod for url in ("http://a.test/known", "http://a.test/link",
+                                                            "http://a.test/new")} == {
+        "http://a.test/known": "2024-03-04T05:06:07+00:00", "http://a.test/link": None,
+        "http://a.test/new": "2024-01-02"}
+    assert frontier.lookup("bogus") is None and frontier.counts()["waiting"] == 3
     claimed = {c.url: c.lastmod for c in frontier.claim(10)}
     assert claimed == {"http://a.test/known": "2024-03-04T05:06:07+00:00", "http://a.test/link": None,
                        "http://a.test/new": "2024-01-02"}
     assert frontier.fail("http://a.test/new", "timeout") == "waiting"
-    backend.clock.advance(3600)
+    clock.advance(3600)
     assert [(c.url, c.lastmod) for c in frontier.claim(10)] == [("http://a.test/new", "2024-01-02")]
 
 
 # -- claiming -----------------------------------------------------------------
 
 
-def test_claim_order_is_priority_then_breadth_first_then_discovery(frontier: Any) -> None:
+def test_claim_order_is_priority_then_breadth_first_then_discovery(frontier: FrontierBackend) -> None:
     frontier.add(["http://a.test/low-1", "http://a.test/low-2"], priority=0)
     frontier.add(["http://a.test/high-1"], priority=5)
     frontier.add(["http://a.test/mid-1", "http://a.test/mid-2"], priority=2)
@@ -400,9 +428,10 @@ def test_claim_order_is_priority_then_breadth_first_then_discovery(frontier: Any
     assert [c.url for c in frontier.claim(10)] == ["http://b.test/d3-early"]
 
 
-def test_claim_never_hands_out_a_url_twice(frontier: Any, backend: Backend) -> None:
+def test_claim_never_hands_out_a_url_twice(frontier: FrontierBackend) -> None:
     rng = random.Random(7)
-    frontier.add_many((f"http://h{i % 13}.test/{i}", 0, None, rng.randrange(4)) for i in range(1500))
+    given = [f"http://h{i % 13}.test/{i}" for i in range(1500)]
+    frontier.add_many((url, 0, None, rng.randrange(4)) for url in given)
     seen: Counter[str] = Counter()
     while claimed := frontier.claim(rng.randrange(1, 60)):
         seen.update(c.url for c in claimed)
@@ -418,9 +447,11 @@ def test_claim_never_hands_out_a_url_twice(frontier: Any, backend: Backend) -> N
                 else:
                     done.append((c.url, 200))
             frontier.complete_many(done)
-            frontier.add(f"http://h0.test/{rng.randrange(3000)}" for _ in range(5))  # some new, some known
+            more = [f"http://h0.test/{rng.randrange(3000)}" for _ in range(5)]  # some new, some known
+            given += more
+            frontier.add(more)
     assert max(seen.values()) == 1
-    counts = assert_consistent(frontier, backend)
+    counts = assert_consistent(frontier, given)
     assert counts["waiting"] == counts["processing"] == 0
     assert sum(seen.values()) == counts["done"] + counts["error"]
 
@@ -428,7 +459,7 @@ def test_claim_never_hands_out_a_url_twice(frontier: Any, backend: Backend) -> N
 # -- hosts --------------------------------------------------------------------
 
 
-def check_hosts_in_turn_with_room(frontier: Any) -> None:
+def check_hosts_in_turn_with_room(frontier: FrontierBackend) -> None:
     """Hosts in turn, each capped by host_room; a host without room keeps its URLs for later."""
     frontier.add(clustered("abcd", 5))
     claimed = [c.url for c in frontier.claim(6)]
@@ -443,25 +474,25 @@ def check_hosts_in_turn_with_room(frontier: Any) -> None:
     assert [c.url for c in again] == ["http://a.test/3", "http://a.test/4"]
 
 
-def test_a_claim_takes_the_hosts_in_turn_each_as_host_room_allows(frontier: Any) -> None:
+def test_a_claim_takes_the_hosts_in_turn_each_as_host_room_allows(frontier: FrontierBackend) -> None:
     check_hosts_in_turn_with_room(frontier)
     assert frontier.counts()["waiting"] == 20 - 16
 
 
-def test_the_host_check_can_fail(frontier: Any) -> None:
+def test_the_host_check_can_fail(frontier: FrontierBackend) -> None:
     """Negative control: a frontier whose claim ignores host_room fails the check above."""
     claim = frontier.claim
-    frontier.claim = lambda limit, max_depth=None, host_room=None: claim(limit, max_depth)
+    frontier.claim = lambda limit, max_depth=None, host_room=None: claim(limit, max_depth)  # type: ignore[method-assign]
     with pytest.raises(AssertionError):
         check_hosts_in_turn_with_room(frontier)
 
 
-def test_a_short_claim_asks_the_hosts_with_more_again(frontier: Any) -> None:
+def test_a_short_claim_asks_the_hosts_with_more_again(frontier: FrontierBackend) -> None:
     frontier.add(["http://a.test/only"] + clustered("b", 30) + clustered("c", 30))
     assert Counter(c.host for c in frontier.claim(41)) == {"http://a.test": 1, "http://b.test": 20, "http://c.test": 20}
 
 
-def test_priority_first_across_hosts_then_turns(frontier: Any) -> None:
+def test_priority_first_across_hosts_then_turns(frontier: FrontierBackend) -> None:
     frontier.add(clustered("ab", 3))
     frontier.add(["http://z.test/urgent"], priority=5)  # a host found last, with a higher priority
     frontier.add(["http://b.test/soon"], priority=1)
@@ -470,9 +501,9 @@ def test_priority_first_across_hosts_then_turns(frontier: Any) -> None:
         "http://a.test/1", "http://b.test/0", "http://a.test/2", "http://b.test/1", "http://b.test/2"]
 
 
-def test_a_host_comes_back_in_line_whenever_a_url_of_it_waits_again(backend: Backend, clock: FakeClock) -> None:
+def test_a_host_comes_back_in_line_whenever_a_url_of_it_waits_again(store: Store, clock: FakeClock) -> None:
     """Released, retried, added again, or after a reopen: no host with a waiting URL is left out."""
-    frontier = backend.open(retry_delay=1.0)
+    frontier = store.open(retry_delay=1.0)
     frontier.add(["http://a.test/1", "http://b.test/1", "http://c.test/1"])
     a, b, _c = frontier.claim(10)
     assert frontier.claim(10) == []
@@ -483,13 +514,13 @@ def test_a_host_comes_back_in_line_whenever_a_url_of_it_waits_again(backend: Bac
     assert sorted(u.url for u in frontier.claim(10)) == ["http://a.test/1", "http://b.test/1", "http://d.test/1"]
     frontier.add(["http://e.test/1", "http://e.test/2"])
     frontier.close()
-    frontier = backend.open()  # the claimed ones were left processing
+    frontier = store.open()  # the claimed ones were left processing
     assert sorted(u.url for u in frontier.claim(10)) == [
         "http://a.test/1", "http://b.test/1", "http://c.test/1", "http://d.test/1", "http://e.test/1", "http://e.test/2"]
 
 
-def test_hosts_whose_urls_are_not_due_or_too_deep_wait_in_line(backend: Backend, clock: FakeClock) -> None:
-    frontier = backend.open(retry_delay=10.0)
+def test_hosts_whose_urls_are_not_due_or_too_deep_wait_in_line(store: Store, clock: FakeClock) -> None:
+    frontier = store.open(retry_delay=10.0)
     frontier.add(["http://a.test/hi"], priority=5)
     (hi,) = frontier.claim(1)
     frontier.fail(hi.url, "http_503")  # waits 10 s, priority 5
@@ -509,7 +540,7 @@ def test_hosts_whose_urls_are_not_due_or_too_deep_wait_in_line(backend: Backend,
     assert len(frontier.claim(10, max_depth=3)) == 10
 
 
-def test_a_host_room_that_raises_loses_no_host(frontier: Any) -> None:
+def test_a_host_room_that_raises_loses_no_host(frontier: FrontierBackend) -> None:
     frontier.add(["http://a.test/0", "http://b.test/0", "http://c.test/0"])
 
     def room(host: str) -> int:
@@ -526,8 +557,8 @@ def test_a_host_room_that_raises_loses_no_host(frontier: Any) -> None:
 # -- failures and retries -----------------------------------------------------
 
 
-def test_retry_delays_grow_and_are_capped_and_end_in_error(backend: Backend, clock: FakeClock) -> None:
-    frontier = backend.open(max_attempts=7, retry_delay=2.0, max_retry_delay=20.0)
+def test_retry_delays_grow_and_are_capped_and_end_in_error(store: Store, clock: FakeClock) -> None:
+    frontier = store.open(max_attempts=7, retry_delay=2.0, max_retry_delay=20.0)
     frontier.add(["http://a.test/flaky"])
     delays = []
     for attempt in range(1, 7):
@@ -535,6 +566,7 @@ def test_retry_delays_grow_and_are_capped_and_end_in_error(backend: Backend, clo
         assert item.attempts == attempt
         assert frontier.fail(item.url, "read_timeout", status=None) == "waiting"
         due = frontier.next_due()
+        assert due is not None and stored(frontier, item.url).next_attempt_at == due
         delays.append(due - clock.now)
         clock.advance(due - clock.now - 0.001)
         assert frontier.claim(5) == [] and frontier.min_due_depth() is None  # not due yet
@@ -544,10 +576,12 @@ def test_retry_delays_grow_and_are_capped_and_end_in_error(backend: Backend, clo
     assert item.attempts == 7
     assert frontier.fail(item.url, "read_timeout") == "error"
     assert frontier.next_due() is None
-    assert backend.rows("SELECT state, attempts, error, next_attempt_at FROM urls") == [("error", 7, "read_timeout", None)]
+    ended = stored(frontier, "http://a.test/flaky")
+    assert (ended.state, ended.attempts, ended.error, ended.next_attempt_at) == ("error", 7, "read_timeout", None)
+    assert frontier.counts() == {"waiting": 0, "processing": 0, "done": 0, "error": 1}
 
 
-def test_retry_after_is_honoured_and_a_retried_url_keeps_its_place(frontier: Any, clock: FakeClock) -> None:
+def test_retry_after_is_honoured_and_a_retried_url_keeps_its_place(frontier: FrontierBackend, clock: FakeClock) -> None:
     frontier.add(["http://a.test/busy", "http://a.test/other", "http://a.test/third"])
     busy, other = frontier.claim(2)
     assert frontier.fail(busy.url, "service unavailable", status=503, retry_after=120.0) == "waiting"
@@ -562,12 +596,13 @@ def test_retry_after_is_honoured_and_a_retried_url_keeps_its_place(frontier: Any
     assert frontier.next_due() == clock.now + 1000.0  # a server's Retry-After beats the cap
 
 
-def test_release_does_not_count_the_attempt(frontier: Any, backend: Backend) -> None:
+def test_release_does_not_count_the_attempt(frontier: FrontierBackend) -> None:
     frontier.add(urls(3))
     claimed = frontier.claim(3)
     frontier.release(c.url for c in claimed[:2])
-    assert assert_consistent(frontier, backend) == {"waiting": 2, "processing": 1, "done": 0, "error": 0}
-    assert backend.rows("SELECT attempts FROM urls WHERE state = 'waiting'") == [(0,), (0,)]
+    assert assert_consistent(frontier, urls(3)) == {"waiting": 2, "processing": 1, "done": 0, "error": 0}
+    assert [(stored(frontier, c.url).state, stored(frontier, c.url).attempts) for c in claimed[:2]] == [
+        ("waiting", 0), ("waiting", 0)]
     again = frontier.claim(3)
     assert [c.url for c in again] == [c.url for c in claimed[:2]] and [c.attempts for c in again] == [1, 1]
     with pytest.raises(TypeError):
@@ -577,343 +612,163 @@ def test_release_does_not_count_the_attempt(frontier: Any, backend: Backend) -> 
 # -- batches ------------------------------------------------------------------
 
 
-def test_a_call_refused_inside_a_batch_rolls_the_batch_back(frontier: Any, backend: Backend) -> None:
+def test_a_call_refused_inside_a_batch_rolls_the_batch_back(frontier: FrontierBackend) -> None:
     frontier.add(["http://a.test/0", "http://b.test/0"])
     with pytest.raises(ValueError), frontier.batch():
         frontier.add(["http://a.test/1", "http://a.test/2"])
         assert len(frontier.claim(10)) == 4
         assert frontier.claim(10) == []  # the hosts turn out empty
         frontier.complete_many([("http://c.test/unknown", 200)])
-    assert assert_consistent(frontier, backend) == {"waiting": 2, "processing": 0, "done": 0, "error": 0}
+    known = ["http://a.test/0", "http://a.test/1", "http://a.test/2", "http://b.test/0", "http://c.test/unknown"]
+    assert assert_consistent(frontier, known) == {"waiting": 2, "processing": 0, "done": 0, "error": 0}
     assert frontier.add(["http://a.test/1"]) == 1  # rolled back: new again
     assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/0", "http://a.test/1", "http://b.test/0"]
 
 
-def test_a_batch_commits_once_at_its_end(frontier: Any, backend: Backend) -> None:
+def test_a_batch_commits_once_at_its_end(store: Store) -> None:
+    """What a batch does is kept all at its end and not before -- what survives a crash shows it --,
+    and a block that raises by itself commits nothing on its way out; the next commit does."""
+    frontier = store.open(**OPTIONS)
     frontier.add(urls(3))
+    first, second, third = frontier.claim(3)
+    batch = frontier.batch()
+    batch.__enter__()  # the process dies before the batch ends: nothing of it is kept
+    frontier.fail(first.url, "HTTP 404", status=404, retry=False)
+    frontier.complete_many([(second.url, 200)], {"out": 7})
+    store.crash(frontier)
+    frontier = store.open(**OPTIONS)
+    assert frontier.checkpoint() == {}
+    assert [(stored(frontier, url).state, stored(frontier, url).attempts) for url in urls(3)] == [("waiting", 1)] * 3
+
     first, second, third = frontier.claim(3)
     with frontier.batch():
         frontier.fail(first.url, "HTTP 404", status=404, retry=False)
         frontier.complete_many([(second.url, 200)], {"out": 7})
-        assert backend.rows("SELECT COUNT(*) FROM urls WHERE state = 'processing'") == [(3,)]  # nothing seen yet
-    assert backend.rows("SELECT state, COUNT(*) FROM urls GROUP BY state ORDER BY state") == [
-        ("done", 1), ("error", 1), ("processing", 1)]
-    # A block that raises by itself commits nothing on its way out; the next commit does.
-    with pytest.raises(KeyError), frontier.batch():
-        frontier.complete_many([(third.url, 200)], {"out": 8})
-        raise KeyError("the caller's own")
-    assert backend.rows("SELECT value FROM checkpoints") == [(7,)]
-    assert frontier.checkpoint() == {"out": 8}
-    assert assert_consistent(frontier, backend) == {"waiting": 0, "processing": 0, "done": 2, "error": 1}
+    store.crash(frontier)  # right at the end of the batch: all of it is kept
+    frontier = store.open(**OPTIONS)
+    assert [state_of(frontier, url) for url in urls(3)] == ["error", "done", "waiting"]
+    assert frontier.checkpoint() == {"out": 7}
+
+    for _crash_before_the_next_commit in (True, False):
+        (third,) = frontier.claim(3)
+        with pytest.raises(KeyError), frontier.batch():
+            frontier.complete_many([(third.url, 200)], {"out": 8})
+            raise KeyError("the caller's own")
+        if not _crash_before_the_next_commit:
+            assert frontier.checkpoint() == {"out": 8}  # a commit
+        store.crash(frontier)
+        frontier = store.open(**OPTIONS)
+        assert frontier.checkpoint() == ({"out": 7} if _crash_before_the_next_commit else {"out": 8})
+    assert assert_consistent(frontier, urls(3)) == {"waiting": 0, "processing": 0, "done": 2, "error": 1}
 
 
 # -- reopening and crashes ----------------------------------------------------
 
 
-def test_a_crashed_run_resumes_with_its_processing_urls_waiting(backend: Backend, clock: FakeClock) -> None:
-    frontier = backend.open()
+def test_a_crashed_run_resumes_with_its_processing_urls_waiting(store: Store) -> None:
+    frontier = store.open()
     frontier.add(urls(10))
     claimed = frontier.claim(6)
     frontier.complete_many([(claimed[0].url, 200), (claimed[1].url, 200)], {"out": 2})
     batch = frontier.batch()
     batch.__enter__()  # a batch that never ends: the process dies in it
     frontier.complete_many([(claimed[2].url, 200)], {"out": 3})
-    backend.crash(frontier)
+    store.crash(frontier)
     with pytest.raises(FrontierError):  # the crashed one is unusable
         frontier.counts()
-    frontier = backend.open()
-    states = dict(backend.rows("SELECT url, state FROM urls"))
-    assert [states[u] for u in urls(10)] == ["done"] * 2 + ["waiting"] * 8
+    frontier = store.open()
+    assert [state_of(frontier, u) for u in urls(10)] == ["done"] * 2 + ["waiting"] * 8
     assert frontier.checkpoint() == {"out": 2}
-    assert assert_consistent(frontier, backend)["processing"] == 0
+    assert assert_consistent(frontier, urls(10))["processing"] == 0
     # The interrupted attempts still count (they may have reached the server).
-    assert backend.rows("SELECT attempts FROM urls WHERE url = 'http://a.test/page/4'") == [(1,)]
+    assert stored(frontier, "http://a.test/page/4").attempts == 1
     assert [c.url for c in claim_all(frontier)] == urls(10)[2:]  # in their old order
 
 
-def test_a_second_opener_is_refused_or_shares_by_host_and_changes_nothing(backend: Backend) -> None:
-    """SQLite: one process per file.  PostgreSQL: a second worker joins, and takes none of the first
-    one's hosts until that one gives them back (closing)."""
-    frontier = backend.open()
+def test_a_second_opener_is_refused_or_shares_by_host_and_changes_nothing(store: Store) -> None:
+    """A store one process holds (SQLite) refuses a second opener.  A shared one (PostgreSQL): a
+    second worker joins, and takes none of the first one's hosts until that one gives them back
+    (closing)."""
+    frontier = store.open()
     frontier.add(urls(2))
-    frontier.claim(1)
-    if backend.name == "sqlite":
-        with pytest.raises(FrontierLocked, match="in use by another crawl"):
-            backend.open()
+    (claimed,) = frontier.claim(1)
+    if not store.shared:
+        with pytest.raises(FrontierError) as refused:
+            store.open()
+        assert refused.value.kind is FrontierErrorKind.LOCKED
     else:
-        second = backend.open()
+        second = store.open()
         assert second.claim(10) == [] and not second.holds("http://a.test")
         assert frontier.holds("http://a.test")
         with pytest.raises(ValueError, match="another worker's claim"):
             second.complete_many([(urls(1)[0], 200)])
     assert frontier.counts() == {"waiting": 1, "processing": 1, "done": 0, "error": 0}
-    assert backend.rows("SELECT COUNT(*) FROM urls WHERE state = 'processing'") == [(1,)]
+    assert [state_of(frontier, url) for url in urls(2)] == ["processing", "waiting"] and claimed.url == urls(1)[0]
     frontier.close()
     frontier.close()  # twice is fine
-    assert backend.open().counts() == {"waiting": 2, "processing": 0, "done": 0, "error": 0}
+    assert store.open().counts() == {"waiting": 2, "processing": 0, "done": 0, "error": 0}
 
 
-# -- PostgreSQL's own ---------------------------------------------------------
+# -- hosts held, robots.txt ---------------------------------------------------
 
 
-KILLED_WORKER = """
-import os, signal, sys
-from niofetcher.crawl.frontier.postgres import PostgresFrontier
-f = PostgresFrontier(sys.argv[1], sys.argv[2])
-f.add(["http://a.test/%d" % i for i in range(10)])
-claimed = f.claim(4)
-f.complete_many([(claimed[0].url, 200)])
-with f.batch():
-    f.complete_many([(claimed[1].url, 200)])
-    print("claimed", flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
-"""
-
-
-def postgres_only(backend: Backend) -> PostgresBackend:
-    if not isinstance(backend, PostgresBackend):
-        pytest.skip("PostgreSQL only")
-    return backend
-
-
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_a_killed_worker_lets_go_of_the_crawl_and_its_urls_wait_again(backend: Backend) -> None:
-    pg = postgres_only(backend)
-    done = subprocess.run([sys.executable, "-c", KILLED_WORKER, pg.dsn, pg.crawl], capture_output=True, text=True,
-                          timeout=50, check=False)
-    assert done.returncode == -signal.SIGKILL and done.stdout == "claimed\n", done.stderr
-    deadline = time.monotonic() + 10
-    while True:  # the server ends the dead one's session when it sees the socket closed
-        try:
-            frontier = pg.open()
-            break
-        except FrontierLocked:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-    assert frontier.counts() == {"waiting": 9, "processing": 0, "done": 1, "error": 0}
-    assert pg.rows("SELECT attempts FROM urls WHERE url = 'http://a.test/1'") == [(1,)]
-
-
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_a_version_2_crawl_gets_the_lastmod_column_when_opened(backend: Backend) -> None:
-    pg = postgres_only(backend)
-    with pg.open() as frontier:
-        frontier.add(["http://a.test/", "http://b.test/"])
-    pg.rows("ALTER TABLE urls DROP COLUMN lastmod")  # the crawl as version 2 made it
-    pg.rows("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
-    rows = "SELECT url, state, depth, seq, host_id FROM urls ORDER BY url"
-    kept = pg.rows(rows)
-    with pg.open() as frontier:
-        frontier.add_many([], {"http://b.test/": "2024-05-06"})
-        assert {c.url: c.lastmod for c in frontier.claim(10)} == {"http://a.test/": None, "http://b.test/": "2024-05-06"}
-    assert pg.rows("SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
-    assert len(kept) == 2 and [row[:1] + row[2:] for row in pg.rows(rows)] == [row[:1] + row[2:] for row in kept]
-    assert pg.columns("urls")[-1] == "lastmod"
-
-
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_what_cannot_be_used_is_one_line_of_error(backend: Backend) -> None:
-    from niofetcher.crawl.frontier.postgres import PostgresFrontier
-
-    pg = postgres_only(backend)
-    port = pg.dsn.rsplit(":", 1)[1].split("/")[0]
-    with pytest.raises(FrontierError) as refused:
-        PostgresFrontier("postgresql://postgres:secret@127.0.0.1:1/postgres", "x", connect_timeout=2)
-    assert "127.0.0.1:1/postgres" in str(refused.value) and "\n" not in str(refused.value)
-    assert "secret" not in str(refused.value)
-    with pytest.raises(FrontierError, match="does not exist"):
-        PostgresFrontier(f"postgresql://postgres@127.0.0.1:{port}/nosuchdb", "x")
-    for bad in ("a b", "a.b", "pg_x", "PG_x", "public", "", "x" * 64):  # "Upper", "1st" and "a-b" are names now
-        with pytest.raises(ValueError, match="crawl name"):
-            PostgresFrontier(pg.dsn, bad)
-    pg.rows(f"CREATE SCHEMA {pg.crawl}")
-    pg.rows(f"CREATE TABLE {pg.crawl}.other (x int)")
-    with pytest.raises(FrontierError, match="not a niofetcher frontier"):
-        pg.open()
-    # A statement that fails (here: the server cancels it) is one line too, and the frontier
-    # carries on from its last commit.
-    name = f"{pg.crawl}_b"
-    with PostgresFrontier(pg.dsn, name, statement_timeout=0.2) as frontier:
-        frontier.add(["http://a.test/"])
-        assert frontier._conn is not None
-        with pytest.raises(FrontierError, match="statement timeout") as slow, frontier._db() as conn:
-            conn.execute("SELECT pg_sleep(2)")
-        assert "\n" not in str(slow.value)
-        assert frontier.counts()["waiting"] == 1 and [c.url for c in frontier.claim(5)] == ["http://a.test/"]
-
-
-def test_the_throwaway_cluster_leaves_nothing_behind(postgres_dsn: str) -> None:  # skipped where it cannot run
-    with PostgresCluster() as cluster:
-        assert cluster.directory is not None
-        directory, server = cluster.directory, cluster._server
-        assert server is not None and server.poll() is None
-    assert server.poll() is not None and not directory.exists()
-
-
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_a_lost_connection_is_one_line_of_error_and_a_reopen_carries_on(backend: Backend) -> None:
-    pg = postgres_only(backend)
-    frontier = pg.open()
-    frontier.add(urls(3))
-    (claimed,) = frontier.claim(1)
-    assert pg.rows(f"SELECT pg_terminate_backend({frontier._conn.info.backend_pid})") == [(True,)]
-    with pytest.raises(FrontierError) as lost:
-        frontier.next_due()
-    assert "\n" not in str(lost.value) and pg.crawl in str(lost.value), lost.value
-    frontier.close()  # nothing to commit on a lost connection: no second error
-    reopened = pg.open()
-    assert reopened.counts() == {"waiting": 3, "processing": 0, "done": 0, "error": 0}
-    assert pg.rows(f"SELECT attempts FROM urls WHERE url = '{claimed.url}'") == [(1,)]
-
-
-# -- between workers: one connection each, the races made to happen -------------
-
-
-def wait_for_lock(pg: PostgresBackend, frontier: Any, call: Future[Any]) -> None:
-    """Until ``frontier``'s statement in ``call`` (another thread) waits for a row lock, or ``call`` ended."""
-    pid = frontier._conn.info.backend_pid
-    deadline = time.monotonic() + 20
-    while pg.rows(f"SELECT wait_event_type FROM pg_stat_activity WHERE pid = {pid}") != [("Lock",)]:
-        if call.done():
-            return
-        assert time.monotonic() < deadline, "the statement never waited"
-        time.sleep(0.01)
-
-
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_links_to_a_host_another_worker_is_adding_at_the_same_time_are_not_lost(backend: Backend) -> None:
-    """Two workers add the first URLs of one new host at once: the second one's host row loses
-    the race (it waits for the first one's insert), and its URLs must still go in."""
-    pg = postgres_only(backend)
-    first, second = pg.open(), pg.open()
-    with ThreadPoolExecutor(1) as pool:
-        with first.batch():
-            assert first.add(["http://new.test/1"]) == 1
-            adding = pool.submit(second.add, ["http://new.test/2", "http://new.test/3"])
-            wait_for_lock(pg, second, adding)
-        assert adding.result(timeout=20) == 2
-    assert pg.rows("SELECT url FROM urls ORDER BY url") == [
-        ("http://new.test/1",), ("http://new.test/2",), ("http://new.test/3",)]
-    assert pg.rows("SELECT COUNT(*) FROM hosts") == [(1,)]
-    assert assert_consistent(second, pg)["waiting"] == 3
-
-
-def late_outcome(frontier: Any, url: str, outcome: str) -> None:
-    if outcome == "complete":
-        frontier.complete_many([(url, 200)])
-    elif outcome == "fail":
-        frontier.fail(url, "no retry", retry=False)
-    else:
-        frontier.release([url])
-
-
-@pytest.mark.parametrize("outcome", ["complete", "fail", "release"])
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_an_outcome_that_waited_for_a_takeover_is_refused(backend: Backend, outcome: str) -> None:
-    """The old owner's outcome is sent while the new owner's takeover (and its claim of the same
-    URL again) is not committed yet, and waits for it: once it is, the outcome must be refused --
-    not judged by the host as the statement first saw it."""
-    pg = postgres_only(backend)
-    old = pg.open()
-    old.add(urls(1))
-    (url,) = old.claim(1)
-    new = pg.open()
-    pg.rows("UPDATE hosts SET lease_until = 0")  # the old owner stalled past its lease
-    new._take_soon = True
-    with ThreadPoolExecutor(1) as pool:
-        with new.batch():
-            assert [c.url for c in new.claim(5)] == [url.url]  # taken over, recovered, claimed again
-            late = pool.submit(late_outcome, old, url.url, outcome)
-            wait_for_lock(pg, old, late)
-        late.result(timeout=20)
-    assert old.refused == 1
-    assert pg.rows("SELECT state, attempts FROM urls") == [("processing", 2)]
-    new.complete_many([(url.url, 200)])
-    assert new.refused == 0 and assert_consistent(new, pg)["done"] == 1
-
-
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_a_takeover_and_the_old_owners_renewal_do_not_deadlock(backend: Backend) -> None:
-    """The old owner completes a URL in a batch and, in the same batch, renews its lease, while
-    another worker takes the host over (its lease ran out on the server) and recovers that URL:
-    the two must not wait for each other."""
-    pg = postgres_only(backend)
-    old = pg.open()
-    old.add(urls(2))
-    first, _second = old.claim(2)
-    new = pg.open()
-    pg.rows("UPDATE hosts SET lease_until = 0")
-    new._take_soon = True
-    with ThreadPoolExecutor(1) as pool:
-        with old.batch():
-            old.complete_many([(first.url, 200)])
-            taking = pool.submit(new.claim, 5)
-            wait_for_lock(pg, new, taking)
-            old._renew_at = 0.0  # a renewal is due
-            assert old.lost_hosts() == []
-        assert taking.result(timeout=20) == []
-    assert old.refused == 0 and old.holds("http://a.test")
-    assert assert_consistent(old, pg) == {"waiting": 0, "processing": 1, "done": 1, "error": 0}
-
-
-def test_recordable_names_the_claims_whose_outcomes_will_count(frontier: Any, backend: Backend) -> None:
-    """All of them while nothing changed hands (the only case on SQLite), in the order given."""
+def test_recordable_names_the_claims_whose_outcomes_will_count(frontier: FrontierBackend) -> None:
+    """All of them while nothing changed hands (the only case on a store one process holds), in the
+    order given."""
     frontier.add(urls(3))
     claimed = [item.url for item in frontier.claim(3)]
     with frontier.batch():
         assert frontier.recordable(reversed(claimed)) == list(reversed(claimed))
         frontier.complete_many([(url, 200) for url in claimed])
-    assert assert_consistent(frontier, backend)["done"] == 3
+    assert assert_consistent(frontier, urls(3))["done"] == 3
 
 
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_recordable_leaves_out_a_host_taken_over_and_holds_its_answer_until_the_batch_ends(
-    backend: Backend,
-) -> None:
-    """A host another worker took over: its claims are not recordable, and their outcomes are refused.
-    One recordable inside a batch stays this worker's until the batch commits: a taker skips it."""
-    pg = postgres_only(backend)
-    old = pg.open()
-    old.add(urls(1, "a.test") + urls(1, "b.test"))
-    a, b = sorted(item.url for item in old.claim(5))
-    pg.rows("UPDATE hosts SET lease_until = 0 WHERE origin = 'http://b.test'")  # b's lease ran out on the server
-    new = pg.open()
-    assert [item.url for item in new.claim(5)] == [b]  # taken over, recovered, claimed again
-    pg.rows("UPDATE hosts SET lease_until = 0 WHERE origin = 'http://a.test'")
-    new.add(urls(1, "c.test"))  # a free host, so that a fair share lets the new worker take one more
-    new._take_soon = True
-    with old.batch():
-        assert old.recordable([a, b]) == [a]
-        with ThreadPoolExecutor(1) as pool:  # a, expired, would come first: locked, it is skipped
-            assert [item.url for item in pool.submit(new.claim, 5).result(timeout=20)] == urls(1, "c.test")
-        old.complete_many([(a, 200), (b, 200)])
-    assert old.refused == 1
-    assert pg.rows("SELECT url, state FROM urls ORDER BY url") == [(a, "done"), (b, "processing"),
-                                                                  (urls(1, "c.test")[0], "processing")]
+def test_the_hosts_of_its_claims_are_its_own_while_nothing_changes_hands(store: Store, frontier: FrontierBackend) -> None:
+    """holds() says yes for the host of every claim, and lost_hosts() names none; a store one process
+    holds says yes for every host and never gates a start (start_deadlines() says nothing)."""
+    frontier.add(urls(2, "a.test") + urls(2, "b.test"))
+    claimed = frontier.claim(10)
+    assert {item.host for item in claimed} == {"http://a.test", "http://b.test"}
+    assert all(frontier.holds(item.host) for item in claimed)
+    assert frontier.lost_hosts() == []
+    deadlines = frontier.start_deadlines()
+    if not store.shared:
+        assert frontier.holds("http://never.test") and deadlines == {}
+    else:
+        assert set(deadlines) <= {"http://a.test", "http://b.test"}
+    assert frontier.start_deadlines() == {}  # nothing changed since
 
 
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_a_long_add_goes_in_as_several_statements_and_adds_the_same(
-    backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Cut into statements of _INSERT_ROWS URLs (so that a million seeds do not outlive the
-    statement_timeout): the same URLs, depths and hosts as one statement gives."""
-    import niofetcher.crawl.frontier.postgres.frontier as postgres_module
+def test_a_robots_txt_answer_is_kept_for_the_hosts_next_reader(store: Store) -> None:
+    """store_robots() keeps a 2xx or a 4xx answer, robots() gives it back -- to a frontier opened
+    later too -- with its age; a newer answer replaces it.  (That an answer more than a day old is
+    not given back is each store's test: a shared store goes by its server's clock.)"""
+    rules = b"User-agent: *\nDisallow: /private\n"
+    frontier = store.open()
+    frontier.add(["http://a.test/", "http://b.test/"])
+    claimed = frontier.claim(10)  # a shared store keeps the answers of the hosts its worker holds
+    assert frontier.robots("http://a.test") is None
+    frontier.store_robots("http://a.test", 200, rules)
+    frontier.store_robots("http://b.test", 404, b"")
+    kept = frontier.robots("http://a.test")
+    assert kept is not None and (kept.status, kept.body) == (200, rules) and 0.0 <= kept.age < 60.0
+    frontier.complete_many([(item.url, 200) for item in claimed])
+    frontier.add(["http://b.test/more"])
+    frontier.close()
+    frontier = store.open()
+    assert [(kept.status, kept.body) for kept in map(frontier.robots, ["http://a.test", "http://b.test"])
+            if kept is not None] == [(200, rules), (404, b"")]
+    assert frontier.robots("http://c.test") is None  # a host the frontier never saw
+    assert [item.host for item in frontier.claim(10)] == ["http://b.test"]
+    frontier.store_robots("http://b.test", 200, b"User-agent: *\nDisallow:\n")  # fetched anew
+    kept = frontier.robots("http://b.test")
+    assert kept is not None and (kept.status, kept.body) == (200, b"User-agent: *\nDisallow:\n")
 
-    pg = postgres_only(backend)
-    monkeypatch.setattr(postgres_module, "_INSERT_ROWS", 3)
-    frontier = pg.open()
-    entries = [(url, 2, None, 0) for url in clustered("abc", 3)] + [("http://a.test/0", 1, None, 0),
-                                                                      ("http://d.test/0", 0, None, 0)]
-    assert frontier.add_many(entries) == 10
-    assert frontier.add_many(entries) == 0
-    assert pg.rows("SELECT COUNT(*), COUNT(DISTINCT host_id), MIN(depth) FROM urls") == [(10, 4, 0)]
-    assert pg.rows("SELECT depth FROM urls WHERE url = 'http://a.test/0'") == [(1,)]
-    assert pg.rows("SELECT COUNT(*) FROM hosts") == [(4,)]
-    assert assert_consistent(frontier, backend)["waiting"] == 10
+
+# -- reading failures ---------------------------------------------------------
 
 
-def test_failures_are_the_first_errors_since_a_time_with_why(frontier: Any, clock: FakeClock) -> None:
+def test_failures_are_the_first_errors_since_a_time_with_why(frontier: FrontierBackend, clock: FakeClock) -> None:
     frontier.add(urls(4))
     first, second, third, fourth = frontier.claim(4)
     frontier.fail(first.url, "before the run", retry=False)

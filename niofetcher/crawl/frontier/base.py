@@ -45,7 +45,7 @@ from ...urls import host_key, normalize_url
 
 __all__ = [
     "ROBOTS_SECONDS", "STATES", "CrawlStatus", "FrontierBackend", "FrontierError", "FrontierErrorKind", "FrontierURL", "StoredRobots",
-    "WorkerStatus", "check_checkpoint", "check_crawl_name", "check_int", "check_time", "normal_lastmods", "processing_key", "retry_delay",
+    "StoredURL", "WorkerStatus", "check_checkpoint", "check_crawl_name", "check_int", "check_time", "normal_lastmods", "processing_key", "retry_delay",
 ]
 
 #: How long a stored robots.txt answer is used instead of fetching it again (RFC 9309: a crawler
@@ -65,6 +65,29 @@ class StoredRobots(NamedTuple):
     status: int
     body: bytes
     age: float  # seconds since it was fetched, by the frontier's clock
+
+
+@dataclass(frozen=True, slots=True)
+class StoredURL:
+    """One URL as a frontier keeps it, whatever its state: what :meth:`FrontierBackend.lookup` reads.
+
+    The times are unix seconds by the frontier's clock.  ``status`` and ``error`` are those of the
+    last attempt (``error`` is None once the URL is done); ``next_attempt_at`` is when a waiting URL
+    is due, and None once it is done or an error.
+    """
+
+    url: str  # the stored form (normalize_url())
+    state: str  # one of STATES
+    attempts: int  # claims so far; release() gives one back
+    depth: int
+    priority: int
+    parent: str | None
+    status: int | None
+    error: str | None
+    discovered_at: float
+    fetched_at: float | None
+    next_attempt_at: float | None
+    lastmod: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +234,10 @@ def processing_key(url: str, action: str, state_of: Callable[[str], str | None])
 
 
 class FrontierBackend(Protocol):
-    """What the crawler's coordinator asks of a frontier, and nothing more: a backend (SQLite
-    today, PostgreSQL next) is anything with these methods, keeping the promises above.
+    """What the crawler's coordinator asks of a frontier, and one read more (:meth:`lookup`, by
+    which the contract suite checks the rest): a backend (SQLite, PostgreSQL, one of a
+    ``niofetcher.frontiers`` entry point) is anything with these methods, keeping the promises
+    above; tests/test_frontier_backends.py is the bar it passes (docs/extending.md).
 
     Not ``Frontier``: that name is the SQLite class, which users construct by it.  The
     coordinator calls a frontier from one thread; see the SQLite class for what each method
@@ -295,6 +320,12 @@ class FrontierBackend(Protocol):
 
     def min_due_depth(self) -> int | None:
         """The smallest depth among waiting URLs that are due now, None when there is none."""
+
+    def lookup(self, url: str) -> StoredURL | None:
+        """``url`` (in any form that normalises to a known one) as the frontier keeps it, None when
+        it is unknown or no http(s) URL.  The crawler never asks; the contract suite
+        (tests/test_frontier_backends.py) reads every promise above through it, committed first
+        (outside a batch) like the other reads."""
 
     def close(self) -> None:
         """Commit what is pending and let go of the frontier.  Closing twice is fine."""

@@ -10,9 +10,10 @@ the whole crawl has.  A host another worker added URLs to is taken (or kept) by 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from ....urls import normalize_url
-from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, WorkerStatus, check_crawl_name
+from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, StoredURL, WorkerStatus, check_crawl_name
 from ..postgres_schema import (
     BUSIEST_HOSTS,
     COUNTS,
@@ -31,10 +32,15 @@ __all__ = ["CrawlReads", "crawl_status"]
 # What next_due() says when nothing of this worker's waits but the crawl goes on elsewhere: look again in a second.
 _POLL_SECONDS = 1.0
 
+# The columns of StoredURL, in its order (the SQLite frontier's statement, with psycopg's placeholder).
+_LOOKUP = ("SELECT url, state, attempts, depth, priority, parent, status, error, discovered_at, fetched_at,"
+           " next_attempt_at, lastmod FROM urls WHERE url = %s")
+
 
 class CrawlReads(HostLeases):
     """What a worker reads of the crawl: its counts, when its next URL is due, its failures, the
-    state of a URL, the checkpoint.  Each commits what is pending first (outside a batch)."""
+    state of a URL and all it keeps of one, the checkpoint.  Each commits what is pending first
+    (outside a batch)."""
 
     def checkpoint(self) -> dict[str, int]:
         """The checkpoint entries stored by :meth:`complete_many`, committed."""
@@ -90,6 +96,25 @@ class CrawlReads(HostLeases):
             self._commit(conn)
             row = conn.execute(STATE_OF, (key,)).fetchone()
             return str(row[0]) if row is not None else None
+
+    def lookup(self, url: str) -> StoredURL | None:
+        """``url`` (in any form that normalises to a known one) as the crawl keeps it, whichever
+        worker wrote it last; None if unknown or invalid."""
+        try:
+            key = normalize_url(url)
+        except (TypeError, ValueError):
+            return None
+        with self._db() as conn:
+            self._commit(conn)
+            row = conn.execute(_LOOKUP, (key,)).fetchone()
+            return _stored_url(row) if row is not None else None
+
+
+def _stored_url(row: Any) -> StoredURL:
+    """A row of _LOOKUP as a StoredURL."""
+    url, state, attempts, depth, priority, parent, status, error, discovered, fetched, due, lastmod = row
+    return StoredURL(url, state, attempts, depth, priority, parent, status, error, float(discovered),
+                     None if fetched is None else float(fetched), None if due is None else float(due), lastmod)
 
 
 def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float = 10.0) -> CrawlStatus:

@@ -16,9 +16,10 @@ import os
 import sqlite3
 import urllib.parse
 from collections.abc import Callable
+from typing import Any
 
 from ....urls import normalize_url
-from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, check_int
+from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, StoredURL, check_int
 from ..schema import BUSIEST_HOSTS, COUNTS, FAILURES, MIN_DUE_DEPTH, NEXT_DUE, SCHEMA_VERSION, check_schema
 from .transactions import Transactions, database_error
 
@@ -28,10 +29,15 @@ __all__ = ["CrawlReads", "crawl_status"]
 # file is upgraded by the next crawl that opens it, which a reader may not do).
 _STATUS_SINCE_VERSION = 3
 
+# The columns of StoredURL, in its order: the same statement on both backends but for the placeholder.
+_LOOKUP = ("SELECT url, state, attempts, depth, priority, parent, status, error, discovered_at, fetched_at,"
+           " next_attempt_at, lastmod FROM urls WHERE url = ?")
+
 
 class CrawlReads(Transactions):
     """What the frontier reads of its crawl: the counts, when the next URL is due, the failures, the
-    state of a URL, the checkpoint.  Each commits what is pending first (outside a batch)."""
+    state of a URL and all it keeps of one, the checkpoint.  Each commits what is pending first
+    (outside a batch)."""
 
     _counts: dict[str, int]  # URLs per state, kept by the frontier's own statements
     _clock: Callable[[], float]  # unix time, the frontier's
@@ -83,6 +89,25 @@ class CrawlReads(Transactions):
             self._commit(conn)
             row = conn.execute("SELECT state FROM urls WHERE url = ?", (key,)).fetchone()
             return row[0] if row is not None else None
+
+    def lookup(self, url: str) -> StoredURL | None:
+        """``url`` (in any form that normalises to a known one) as the file keeps it, None if
+        unknown or invalid."""
+        try:
+            key = normalize_url(url)
+        except (TypeError, ValueError):
+            return None
+        with self._db() as conn:
+            self._commit(conn)
+            row = conn.execute(_LOOKUP, (key,)).fetchone()
+            return _stored_url(row) if row is not None else None
+
+
+def _stored_url(row: Any) -> StoredURL:
+    """A row of _LOOKUP as a StoredURL."""
+    url, state, attempts, depth, priority, parent, status, error, discovered, fetched, due, lastmod = row
+    return StoredURL(url, state, attempts, depth, priority, parent, status, error, float(discovered),
+                     None if fetched is None else float(fetched), None if due is None else float(due), lastmod)
 
 
 def crawl_status(path: str | os.PathLike[str], *, top: int = 10) -> CrawlStatus:
