@@ -48,10 +48,10 @@ counted from the server's side.
 
 Turnaround: how soon a client that has a response asks for its next page
 (``PortCounters.turnaround``). Per connection, from the moment the last byte
-of its last outstanding response is handed to the kernel to the arrival of
-its next request (the kernel's stamp where there is one, as for delays). A
-connection's first request, and a request pipelined while a response was
-still owed, count none: only the client's own delay is measured, not the
+of its last outstanding response is handed to the kernel (stamped as that write
+begins) to the arrival of its next request (the kernel's stamp where there is
+one, as for delays). A connection's first request, and a request pipelined
+while a response was still owed, count none: only the client's own delay is measured, not the
 server's latency. The samples go to log-spaced buckets, so a run of millions
 of requests costs a few hundred counters.
 
@@ -485,10 +485,14 @@ class Server:
         while True:
             stopped_at_high_water = bool(conn.inbuf) and not conn.closing and self._parse(conn, now)
             sending = bool(conn.outbuf)
+            # Stamped before the write: the client cannot have the bytes sooner, so the turnaround is
+            # never shorter than its wait (stamped after, a server thread descheduled between the two
+            # made a 50 ms wait read as 48 ms on a loaded machine).
+            sent_at = time.monotonic() if sending else 0.0
             if conn.closed or (sending and not self._send(conn)):
                 return
             if sending and not conn.outbuf and not conn.scheduled:  # the last byte owed is written
-                conn.answered_at = time.monotonic()
+                conn.answered_at = sent_at
             if not (stopped_at_high_water and len(conn.outbuf) < OUTPUT_HIGH_WATER):
                 break
         if conn.outbuf or conn.scheduled:
