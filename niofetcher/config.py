@@ -77,6 +77,8 @@ class FetcherConfig:
     proxy: str | None = field(default=None, repr=False)  # its password must stay out of logs
     no_proxy: Sequence[str] = ()
     max_connections_per_proxy: int | None = None
+    max_connections_per_ip: int | None = None
+    ip_delay: float = 0.0
     throttle: Throttle | None = None
 
     def __post_init__(self) -> None:
@@ -94,6 +96,8 @@ class FetcherConfig:
         for name in ("connection_service_time", "request_timeout"):
             _positive_time(self, name, optional=True)
         _positive_time(self, "host_delay", allow_zero=True)
+        _positive_int(self, "max_connections_per_ip", optional=True)
+        _positive_time(self, "ip_delay", allow_zero=True)
         _positive_time(self, "dns_cache_ttl", allow_zero=True)
         if not 0.0 <= self.host_delay_jitter <= 1.0:
             raise ValueError(f"host_delay_jitter must be within [0, 1], not {self.host_delay_jitter!r}")

@@ -24,7 +24,7 @@ import logging
 import math
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .config import Address, FetcherConfig
@@ -46,6 +46,7 @@ from .request import (
 )
 from .resolver import ResolverPool
 from .throttle import Throttle, retry_after
+from .timers import Timer
 from .transport import tls_context
 from .urls import Origin, Target, parse_target, redirect_url, split_credentials
 
@@ -118,7 +119,8 @@ class Engine:
         self.table = HostTable(
             config.max_connections, config.max_connections_per_host, config.host_delay,
             config.host_delay_jitter, self.loop.timers.call_at, lambda: self.loop.now, self._pending_task,
-            config.max_connections_per_proxy,
+            config.max_connections_per_proxy, config.max_connections_per_ip, config.ip_delay, self._locate,
+            config.dns_cache_ttl,
         )
         self.resolver = ResolverPool(config, self.loop.call_soon_threadsafe)
         self.connections: set[Connection] = set()
@@ -383,13 +385,36 @@ class Engine:
                     table.connection_opened(slot, conn)
                     self.connections.add(conn)
                     counters.connections_opened += 1
-                    peer = task.proxy or slot.origin  # through a proxy, its name is the one looked up
-                    self.resolver.lookup(peer.host, peer.port, _resolved_callback(conn), now)
+                    if slot.addresses is not None and task.proxy is None:
+                        # Located by the table (per-IP limits): where it was counted is where it goes.
+                        _resolved_callback(conn)(slot.addresses, None)
+                    else:
+                        peer = task.proxy or slot.origin  # through a proxy, its name is the one looked up
+                        self.resolver.lookup(peer.host, peer.port, _resolved_callback(conn), now)
             except Exception as exc:  # noqa: BLE001 - a fault in starting one request costs that request only
                 if conn is not None:
                     conn.on_internal_error(exc)
                 self._task_crashed(task, slot, exc)  # if no connection carried it yet
             table.refresh(slot, now)
+
+    def _locate(self, slot: HostSlot) -> None:
+        """Look ``slot``'s origin up for the host table's per-IP limits; no answer within the
+        connect timeout leaves it unknown, and its connection's own lookup takes over."""
+        table, loop = self.table, self.loop
+        timer: Timer | None = None
+
+        def answer(addresses: Sequence[Address] | None, failure: FetchFailure | None) -> None:
+            if timer is not None:
+                timer.cancel()
+            table.located(slot, addresses, loop.now)
+
+        origin = slot.origin
+        self.resolver.lookup(origin.host, origin.port, answer, loop.now)
+        if slot.locating:
+            timer = loop.timers.call_at(loop.now + self.config.connect_timeout, self._give_up_locating, slot)
+
+    def _give_up_locating(self, slot: HostSlot) -> None:
+        self.table.located(slot, None, self.loop.now)
 
     # -- connection events (ConnectionOwner) --------------------------------
 

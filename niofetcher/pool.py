@@ -56,6 +56,28 @@ proxy's connections closes or goes idle, one waiter is woken back into the
 ready heap (O(log n) again); a woken slot whose next task turns out not to
 need the proxy passes the wake on, so a free place is never left unused
 while a waiter sleeps.  Parked entries are deleted lazily, like ready ones.
+
+Addresses.  ``max_connections_per_ip`` and ``ip_delay`` hold per resolved
+address over every origin that resolves to it (shared hosting: thousands of
+names on one server), in an IPGroup per address made the way a proxy's
+waiters are: open connections, the earliest next start, its idle
+connections (for a place to take by closing one) and a FIFO of parked
+slots.  A slot learns its address before it needs a new connection: the
+table asks ``locate`` (the engine's resolver, an answer from its cache
+comes at once) and the slot waits out of the ready heap until ``located``;
+its connections then connect to those addresses, counted on the first one
+from the moment they begin, and the slot forgets them when its last
+connection closes, or when one closes after ``dns_cache_ttl``, so that its
+next connection follows a changed DNS answer.  A slot whose address is full
+or whose ``ip_delay`` still runs parks on the address, out of the ready
+heap, so that it blocks no host on another one;
+one waiter is woken per place freed or per delay passed (one timer per
+address, not per slot), and a woken slot that starts and leaves room wakes
+the next.  A request waiting here waits in its queue: neither its connect
+timeout nor its request timeout has begun.  Through a proxy the origin's
+address is the proxy's to know: proxied requests are counted by
+``max_connections_per_proxy`` only.  With both options off, the cost is one
+test per decision.
 """
 
 from __future__ import annotations
@@ -67,10 +89,11 @@ import random
 import ssl
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .config import Address
 from .request import MakeTask, PendingURL, QueueEntry, Task
 from .urls import Origin, Proxy
 
@@ -79,6 +102,7 @@ if TYPE_CHECKING:
 
 ScheduleAt = Callable[[float, Callable[[Any], None], Any], Any]
 Clock = Callable[[], float]
+Locate = Callable[["HostSlot"], None]
 
 RECENT_HOSTS = 1024  # freed slots kept for host_stats() and for a quick return
 SET_DELAYS = 65536  # hosts whose set_delay() is remembered without a slot
@@ -110,6 +134,14 @@ class HostSlot:
     tls_session: ssl.SSLSession | None = field(default=None, repr=False)  # resumed by the next connection
     parked: str | None = field(default=None, repr=False)  # the proxy it waits on for a place (module docstring)
     woken: str | None = field(default=None, repr=False)  # the proxy whose free place it was woken for
+    # With per-IP limits only (module docstring, "Addresses"): its addresses, the first one's
+    # key ("" when they could not be known: its next connection goes uncounted), and the state
+    # of its waits.
+    addresses: Sequence[Address] | None = field(default=None, repr=False)
+    ip: str | None = None
+    located_until: float = field(default=0.0, repr=False)  # its addresses are looked up again after it
+    locating: bool = field(default=False, repr=False)
+    ip_parked: IPGroup | None = field(default=None, repr=False)
     peak_open: int = 0
     served: int = 0
     dispatched: int = 0
@@ -124,6 +156,19 @@ class HostSlot:
         return delay
 
 
+@dataclass(slots=True, eq=False)
+class IPGroup:
+    """One resolved address, with per-IP limits on: its connections, its next start and its waiters."""
+
+    ip: str
+    open: int = 0
+    next_start_at: float = 0.0
+    # Oldest idle first, deleted lazily: a connection taken for a request stays until it surfaces.
+    idle: OrderedDict[Connection, None] = field(default_factory=OrderedDict, repr=False)
+    waiters: deque[HostSlot] = field(default_factory=deque, repr=False)
+    timer_armed: bool = False
+
+
 def _tasks_only(entry: PendingURL, origin: Origin) -> Task:
     raise TypeError(f"a PendingURL for {origin} was queued on a HostTable built without make_task")
 
@@ -131,8 +176,8 @@ def _tasks_only(entry: PendingURL, origin: Origin) -> Task:
 class Assignment(NamedTuple):
     """A decision of the scheduler: run ``task``, on ``conn`` or on a new connection, after closing ``evict``.
 
-    ``evict_for_proxy``: an idle connection of the task's proxy, closed as well when both the
-    host's limit and ``max_connections_per_proxy`` need a place.
+    ``evict_for_proxy``: an idle connection of the task's proxy (or of its address), closed as well
+    when both the host's limit and ``max_connections_per_proxy`` (``max_connections_per_ip``) need a place.
     """
 
     slot: HostSlot
@@ -147,11 +192,16 @@ class HostTable:
 
     def __init__(
         self, max_connections: int, per_host: int, delay: float, jitter: float, schedule_at: ScheduleAt, clock: Clock,
-        make_task: MakeTask | None = None, per_proxy: int | None = None,
+        make_task: MakeTask | None = None, per_proxy: int | None = None, per_ip: int | None = None,
+        ip_delay: float = 0.0, locate: Locate | None = None, address_ttl: float = 300.0,
     ) -> None:
         """``make_task`` is needed only by a table that queues PendingURLs (``enqueue_entry``).
 
         ``per_proxy``: open connections one proxy gets at most (None: only the total limit).
+        ``per_ip`` and ``ip_delay``: the same per resolved address, and the least time between two
+        request starts to one; either needs ``locate``, which looks a slot's origin up and answers
+        through ``located`` (module docstring, "Addresses"); a slot keeps an answer ``address_ttl``
+        seconds at most.
         """
         if make_task is None:
             make_task = _tasks_only
@@ -176,6 +226,15 @@ class HostTable:
         self.proxy_open: dict[str, int] = {}  # open connections per proxy authority (host:port)
         self._proxy_idle: dict[str, OrderedDict[Connection, None]] = {}  # with per_proxy only: oldest first
         self._proxy_waiters: dict[str, deque[HostSlot]] = {}
+        self.per_ip = per_ip
+        self.ip_delay = ip_delay
+        self._by_ip = per_ip is not None or ip_delay > 0
+        if self._by_ip and locate is None:
+            raise ValueError("per-IP limits need locate")
+        self._locate = locate
+        self.address_ttl = address_ttl
+        self.ip_groups: dict[str, IPGroup] = {}
+        self._ip_of: dict[Connection, IPGroup] = {}  # every open connection counted on an address
 
     def slot(self, origin: Origin) -> HostSlot:
         """The slot of ``origin``: its live one, its recent one back, or a new one."""
@@ -273,6 +332,10 @@ class HostTable:
             self._proxied[conn] = proxy  # type: ignore[index]
             key = proxy.authority
             self.proxy_open[key] = self.proxy_open.get(key, 0) + 1
+        elif self._by_ip and slot.ip and conn is not None:
+            group = self._ip_group(slot.ip)
+            group.open += 1
+            self._ip_of[conn] = group
 
     def connection_idle(self, conn: Connection, now: float) -> None:
         """``conn`` waits for its next request."""
@@ -285,6 +348,12 @@ class HostTable:
             if proxy is not None:
                 self._proxy_idle.setdefault(proxy.authority, OrderedDict())[conn] = None
                 self._wake(proxy.authority, now)  # a place to take, by closing it
+        if self._ip_of:
+            group = self._ip_of.get(conn)
+            if group is not None:
+                group.idle[conn] = None
+                group.idle.move_to_end(conn)
+                self._wake_ip(group, now)
 
     def connection_closed(self, conn: Connection, was_idle: bool, now: float) -> None:
         """``conn`` is gone; ``was_idle``: from the idle pool."""
@@ -299,6 +368,18 @@ class HostTable:
             proxy = self._proxied.pop(conn, None)
             if proxy is not None:
                 self._proxy_closed(conn, proxy.authority, was_idle, now)
+        if self._ip_of:
+            group = self._ip_of.pop(conn, None)
+            if group is not None:
+                group.open -= 1
+                group.idle.pop(conn, None)
+                self._wake_ip(group, now)
+                self._free_group(group, now)
+        if self._by_ip and (not slot.open or slot.located_until < now):
+            # Its next connection looks again: so a host busy for hours follows its DNS, and one
+            # without connections keeps no answer.  Never at a decision: an answer that expires
+            # at once (dns_cache_ttl=0) would be looked up for ever.
+            slot.addresses = slot.ip = None
         if not slot.open:
             self._free_if_unused(slot, now)
 
@@ -361,6 +442,7 @@ class HostTable:
             return
         origin = slot.origin
         del self.slots[origin]
+        slot.addresses = slot.ip = None  # a name looked up again when it comes back
         recent = self.recent
         recent[origin] = slot
         if len(recent) > RECENT_HOSTS:
@@ -395,6 +477,18 @@ class HostTable:
             queued = slot.queue[0]
             task = queued[2] if len(queued) == 3 else self._make_task(queued, slot.origin)
             route = task.proxy
+            group: IPGroup | None = None
+            if self._by_ip and route is None:
+                if slot.ip is None:
+                    self._locate_slot(slot, queued, task)
+                    continue
+                if slot.ip:
+                    group = self._ip_group(slot.ip)
+                    if group.next_start_at > now:
+                        self._park_ip(slot, group, queued, task, now)
+                        continue
+                else:
+                    slot.ip = None  # unknown for this start only: the next one asks again
             idle = slot.idle
             conn: Connection | None
             if idle and route is None and not self._proxied and not task.needs_fresh_connection:
@@ -424,10 +518,22 @@ class HostTable:
                             evict_for_proxy = next(iter(spare))
                         else:
                             evict = next(iter(spare))  # frees a place of the proxy's, and one of the total
+                if group is not None and self.per_ip is not None and group.open >= self.per_ip and (
+                        evict is None or self._ip_of.get(evict) is not group):
+                    spare_conn = self._spare(group)
+                    if spare_conn is None:
+                        self._park_ip(slot, group, queued, task, now)
+                        continue
+                    if host_evict:
+                        evict_for_proxy = spare_conn
+                    else:
+                        evict = spare_conn  # frees a place of the address's, and one of the total
             heapq.heappop(ready)
             slot.ready_entry = None
             if self.per_proxy is not None and (slot.parked is not None or slot.woken is not None):
                 self._waited(slot, route, now)
+            if group is not None:
+                self._ip_started(slot, group, conn is None, now)
             heapq.heappop(slot.queue)
             self.pending -= 1
             slot.in_flight += 1
@@ -478,6 +584,121 @@ class HostTable:
         if not waiters:
             del self._proxy_waiters[key]
 
+    # -- addresses (module docstring, "Addresses") ------------------------------
+
+    def _locate_slot(self, slot: HostSlot, queued: QueueEntry, task: Task) -> None:
+        """``slot`` needs its address first: out of the ready heap until ``located`` (maybe at once)."""
+        heapq.heappop(self._ready)
+        slot.ready_entry = None
+        if len(queued) != 3:
+            slot.queue[0] = (queued[0], queued[1], task)  # the Task made is the one that starts
+        if not slot.locating:
+            slot.locating = True
+            self._locate(slot)  # type: ignore[misc]
+
+    def located(self, slot: HostSlot, addresses: Sequence[Address] | None, now: float) -> None:
+        """``slot``'s origin resolves to ``addresses`` (None: it could not be known in time, or at all)."""
+        if not slot.locating:
+            return  # an answer after it gave up waiting, or after a cancel
+        slot.locating = False
+        slot.addresses = addresses or None
+        slot.ip = addresses[0][1][0] if addresses else ""
+        slot.located_until = now + self.address_ttl
+        self.refresh(slot, now)
+
+    def _ip_group(self, ip: str) -> IPGroup:
+        group = self.ip_groups.get(ip)
+        if group is None:
+            group = self.ip_groups[ip] = IPGroup(ip)
+        return group
+
+    def _spare(self, group: IPGroup) -> Connection | None:
+        """The address's oldest idle connection, to close for a place; None if none."""
+        idle, pool = group.idle, self._idle_lru
+        while idle:
+            conn = next(iter(idle))
+            if conn in pool:
+                return conn
+            del idle[conn]  # taken for a request since it went idle
+        return None
+
+    def _park_ip(self, slot: HostSlot, group: IPGroup, queued: QueueEntry, task: Task, now: float) -> None:
+        """``slot``'s next request waits for ``group``: out of the ready heap, into its waiters."""
+        heapq.heappop(self._ready)
+        slot.ready_entry = None
+        if len(queued) != 3:
+            slot.queue[0] = (queued[0], queued[1], task)
+        if slot.ip_parked is not group:
+            slot.ip_parked = group
+            group.waiters.append(slot)
+        if group.next_start_at > now:
+            self._arm_ip_timer(group)
+
+    def _ip_started(self, slot: HostSlot, group: IPGroup, new_connection: bool, now: float) -> None:
+        """A request of ``slot``'s starts on ``group``'s address; room left is passed to the next waiter."""
+        slot.ip_parked = None
+        if self.ip_delay:
+            group.next_start_at = now + self.ip_delay
+        if group.waiters:
+            if new_connection:
+                # Counted by connection_opened right after this decision: the room seen
+                # here must not include the place this start takes.
+                group.open += 1
+                self._wake_ip(group, now)
+                group.open -= 1
+            else:
+                self._wake_ip(group, now)
+
+    def _has_room(self, group: IPGroup, now: float) -> bool:
+        if group.next_start_at > now:
+            return False
+        per_ip = self.per_ip
+        return per_ip is None or group.open < per_ip or self._spare(group) is not None
+
+    def _wake_ip(self, group: IPGroup, now: float) -> None:
+        """``group`` may have room: its first waiter that can start goes back to the ready heap."""
+        waiters = group.waiters
+        if not waiters:
+            return
+        if group.next_start_at > now:
+            self._arm_ip_timer(group)
+            return
+        if not self._has_room(group, now):
+            return
+        while waiters:
+            slot = waiters.popleft()
+            if slot.ip_parked is not group:
+                continue  # it started, or was cancelled, since
+            slot.ip_parked = None
+            if self._can_start(slot, now):
+                self.refresh(slot, now)
+                break
+
+    def _arm_ip_timer(self, group: IPGroup) -> None:
+        if not group.timer_armed:
+            group.timer_armed = True
+            self._schedule_at(group.next_start_at, self._ip_delay_passed, group)
+
+    def _ip_delay_passed(self, group: IPGroup) -> None:
+        group.timer_armed = False
+        now = self._clock()
+        self._wake_ip(group, now)
+        self._free_group(group, now)
+
+    def _free_group(self, group: IPGroup, now: float) -> None:
+        """Forget ``group`` once nothing of it is left; while its delay runs, its timer keeps it."""
+        if group.open or group.timer_armed or self.ip_groups.get(group.ip) is not group:
+            return
+        waiters = group.waiters
+        while waiters and waiters[0].ip_parked is not group:
+            waiters.popleft()
+        if waiters:
+            return
+        if group.next_start_at > now:
+            self._arm_ip_timer(group)
+            return
+        del self.ip_groups[group.ip]
+
     @staticmethod
     def _can_start(slot: HostSlot, now: float) -> bool:
         return (bool(slot.queue) and (bool(slot.idle) or slot.open < slot.limit)
@@ -519,8 +740,10 @@ class HostTable:
         for slot in self.slots.values():
             slot.queue.clear()
             slot.ready_entry = None
-            slot.parked = slot.woken = None
+            slot.parked = slot.woken = slot.ip_parked = None
         self._ready.clear()
         self._proxy_waiters.clear()
+        for group in self.ip_groups.values():
+            group.waiters.clear()
         self.pending = 0
         return tasks

@@ -193,6 +193,11 @@ def _add_fetcher_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on-error", action="store_true",
                         help="exit with status 1 when a URL failed (an error or an HTTP status that is not 2xx)")
     parser.add_argument("--per-host", type=_positive_int, default=2, metavar="N", help="connections per host")
+    parser.add_argument("--per-ip", type=_positive_int, metavar="N",
+                        help="connections to one resolved address, over every host name on it (default: no limit)")
+    parser.add_argument("--ip-delay", type=_non_negative_float, default=0.0, metavar="S",
+                        help="seconds between two request starts to one resolved address, whatever the host name "
+                             "(default 0)")
     parser.add_argument("--connections", type=_positive_int, default=256, metavar="N", help="connections in total")
     parser.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
                         help="send this header with every request, like curl -H (repeatable; a later one of "
@@ -349,6 +354,8 @@ def config_from(args: argparse.Namespace, **extra: object) -> FetcherConfig:
     options = {
         "max_connections": args.connections,
         "max_connections_per_host": args.per_host,
+        "max_connections_per_ip": args.per_ip,
+        "ip_delay": args.ip_delay,
         "resolve": resolve,
         "connect_timeout": args.connect_timeout,
         "read_timeout": args.read_timeout,
