@@ -34,7 +34,8 @@ D  crawl: the real ``niofetcher crawl`` command (bs4 and lxml extractors) agains
    a LinkExtractor, settings tuned) crawling a generated site from host 0's index: 4 hosts x 2,500 pages
    of 4 KiB (10,004 with the indexes), 16 per host, 64 in all, robots.txt obeyed by both.
 E  real-page crawl: the same with the real pages of ../shared/corpus/pages as the bodies (the site's
-   links added to each), both crawlers following only the site's own pages; skipped without the corpus.
+   links added to each), both crawlers following only the site's own pages, niofetcher with each extractor
+   (bs4, lxml, selectolax when installed); skipped without the corpus.
    Each crawl runs under ``clients/run_tree.py``, which counts the CPU of the whole process tree
    (niofetcher's parse processes included) and the wall time of the whole command; the site's
    counters check that every page was fetched. ``--quick`` divides the pages per host by 5.

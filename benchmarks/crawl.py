@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _site import site_process
 
 from niofetcher import CrawlConfig, Crawler, FetcherConfig, NIOFetcher
+from niofetcher.extractor_names import EXTRACTORS
 
 
 class TreeCPU:
@@ -149,7 +150,7 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.0, help="server latency per response, ms")
     parser.add_argument("--page-size", type=int, default=4096)
     parser.add_argument("--corpus", metavar="DIR", help="serve the HTML files of DIR as page bodies")
-    parser.add_argument("--extractor", choices=("bs4", "lxml"), default="bs4")
+    parser.add_argument("--extractor", choices=EXTRACTORS, default="bs4")
     parser.add_argument("--parse-mode", choices=("process", "thread"), default="process")
     parser.add_argument("--parse-workers", type=int, default=2)
     parser.add_argument("--on-page", action="store_true", help="hand every page to an on_page that counts it")

@@ -65,6 +65,7 @@ from typing import Any
 import psutil
 import psycopg
 
+from niofetcher.extractor_names import EXTRACTORS
 from niofetcher.testing import PostgresCluster, TestSite
 
 ROBOTS = "/robots.txt"
@@ -421,7 +422,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16, help="each worker's --connections")
     parser.add_argument("--per-host", type=int, default=2, help="each worker's --per-host")
     parser.add_argument("--lease", type=float, default=10.0, help="each worker's --lease")
-    parser.add_argument("--extractor", default="lxml", choices=["bs4", "lxml"])
+    parser.add_argument("--extractor", default="lxml", choices=EXTRACTORS)
     parser.add_argument("--burst", type=float, default=3.0, help="seconds of the commit burst (0: none)")
     parser.add_argument("--burst-connections", type=int, default=4)
     parser.add_argument("--no-fsync", action="store_true", help="the tests' cluster settings: commits not durable")

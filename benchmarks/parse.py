@@ -1,8 +1,8 @@
 """Speed of ``parse.extract`` over the real page corpus, for each extractor.
 
-    python benchmarks/parse.py                    # both extractors, best of 5 runs per page
+    python benchmarks/parse.py                    # every extractor (bs4, lxml, selectolax), best of 5 runs per page
     python benchmarks/parse.py --extractor lxml --repeat 10
-    python benchmarks/parse.py --floor            # also: libxml2 parsing alone, the lower bound
+    python benchmarks/parse.py --floor            # also: libxml2's and Lexbor's parsing alone, the lower bounds
     python benchmarks/parse.py --corpus DIR       # or NIOFETCHER_CORPUS=DIR
     python benchmarks/parse.py --pools            # parse processes: ProcessPoolExecutor vs ParseProcessPool
     python benchmarks/parse.py --split            # also: parsing (harvest) and absolutizing (_finish) apart
@@ -131,7 +131,7 @@ def main() -> int:
     ap.add_argument("--corpus", type=Path, default=Path(os.environ.get("NIOFETCHER_CORPUS") or DEFAULT_CORPUS))
     ap.add_argument("--extractor", choices=EXTRACTORS, action="append", help="default: all")
     ap.add_argument("--repeat", type=int, default=5, help="runs per page; the best counts (default 5)")
-    ap.add_argument("--floor", action="store_true", help="also time libxml2 parsing alone (no extraction)")
+    ap.add_argument("--floor", action="store_true", help="also time libxml2's and Lexbor's parsing alone (no extraction)")
     ap.add_argument("--split", action="store_true", help="also time harvest and _finish apart (links_only)")
     ap.add_argument("--docs", type=int, default=0, metavar="N", help="N generated documentation pages, not the corpus")
     ap.add_argument("--pools", action="store_true", help="compare the parse process pools instead")
@@ -173,6 +173,11 @@ def main() -> int:
             args.repeat,
         )
         report("libxml2 parse alone", walls, cpus, total_bytes)
+        if "selectolax" in (args.extractor or EXTRACTORS):
+            from selectolax.lexbor import LexborHTMLParser
+
+            walls, cpus = measure(pages, lambda name, body: LexborHTMLParser(body), args.repeat)
+            report("Lexbor parse alone", walls, cpus, total_bytes)
     return 0
 
 

@@ -39,6 +39,7 @@ from pickle import PickleBuffer
 import psutil
 import pytest
 from conftest import LeakBaseline, wait_until
+from test_parse import installed
 
 import niofetcher
 from niofetcher.crawl.workers import ParseProcessPool, RemoteTraceback
@@ -532,7 +533,7 @@ def test_the_parents_read_buffer_is_reused_between_replies(monkeypatch: pytest.M
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("extractor", ["lxml", "bs4"])
+@pytest.mark.parametrize("extractor", ["lxml", "bs4", pytest.param("selectolax", marks=installed("selectolax"))])
 def test_a_parse_process_imports_beautiful_soup_only_for_its_extractor(extractor: str, no_leaks: LeakBaseline) -> None:
     """A crawl that parses with lxml spares each parse process bs4's import (0.14 s of its start); one that
     parses with bs4 has it imported before its first page, while robots.txt and the seeds are fetched."""

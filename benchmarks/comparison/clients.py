@@ -81,6 +81,8 @@ CRAWL_CLIENTS: tuple[CrawlClient, ...] = (
                 note="niofetcher crawl, bs4 extractor (the default), 2 parse processes"),
     CrawlClient("niofetcher-lxml", "niofetcher", ("niofetcher",), ("--extractor", "lxml"),
                 note="niofetcher crawl --extractor lxml, 2 parse processes"),
+    CrawlClient("niofetcher-selectolax", "niofetcher", ("niofetcher", "selectolax"), ("--extractor", "selectolax"),
+                note="niofetcher crawl --extractor selectolax (Lexbor), 2 parse processes"),
     CrawlClient("scrapy", "scrapy", ("scrapy",), SCRAPY_TUNED,
                 note="CrawlSpider + LinkExtractor, CONCURRENT_ITEMS=10, asyncio reactor, a slot per host:port"),
     CrawlClient("scrapy-niofetcher", "scrapy", ("scrapy", "niofetcher"), (*SCRAPY_TUNED, "--download-handler", "niofetcher"),

@@ -86,5 +86,19 @@ def targets_d(summary: Summary) -> Verdicts:
 
 
 def targets_e(summary: Summary) -> Verdicts:
-    """E: on real pages, the lxml extractor at least 2x Scrapy, the bs4 one at least level."""
-    return [_crawl_target(summary, "niofetcher-lxml", 2.0, "E"), _crawl_target(summary, BASELINE, 1.0, "E")]
+    """E: on real pages, the lxml extractor at least 2x Scrapy, the bs4 one at least level, and
+    the selectolax one at least 1.5x the lxml one (issue 31)."""
+    return [_crawl_target(summary, "niofetcher-lxml", 2.0, "E"), _crawl_target(summary, BASELINE, 1.0, "E"),
+            _extractor_target(summary, "niofetcher-selectolax", "niofetcher-lxml", 1.5, "E")]
+
+
+def _extractor_target(summary: Summary, mine: str, other: str, need: float, key: str) -> tuple[str, bool | None]:
+    """One niofetcher extractor's pages/s against another's, in the same run."""
+    fast, slow = _clean(summary, mine), _clean(summary, other)
+    if fast is None or slow is None:
+        missing = " and ".join(n for n, r in ((mine, fast), (other, slow)) if r is None)
+        return (f"target {key}: {mine} / {other} >= {need}x: {missing} not measured cleanly", None if
+                summary.get(mine) is None or summary.get(other) is None else False)
+    ratio = fast["pages_per_s"] / slow["pages_per_s"]
+    return ((f"target {key}: {mine} / {other} = {ratio:.2f} in pages/s ({fast['pages_per_s']:,.0f} vs "
+             f"{slow['pages_per_s']:,.0f}; target >= {need})"), ratio >= need)

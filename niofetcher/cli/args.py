@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from .._version import __version__
 from ..config import FetcherConfig, MiB
+from ..extractor_names import EXTRACTORS
 from ..throttle import Throttle
 from ..urls import parse_target
 from .errors import UsageError
@@ -126,7 +127,8 @@ def build_parser() -> Parser:
                        help="least time between two requests to one host (robots.txt Crawl-delay may raise it)")
     crawl.add_argument("--follow-nofollow", action="store_true",
                        help='follow links of pages that say nofollow, and rel="nofollow" links')
-    crawl.add_argument("--extractor", choices=("bs4", "lxml"), default="bs4", help="the HTML link extractor")
+    crawl.add_argument("--extractor", choices=EXTRACTORS, default="bs4",
+                       help="the HTML link extractor; selectolax needs the selectolax package")
     crawl.add_argument("--parse-workers", type=_positive_int, default=2, metavar="N",
                        help="processes (or threads) that parse pages")
     crawl.add_argument("--parse-mode", choices=("process", "thread"), default="process",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from ..config import FetcherConfig
+from ..extractor_names import check_extractor
 from ..models import FetchResult
 from ..urls import domain_host, parse_target
 from .directives import canonical_header, header_directives
@@ -71,8 +72,7 @@ class CrawlConfig:
                 raise ValueError(f"{name} must be a positive int, not {value!r}")
         if self.parse_mode not in PARSE_MODES:
             raise ValueError(f"parse_mode must be one of {PARSE_MODES}, not {self.parse_mode!r}")
-        if self.extractor not in ("bs4", "lxml"):
-            raise ValueError(f"extractor must be 'bs4' or 'lxml', not {self.extractor!r}")
+        check_extractor(self.extractor)  # one of EXTRACTORS, and its library installed
         if not self.retry_delay > 0:
             raise ValueError(f"retry_delay must be positive, not {self.retry_delay!r}")
         max_crawl_delay = self.max_crawl_delay

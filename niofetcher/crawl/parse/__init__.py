@@ -7,22 +7,28 @@
 Theory of operation
 -------------------
 
-There are two extractors and one contract. ``extractor="bs4"`` (the default)
+There are three extractors and one contract. ``extractor="bs4"`` (the default)
 is Beautiful Soup over the lxml parser, shown by its builder only the
 elements we read; ``extractor="lxml"`` walks an ``lxml.etree`` tree
-with C-level ``iter()`` walks over the tags we want and is about eight times
-faster. Both sit on the same libxml2 HTML parser, so they see the same tree;
-what keeps them from drifting apart is that neither produces a URL. Each one
+with C-level ``iter()`` walks over the tags we want and is about three times
+faster. Both sit on the same libxml2 HTML parser, so they see the same tree.
+``extractor="selectolax"`` parses with Lexbor, an HTML5 parser (an optional
+dependency), about 1.6 times faster than lxml again; its tree is a browser's,
+which differs from libxml2's on a few kinds of broken markup
+(``links_selectolax`` lists them), on no page of the corpus.
+What keeps them from drifting apart is that none produces a URL. Each one
 only *harvests* raw attribute values, field tuples and cell texts into a
 ``Harvest``, and a single function, ``_finish``, turns a harvest into
 ``PageLinks``: it resolves ``<base href>``, makes every URL absolute with
 ``niofetcher.urls.absolute_url`` (the one URL cleanup), drops what is not
-http(s), removes duplicates and builds the forms. The tests hold the two
+http(s), removes duplicates and builds the forms. The tests hold the
 extractors equal on every page of the real corpus.
 
 The modules: this one (the values, ``extract``, decoding, ``_finish``);
-``harvest`` (what both extractors gather, and how a field or a text is
-read); ``links_bs4`` and ``links_lxml`` (the two extractors).
+``harvest`` (what every extractor gathers, and how a field or a text is
+read); ``links_bs4``, ``links_lxml`` and ``links_selectolax`` (the extractors).
+Their names are ``niofetcher.extractor_names.EXTRACTORS``, where the command
+line reads them too.
 
 Decoding happens once, here, for both extractors (``_utf8``): the charset of
 Content-Type, else a BOM or ``<meta charset>`` (``content.charset_of`` and
@@ -121,8 +127,9 @@ page; Beautiful Soup drives it through SAX events, which have no such limit.
 When the lxml extractor's parse ends on that fatal error, the page is
 harvested by the bs4 extractor instead, so the two still agree.
 
-Speed (benchmarks/parse.py, corpus median 88 KB): bs4 ~3 ms a page,
-lxml ~1.1 ms, of which libxml2's parse is ~0.7 ms. Beautiful Soup's cost is
+Speed (benchmarks/parse.py, corpus median 88 KB, mean ms a page): bs4 ~3.2,
+lxml ~1.0, of which libxml2's parse is ~0.65, selectolax ~0.7, of which
+Lexbor's parse is ~0.26. Beautiful Soup's cost is
 building Python objects, so its lxml builder drops libxml2's events for every
 element we do not read before Beautiful Soup sees them (``links_bs4``): it
 builds the ``a img area frame iframe base meta link`` elements alone, and
@@ -153,18 +160,23 @@ from typing import cast
 from lxml import etree  # type: ignore[import-untyped,unused-ignore]
 
 from ...content import charset_of, sniff_charset
+from ...extractor_names import EXTRACTORS
 from ...urls import C0_CONTROL_OR_SPACE, LinkResolver, absolute_url
 from ..directives import robots_directives
 from .harvest import Harvest
 
 __all__ = ["EXTRACTORS", "Form", "PageLinks", "extract", "extractor_module"]
 
-EXTRACTORS = ("bs4", "lxml")
-
 # Each extractor's module and function, imported on first use: a process that parses with lxml
 # imports Beautiful Soup (0.14 s of a parse process's start) only for a page too deep for
-# libxml2's tree.
-_EXTRACTOR_FUNCTIONS = {"bs4": ("links_bs4", "harvest_bs4"), "lxml": ("links_lxml", "harvest_lxml")}
+# libxml2's tree, and selectolax (an optional dependency) is imported by its extractor alone.
+# The names themselves live in niofetcher.extractor_names, which the command line reads too.
+_EXTRACTOR_FUNCTIONS = {
+    "bs4": ("links_bs4", "harvest_bs4"),
+    "lxml": ("links_lxml", "harvest_lxml"),
+    "selectolax": ("links_selectolax", "harvest_selectolax"),
+}
+assert tuple(_EXTRACTOR_FUNCTIONS) == EXTRACTORS, "an extractor named in extractor_names needs its module here"
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +222,9 @@ def extract(
         content_type: the Content-Type header: its charset, and whether the body is HTML at
             all (``text/html``, ``application/xhtml+xml``, or None to read it as HTML); any
             other type gives an empty PageLinks.
-        extractor: ``"bs4"`` (Beautiful Soup with lxml, the default) or
-            ``"lxml"`` (lxml directly, ~8x faster, same result).
+        extractor: ``"bs4"`` (Beautiful Soup with lxml, the default),
+            ``"lxml"`` (lxml directly, ~3x faster, same result) or ``"selectolax"``
+            (Lexbor's HTML5 parser, faster still; where its browser's tree differs, its answer).
         links_only: only what a crawler follows and a record names: ``links``, ``areas``,
             ``frames``, ``nofollow``, ``robots``, ``canonical`` and ``title``, exactly as without it;
             ``images``, ``forms`` and ``tables`` stay empty.  Beautiful
@@ -224,6 +237,7 @@ def extract(
     Raises:
         ValueError: for an unknown extractor name.
         TypeError: when body is neither bytes nor str.
+        ImportError: for ``"selectolax"`` when selectolax is not installed (the message says how to).
     """
     if not isinstance(extractor, str) or extractor not in _EXTRACTOR_FUNCTIONS:
         raise ValueError(f"extractor must be one of {EXTRACTORS}, not {extractor!r}")
