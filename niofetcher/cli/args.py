@@ -108,6 +108,19 @@ def build_parser() -> Parser:
                             "its runs (default: no limit)")
     crawl.add_argument("--max-depth", type=_non_negative_int, default=None, metavar="D",
                        help="follow links at most D hops from a seed; the seeds are depth 0 (default: no limit)")
+    crawl.add_argument("--max-pages-per-host", type=_positive_int, default=None, metavar="N",
+                       help="follow no more links to a host once N of its URLs are in the crawl (scheme, host "
+                            "and port; the seeds always go in, and count) (default: no limit)")
+    crawl.add_argument("--max-url-length", type=_non_negative_int, default=None, metavar="N",
+                       help="do not follow a link longer than N characters (default 2048; 0: no limit)")
+    crawl.add_argument("--max-path-repeats", type=_non_negative_int, default=None, metavar="N",
+                       help="do not follow a link whose path has one segment more than N times, as "
+                            "/a/b/a/b/a/b/ has a three times (default 2; 0: no limit)")
+    crawl.add_argument("--strip-param", action="append", default=None, metavar="NAME",
+                       help="drop this query parameter (and ;NAME= path parameter) from every URL, so that "
+                            "session IDs make no new URLs; case-insensitive, * a wildcard (repeatable; it "
+                            "replaces the default jsessionid, phpsessid, sid, sessionid, utm_*; "
+                            "--strip-param none strips nothing)")
     crawl.add_argument("--out", metavar="FILE",
                        help="write one JSON record per page to FILE: a new crawl appends to it, a resumed one "
                             "first cuts it back to the end of the last page --db recorded in it; '-': standard "
@@ -175,6 +188,10 @@ def build_parser() -> Parser:
     site.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert (may be the same file)")
     site.add_argument("--no-tickets", action="store_true",
                       help="with TLS: send no session tickets, so every new connection does a full handshake")
+    site.add_argument("--traps", action="store_true",
+                      help="serve the trap site instead: --pages real pages and a crawler trap behind each "
+                           "door (a calendar, session IDs, growing paths, soft 404s, endless pagination), "
+                           "on one port")
     site.set_defaults(module="site")
 
     demo = commands.add_parser("demo", help="start a local test site and crawl it", formatter_class=_Help)

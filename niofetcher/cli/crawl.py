@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
             parse_mode=args.parse_mode, extractor=args.extractor, fetcher=fetcher_config, sitemaps=args.sitemaps,
             lease_seconds=args.lease, follow_nofollow=args.follow_nofollow,
             retry_statuses=tuple(args.retry_status or CrawlConfig.retry_statuses),
+            **_trap_options(args),
             **({"frontier": args.frontier, "crawl_name": args.crawl} if args.frontier is not None else {"db_path": db}),
         )
     except ValueError as exc:
@@ -78,6 +79,20 @@ def run(args: argparse.Namespace) -> int:
     if _fetched_nothing(ran):
         raise CommandFailed(_why_nothing_was_fetched(ran.summary, failures))
     return 1 if args.fail_on_error and ran.summary.errors else 0
+
+
+def _trap_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The trap options of CrawlConfig from the command line: an option not given keeps CrawlConfig's
+    default, 0 turns a length or repeat limit off, ``--strip-param none`` strips nothing."""
+    options: dict[str, Any] = {"max_pages_per_host": args.max_pages_per_host}
+    for name in ("max_url_length", "max_path_repeats"):
+        value = getattr(args, name)
+        if value is not None:
+            options[name] = value or None
+    params = args.strip_param
+    if params is not None:
+        options["strip_query_params"] = () if [param.lower() for param in params] == ["none"] else tuple(params)
+    return options
 
 
 def _fetched_nothing(ran: CrawlRun) -> bool:

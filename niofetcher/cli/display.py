@@ -22,6 +22,21 @@ def _compact(n: int) -> str:
     return str(n) if n < 10_000 else tqdm.format_sizeof(n)
 
 
+def _numbers(done: int, errors: int, waiting: int, refused: int, fetching: int, other: int) -> str:
+    """The line below the bar.  The links the trap rules refused join it once there are some, in
+    room the words "or parsing" make, and the queued go when even that is too long for 80 columns."""
+    line = f"{_compact(done)} done, {_compact(errors)} failed, {_compact(waiting)} waiting"
+    if not refused:
+        return f"{line}; {fetching} fetching, {other} queued or parsing"
+    line = f"{line}, {_compact(refused)} refused; {fetching} fetching"
+    queued = f", {other} queued"
+    return line + queued if len(line) + len(queued) < _COLUMNS else line
+
+
+#: The narrowest terminal the lines must fit.
+_COLUMNS = 80
+
+
 class Display:
     """Two tqdm lines on a terminal (a bar, and the numbers below it), a line every few seconds
     otherwise, or nothing.
@@ -55,15 +70,15 @@ class Display:
             self._bar.total = finished + p.in_flight + p.waiting
             self._bar.n = max(finished, self._before)  # counts arrive a moment after the start
             self._bar.set_postfix_str(f"{p.open_connections} connections", refresh=False)
-            self._details.set_description_str(
-                f"{_compact(p.done)} done, {_compact(p.errors)} failed, {_compact(p.waiting)} waiting; "
-                f"{p.fetching} fetching, {other} queued or parsing", refresh=False)
+            self._details.set_description_str(_numbers(p.done, p.errors, p.waiting, p.refused, p.fetching, other),
+                                              refresh=False)
             self._bar.refresh()
             self._details.refresh()
         elif self.mode == "lines" and time.monotonic() >= self._next_line:
             rate = max(0, finished - self._before) / p.seconds if p.seconds else 0.0
+            refused = f" | {p.refused} links not followed (traps)" if p.refused else ""
             print(f"{p.done} done, {p.errors} failed | {p.fetching} fetching, {other} queued or parsing | "
-                  f"{p.waiting} waiting | {p.open_connections} connections | {rate:.0f} pages/s this run",
+                  f"{p.waiting} waiting | {p.open_connections} connections | {rate:.0f} pages/s this run{refused}",
                   file=sys.stderr, flush=True)
             self._next_line = time.monotonic() + 2.0
 

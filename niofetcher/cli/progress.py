@@ -95,6 +95,9 @@ def print_summary(
     rows += [(f"HTTP {kind.removeprefix('http_')}", str(n)) for kind, n in sorted(summary.errors.items())
              if kind.startswith("http_")]
     rows += [(f"error: {kind}", str(n)) for kind, n in sorted(summary.errors.items()) if not kind.startswith("http_")]
+    # Links the trap rules refused (never URLs of the frontier: they are not among the states above),
+    # by the option that refused them.
+    rows += [(f"not followed: {cause}", str(n)) for cause, n in sorted(summary.refused.items())]
     rows += [
         ("pages this run", str(summary.pages)),
         ("pages/s", f"{summary.pages_per_second:.0f}"),

@@ -7,6 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ..crawl.frontier import frontier_status
+from ..crawl.frontier.traps import stored_refusals
 from .args import check_frontier_options
 from .errors import UsageError
 
@@ -15,8 +16,8 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the crawl's URLs per state, its busiest hosts and, on a shared frontier, its live workers;
-    exit status 0."""
+    """Print the crawl's URLs per state, the links its trap rules refused by cause (when any), its
+    busiest hosts and, on a shared frontier, its live workers; exit status 0."""
     _check_where(args)
     shared = args.db is None
     try:
@@ -28,6 +29,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"crawl {args.crawl if shared else args.db}")
     for state, n in status.counts.items():
         print(f"  {state:<10}  {n:>12}")
+    refused = stored_refusals(args.frontier, crawl=args.crawl) if shared else stored_refusals(args.db)
+    if refused:  # over every run (and worker): links the trap rules did not let in, by the option that refused them
+        print(f"links not followed (traps): {sum(refused.values())}")
+        for cause, n in sorted(refused.items()):
+            print(f"  {cause:<18}  {n:>12}")
     if shared:
         _print_workers(status)
     print(f"hosts with the most URLs waiting: {len(status.busiest)}")

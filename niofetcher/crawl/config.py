@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..config import FetcherConfig
 from ..extractor_names import check_extractor
 from ..models import FetchResult
-from ..urls import domain_host, parse_target
+from ..urls import QueryCleaner, domain_host, parse_target
 from .directives import canonical_header, header_directives
 from .frontier.base import check_crawl_name
 from .frontier.locations import check_shared_location
@@ -55,6 +55,15 @@ class CrawlConfig:
     sitemaps: bool = False
     # Seconds a worker of a PostgreSQL frontier owns a host after each renewal (renewed every third).
     lease_seconds: float = 10.0
+    # Traps (crawl/frontier/traps.py): None turns a limit off.  Once a host has max_pages_per_host URLs
+    # in the frontier its further links are not followed; a link whose stored form is longer than
+    # max_url_length, or whose path has one segment more than max_path_repeats times, is not followed;
+    # the query (and ;path) parameters named by strip_query_params (case-insensitive, * a wildcard)
+    # are dropped from every URL stored.  Seeds are cleaned, never refused.
+    max_pages_per_host: int | None = None
+    max_url_length: int | None = 2048
+    max_path_repeats: int | None = 2
+    strip_query_params: Sequence[str] = ("jsessionid", "phpsessid", "sid", "sessionid", "utm_*")
 
     def __post_init__(self) -> None:
         if isinstance(self.seeds, str) or not self.seeds:
@@ -88,6 +97,7 @@ class CrawlConfig:
         if not isinstance(self.fetcher, FetcherConfig):
             raise ValueError("fetcher must be a FetcherConfig")
         self._check_frontier()
+        self._check_traps()
 
     def _check_allowed_domains(self) -> None:
         """Read each allowed domain as its host (a tuple of them); ValueError for an entry that
@@ -100,6 +110,18 @@ class CrawlConfig:
             raise ValueError(f"allowed_domains must be a non-empty sequence of domains (None: the seeds' hosts; "
                              f"max_depth=0 fetches the seeds alone), not {domains!r}")
         object.__setattr__(self, "allowed_domains", tuple(domain_host(entry) for entry in domains))
+
+    def _check_traps(self) -> None:
+        for name in ("max_pages_per_host", "max_url_length", "max_path_repeats"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int or None (no limit), not {value!r}")
+        params = self.strip_query_params
+        if isinstance(params, str) or not isinstance(params, Sequence):
+            raise ValueError(f"strip_query_params must be a sequence of parameter names (() strips none), "
+                             f"not {params!r}")
+        QueryCleaner(params)  # ValueError for a name no URL can have
+        object.__setattr__(self, "strip_query_params", tuple(params))
 
     def _check_frontier(self) -> None:
         lease = self.lease_seconds
@@ -196,6 +218,9 @@ class CrawlSummary:
     sitemaps: dict[str, int] = field(default_factory=dict)
     # Of ``pages``, those an HTTP response came for (any status): none with every seed unreachable.
     responses: int = 0
+    # Links not followed in this run because a trap rule refused them, by the option that did
+    # (max_url_length, max_path_repeats, max_pages_per_host).
+    refused: dict[str, int] = field(default_factory=dict)
 
     @property
     def pages_per_second(self) -> float:
@@ -214,3 +239,4 @@ class CrawlProgress:
     seconds: float
     fetching: int = 0  # requests the fetcher has on the wire now
     open_connections: int = 0  # the fetcher's sockets, idle keep-alive ones included
+    refused: int = 0  # links the trap rules refused in this run (CrawlSummary.refused has them by cause)

@@ -75,7 +75,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from ..errors import ErrorKind
 from ..fetcher import NIOFetcher
@@ -83,6 +83,7 @@ from ..models import URLBean
 from ..urls import Origin, parse_target, split_credentials
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
 from .frontier import FrontierBackend, FrontierError, FrontierURL, open_frontier
+from .frontier.traps import TrapRules
 from .inflight import InProgress, windows
 from .parsing import ParseExecutor
 from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
@@ -133,6 +134,7 @@ class Crawler:
         self._bytes = 0
         self._errors: Counter[str] = Counter()
         self._counts: dict[str, int] = {}
+        self._refused_now = 0  # links the trap rules refused, as the coordinator last read them
         self._fetcher: NIOFetcher | None = None  # while run() runs
         self._sitemaps = Sitemaps(self._scope, config.seeds, self._errors) if config.sitemaps else None
 
@@ -166,7 +168,7 @@ class Crawler:
             done=counts.get("done", 0), errors=counts.get("error", 0), in_flight=len(self._in_progress),
             waiting=counts.get("waiting", 0), seconds=time.monotonic() - self._started if self._started else 0.0,
             fetching=stats.in_flight if stats is not None else 0,
-            open_connections=stats.open_connections if stats is not None else 0,
+            open_connections=stats.open_connections if stats is not None else 0, refused=self._refused_now,
         )
 
     # -- the run ----------------------------------------------------------------
@@ -224,10 +226,13 @@ class Crawler:
                             self._in_progress.clear()
             self._counts = frontier.counts()
             stopped = self._counts["waiting"] > 0
+            refused = {cause: n for cause, n in _not_followed(frontier).items() if n}
+            self._refused_now = sum(refused.values())
         return CrawlSummary(
             counts=dict(self._counts), errors=dict(self._errors), pages=self._finished, bytes=self._bytes,
             seconds=time.monotonic() - self._started, stopped=stopped,
             sitemaps=dict(self._sitemaps.report) if self._sitemaps is not None else {}, responses=self._responses,
+            refused=refused,
         )
 
     def _coordinate(self, frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
@@ -278,6 +283,7 @@ class Crawler:
             robots_due = self._robots.next_retry()
             if time.monotonic() - counted_at > 0.5:  # counts() commits pending outcomes: not per report
                 self._counts = frontier.counts()
+                self._refused_now = sum(_not_followed(frontier).values())
                 counted_at = time.monotonic()
             if not self._in_progress:
                 if self._stop.is_set() or budget == 0:
@@ -571,15 +577,27 @@ def _cleaning_up_after(error: BaseException | None) -> Iterator[None]:
             raise
 
 
+def _not_followed(frontier: FrontierBackend) -> Mapping[str, int]:
+    """The links ``frontier`` refused by cause since it was opened (this run); a backend that applies
+    no trap rules (one an installed package adds, made before them) refused none."""
+    refused: Mapping[str, int] = getattr(frontier, "not_followed", {})
+    return refused
+
+
 def _open_frontier(config: CrawlConfig) -> FrontierBackend:
     """The frontier of a crawl: shared by workers at ``config.frontier``, else the file at
     ``config.db_path`` (:func:`open_frontier` says which backend).  A worker of a shared crawl holds
-    no more hosts than its window keeps busy, so that workers share the hosts."""
+    no more hosts than its window keeps busy, so that workers share the hosts.  The trap rules are
+    the frontier's to apply (crawl/frontier/traps.py): every URL is admitted there, once."""
+    traps = TrapRules(max_pages_per_host=config.max_pages_per_host, max_url_length=config.max_url_length,
+                      max_path_repeats=config.max_path_repeats, strip_query_params=tuple(config.strip_query_params))
+    options = {"traps": traps} if traps else {}
     if config.frontier is not None:
         fetcher = config.fetcher
         window, per_host = windows(fetcher.max_connections, fetcher.max_connections_per_host, fetcher.host_delay)
         max_hosts = max(1, window // per_host)
         return open_frontier(config.frontier, crawl=str(config.crawl_name), max_attempts=config.max_attempts,
                              retry_delay=config.retry_delay, lease_seconds=config.lease_seconds,
-                             max_hosts=max_hosts)
-    return open_frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay)
+                             max_hosts=max_hosts, **options)
+    return open_frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay,
+                         **options)

@@ -19,6 +19,8 @@ docstring holding its part of the theory:
               delays, closing politely) and ``PortCounters``
 ``tls``       the same loop over TLS, and ``tls_context_from_files``
 ``web``       ``SyntheticWeb``: many host names on a few ports, for broad crawls
+``traps``     ``TrapSite``: real pages and a crawler trap behind each door, with
+              server-side counts of real and trap fetches
 ``postgres``  ``PostgresCluster``: a throwaway PostgreSQL server (the PostgreSQL
               frontier's tests and benchmarks)
 ``proxy``     ``ForwardProxy``: an HTTP forward proxy (CONNECT too), or its faults
@@ -39,9 +41,10 @@ from .server import LISTEN_BACKLOG as LISTEN_BACKLOG
 from .server import PortCounters, peer_closed
 from .site import TestSite
 from .tls import tls_context_from_files
+from .traps import TRAPS, TrapSite
 from .web import SyntheticWeb
 
 __all__ = [
-    "ForwardProxy", "PortCounters", "PostgresCluster", "PostgresUnavailable", "ProxyCounters", "SyntheticWeb",
-    "TestSite", "death_signal", "find_bindir", "free_port", "peer_closed", "tls_context_from_files",
+    "TRAPS", "ForwardProxy", "PortCounters", "PostgresCluster", "PostgresUnavailable", "ProxyCounters", "SyntheticWeb",
+    "TestSite", "TrapSite", "death_signal", "find_bindir", "free_port", "peer_closed", "tls_context_from_files",
 ]

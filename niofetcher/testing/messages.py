@@ -67,11 +67,13 @@ NOT_FOUND = Resource("404 Not Found", TEXT_TYPE, [b"404 not found\n"])
 BAD_REQUEST = Resource("400 Bad Request", TEXT_TYPE, [b"400 bad request\n"])
 
 
-def parse_head(head: bytes) -> tuple[bytes, str, bool, int, bytes] | None:
-    """``(method, path, keep_alive, content_length, host)`` of a request head, or None when malformed.
+def parse_head(head: bytes) -> tuple[bytes, str, bool, int, bytes, bytes] | None:
+    """``(method, path, keep_alive, content_length, host, target)`` of a request head, or None when
+    malformed.
 
     ``host`` is the ``Host`` field lowercased (``b""`` without one): a site of many
-    host names on one port tells them apart by it.
+    host names on one port tells them apart by it.  ``path`` is the target without its query,
+    ``target`` the whole of it (origin-form): only a host that answers by query looks at it.
 
     Only what changes our answer is looked at. Chunked request bodies are not
     supported (no client of this site sends them) and count as malformed.
@@ -114,4 +116,4 @@ def parse_head(head: bytes) -> tuple[bytes, str, bool, int, bytes] | None:
         slash = target.find(b"/", target.index(b"//") + 2)
         target = target[slash:] if slash >= 0 else b"/"
     path = target.partition(b"?")[0].decode("latin-1")
-    return method, path, keep_alive, content_length, host
+    return method, path, keep_alive, content_length, host, target

@@ -196,12 +196,16 @@ class Origin:
     with its first request.
     """
 
-    __slots__ = ("counters", "delay", "resources")
+    __slots__ = ("by_target", "counters", "delay", "resources")
 
-    def __init__(self, resources: Resources, counters: PortCounters, delay: float = 0.0) -> None:
+    def __init__(self, resources: Resources, counters: PortCounters, delay: float = 0.0, *,
+                 by_target: bool = False) -> None:
         self.resources = resources
         self.counters = counters
         self.delay = delay
+        # Whether ``resources`` is asked for the whole request target, query included (the trap
+        # site's pagination and session IDs), instead of the path.
+        self.by_target = by_target
 
 
 class ServerConnection:
@@ -533,7 +537,7 @@ class Server:
                     conn.closing = True
                     self._respond(conn, now, BAD_REQUEST.close, conn.origin.delay)
                     break
-                method, path, keep_alive, conn.body_left, host = request
+                method, path, keep_alive, conn.body_left, host, target = request
                 if conn.unbound:
                     self._bind_to_host(conn, host)
                 origin = conn.origin
@@ -547,7 +551,7 @@ class Server:
                     counters.log.append((now, path))
                 age = now - conn.accepted_at
                 counters.max_conn_age_at_request = max(counters.max_conn_age_at_request, age)
-                resource = origin.resources.get(path, NOT_FOUND)
+                resource = origin.resources.get(target.decode("latin-1") if origin.by_target else path, NOT_FOUND)
                 self._respond(conn, now, resource.chunks(keep_alive, method == b"HEAD"), origin.delay)
                 if not keep_alive:
                     conn.closing = True

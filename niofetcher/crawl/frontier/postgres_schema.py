@@ -23,15 +23,18 @@ if TYPE_CHECKING:  # psycopg is loaded by postgres/ only, when a PostgreSQL fron
     import psycopg
 
 __all__ = [
-    "BUSIEST_HOSTS", "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "FAILURES", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
-    "INSERT", "LEAVE", "LIVE_WORKERS", "LOCK_MINE", "MARK_CLAIMED", "MINE_LOCKED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
-    "RENEW", "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_LASTMODS", "SHARE", "STATE_OF", "STORE_COUNTS", "STORE_ROBOTS", "TAKE", "check_crawl_name",
+    "ADMITTED_OF", "BUSIEST_HOSTS", "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "FAILURES", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
+    "INSERT", "KNOWN_URLS", "LEAVE", "LIVE_WORKERS", "LOCK_MINE", "MARK_CLAIMED", "MINE_LOCKED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
+    "RENEW", "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_LASTMODS", "SHARE", "STATE_OF", "STORE_COUNTS", "STORE_REFUSALS", "STORE_ROBOTS", "TAKE", "check_crawl_name",
     "create_or_check",
 ]
 
 #: The version of the tables below, kept in ``meta`` (the PostgreSQL frontier's own numbering):
 #: 2 gave the workers their liveness and load columns and the counts a row per worker; 3 the
-#: urls table its lastmod column (a crawl of version 2 gets it when opened).
+#: urls table its lastmod column (a crawl of version 2 gets it when opened).  The tables of the trap
+#: rules' counts (``admitted``, ``refusals``) came later without a new version: a crawl without
+#: them gets them when opened, filled from its rows, and a niofetcher that predates them leaves them
+#: alone (its crawl then counts what it adds from the next open of a newer one on).
 SCHEMA_VERSION = 3
 
 # The server's clock in unix seconds: every lease is measured by it, never by a worker's.
@@ -122,6 +125,34 @@ CREATE TABLE {schema}.state_counts (
     n      BIGINT NOT NULL,
     PRIMARY KEY (worker, state)
 );
+
+{admitted}
+"""
+
+# The trap rules' tables: the URLs admitted per host, for CrawlConfig.max_pages_per_host, and the links
+# the trap rules refused, by cause.  Each worker adds to rows of its own, as for state_counts: a
+# worker adding links of a host another worker holds must not wait for (or deadlock with) that
+# worker's lease renewals on the host's row.  The counts are the sums.
+_TRAP_TABLES = """
+CREATE TABLE {schema}.admitted (
+    host_id  INTEGER NOT NULL,
+    worker   TEXT NOT NULL,
+    n        BIGINT NOT NULL,
+    PRIMARY KEY (host_id, worker)
+);
+
+CREATE TABLE {schema}.refusals (
+    worker  TEXT NOT NULL,
+    cause   TEXT NOT NULL,  -- the option that refused them: 'max_url_length', ...
+    n       BIGINT NOT NULL,
+    PRIMARY KEY (worker, cause)
+);
+"""
+
+# An upgraded crawl's URLs, counted to their hosts as one worker's ('', which no worker is).
+_FILL_TRAP_TABLES = """
+INSERT INTO {schema}.admitted (host_id, worker, n) SELECT host_id, '', count(*) FROM {schema}.urls
+WHERE host_id IS NOT NULL GROUP BY host_id
 """
 
 # A URL known already keeps its row, except that one found nearer a seed gets the smaller depth
@@ -156,11 +187,30 @@ WITH fresh AS (
     INSERT INTO urls (url, depth, priority, parent, discovered_at, next_attempt_at, host_id, seq)
     SELECT url, depth, priority, parent, %(now)s, %(now)s, host_id, seq FROM v ORDER BY url
     ON CONFLICT (url) DO NOTHING
-    RETURNING 1
+    RETURNING host_id
 ), lowered AS (
     UPDATE urls SET depth = v.depth, parent = v.parent FROM v WHERE urls.url = v.url AND v.depth < urls.depth
+), counted AS (
+    INSERT INTO admitted AS a (host_id, worker, n)
+    SELECT host_id, %(me)s, count(*) FROM added GROUP BY host_id ORDER BY host_id
+    ON CONFLICT (host_id, worker) DO UPDATE SET n = a.n + excluded.n
 )
 SELECT (SELECT count(*) FROM added), (SELECT count(*) FROM fresh), (SELECT count(*) FROM ids)
+"""
+
+# The URLs admitted so far of the hosts of %(hosts)s, every worker's: (host, count) rows.
+ADMITTED_OF = """
+SELECT hosts.origin, sum(a.n) FROM hosts JOIN admitted AS a ON a.host_id = hosts.id
+WHERE hosts.origin = ANY(%(hosts)s::text[]) GROUP BY hosts.origin
+"""
+
+# Those of %(urls)s that are stored.
+KNOWN_URLS = "SELECT url FROM urls WHERE url = ANY(%(urls)s::text[])"
+
+# This worker's refusals by cause, added to its rows.
+STORE_REFUSALS = """
+INSERT INTO refusals AS r (worker, cause, n) SELECT %(me)s, * FROM unnest(%(causes)s::text[], %(counts)s::bigint[])
+ON CONFLICT (worker, cause) DO UPDATE SET n = r.n + excluded.n
 """
 
 # A sitemap's <lastmod> of URLs stored already (INSERT first), new or known: a statement of its
@@ -441,7 +491,8 @@ MIN_DUE_DEPTH = "SELECT depth FROM urls WHERE state = 'waiting' AND next_attempt
 def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, where: str,
                     clock: Callable[[], float]) -> None:
     """Inside the caller's transaction: create the crawl's schema and tables, or check that the
-    schema there holds a frontier of this version (upgrading one of version 2).
+    schema there holds a frontier of this version (upgrading one of version 2, and one without
+    the trap rules' tables).
 
     Raises:
         FrontierError: for a schema that holds other tables, a damaged frontier, or one of a
@@ -455,7 +506,7 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
     name = f"crawl {crawl!r} at {where}"
     if not tables:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-        conn.execute(sql.SQL(_TABLES).format(schema=schema))
+        conn.execute(sql.SQL(_TABLES).format(schema=schema, admitted=sql.SQL(_TRAP_TABLES).format(schema=schema)))
         conn.execute(sql.SQL("INSERT INTO {}.meta (key, value) VALUES ('schema_version', %s), ('created_at', %s)")
                      .format(schema), (str(SCHEMA_VERSION), repr(clock())))
         return
@@ -468,6 +519,9 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
         conn.execute(sql.SQL("UPDATE {}.meta SET value = %s WHERE key = 'schema_version'").format(schema),
                      (str(SCHEMA_VERSION),))
         version = str(SCHEMA_VERSION)
+    if version == str(SCHEMA_VERSION) and "urls" in tables and "admitted" not in tables:  # see SCHEMA_VERSION
+        conn.execute(sql.SQL(_TRAP_TABLES).format(schema=schema))
+        conn.execute(sql.SQL(_FILL_TRAP_TABLES).format(schema=schema))
     if version != str(SCHEMA_VERSION):
         raise FrontierError(f"{name} has frontier schema version {version or 'none'}; "
                             f"this niofetcher reads version {SCHEMA_VERSION}", FrontierErrorKind.NOT_A_FRONTIER)

@@ -14,9 +14,9 @@ from ...urls import host_key
 from .base import FrontierError, FrontierErrorKind
 
 __all__ = [
-    "BUSIEST_HOSTS", "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "FAILURES", "GIVE_UP", "INSERT", "INSERT_HOSTS",
-    "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
-    "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_LASTMODS", "STORE_COUNTS", "STORE_ROBOTS", "TOO_DEEP_HOSTS",
+    "ADD_ADMITTED", "ADMITTED_OF", "ADMITTED_THROUGH", "BUSIEST_HOSTS", "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "FAILURES", "GIVE_UP", "INSERT", "INSERT_HOSTS",
+    "KNOWN_URLS", "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
+    "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_ADMITTED_THROUGH", "SET_LASTMODS", "STORE_COUNTS", "STORE_REFUSALS", "STORE_ROBOTS", "TOO_DEEP_HOSTS",
     "TOP_PRIORITIES", "check_schema", "create_or_upgrade",
 ]
 
@@ -25,11 +25,12 @@ __all__ = [
 #: and claimed in discovery order; version 2 had no per-host queues and
 #: counted the states by reading the whole table; version 3 had no lastmod
 #: column; version 4 kept an index of the waiting rows by due time; version 5
-#: kept no robots.txt answers); a newer
+#: kept no robots.txt answers; version 6 no count of each host's URLs nor of the links the trap
+#: rules refused); a newer
 #: one is refused rather than misread.  An older niofetcher refuses this
 #: version in turn, which is the point: it would not keep the hosts, the
 #: counts and the lastmods up to date, nor find the next due time.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _SCHEMA = """
 CREATE TABLE meta (
@@ -129,6 +130,31 @@ ALTER TABLE hosts ADD COLUMN robots BLOB;
 ALTER TABLE hosts ADD COLUMN robots_at REAL;  -- unix time it was fetched
 """
 
+# What version 7 adds to version 6: how many URLs each host was admitted with, for
+# CrawlConfig.max_pages_per_host, and the links the trap rules refused, by cause, over every run (for
+# status).  A crawl without max_pages_per_host does not keep the counts up to date (a statement
+# more per add_many); meta's 'admitted_through' says up to which rowid they are, and a frontier
+# opened with the limit counts the rows after it (CATCH_UP_ADMITTED), once.  The upgrade counts
+# each host's rows in one pass over urls (_FILL_7).
+_SCHEMA_7 = """
+-- URLs admitted per host (hosts.id): a table of its own, as on PostgreSQL, where each worker keeps
+-- rows of its own.
+CREATE TABLE admitted (
+    host_id  INTEGER NOT NULL PRIMARY KEY REFERENCES hosts (id),
+    n        INTEGER NOT NULL
+);
+
+CREATE TABLE refusals (
+    cause  TEXT NOT NULL PRIMARY KEY,  -- the option that refused them: 'max_url_length', ...
+    n      INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+_FILL_7 = """
+INSERT INTO admitted (host_id, n) SELECT host_id, COUNT(*) FROM urls WHERE host_id IS NOT NULL GROUP BY host_id;
+INSERT INTO meta (key, value) SELECT 'admitted_through', COALESCE(MAX(rowid), 0) FROM urls;
+"""
+
 # Statements that take many URLs take them as one JSON array (json_each), so that a whole
 # batch is one sqlite3 call: see "The GIL" in sqlite/frontier.py.  json_extract() rather than ->>, which
 # needs SQLite 3.38.
@@ -152,6 +178,35 @@ SELECT json_extract(value, '$[0]'), 'waiting', json_extract(value, '$[1]'), json
 FROM json_each(?2) WHERE true
 ON CONFLICT (url) DO UPDATE SET depth = excluded.depth, parent = excluded.parent
 WHERE excluded.depth < urls.depth
+"""
+
+# The URLs admitted so far of the hosts of ?1 (a JSON array of host keys), as a JSON object; a
+# host not stored yet is left out (none).
+ADMITTED_OF = """
+SELECT json_group_object(hosts.origin, admitted.n) FROM hosts JOIN admitted ON admitted.host_id = hosts.id
+WHERE hosts.origin IN (SELECT value FROM json_each(?1))
+"""
+
+# Those of the URLs of ?1 (a JSON array) that are stored, as a JSON array.
+KNOWN_URLS = """
+SELECT json_group_array(j.value) FROM json_each(?1) AS j WHERE EXISTS (SELECT 1 FROM urls WHERE url = j.value)
+"""
+
+# After an INSERT: the rows after rowid ?1 are the new ones (see add_many), counted to their hosts.
+# A range of the table's own key, the pages just written: it reads only the new rows.
+ADD_ADMITTED = """
+INSERT INTO admitted (host_id, n) SELECT host_id, COUNT(*) FROM urls WHERE rowid > ?1 AND host_id IS NOT NULL GROUP BY host_id
+ON CONFLICT (host_id) DO UPDATE SET n = n + excluded.n
+"""
+
+# Up to which rowid admitted counts the rows; ?1 the rowid it counts them up to now.
+ADMITTED_THROUGH = "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'admitted_through'"
+SET_ADMITTED_THROUGH = "UPDATE meta SET value = ?1 WHERE key = 'admitted_through'"
+
+# ?1 is a JSON object {cause: links refused}, added to what is stored.
+STORE_REFUSALS = """
+INSERT INTO refusals (cause, n) SELECT key, value FROM json_each(?1) WHERE true
+ON CONFLICT (cause) DO UPDATE SET n = n + excluded.n
 """
 
 # A sitemap's <lastmod> of its URLs: ?1 is a JSON object {url: lastmod}, the URLs stored already
@@ -313,7 +368,7 @@ WHERE true ON CONFLICT (state) DO NOTHING;
 """
 
 # Each version's additions, by the version they make.
-_ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3, 4: _SCHEMA_4, 5: _SCHEMA_5, 6: _SCHEMA_6}
+_ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3, 4: _SCHEMA_4, 5: _SCHEMA_5, 6: _SCHEMA_6, 7: _SCHEMA_7 + _FILL_7}
 
 
 def create_or_upgrade(conn: sqlite3.Connection, path: str, clock: Callable[[], float]) -> None:

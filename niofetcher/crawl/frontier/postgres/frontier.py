@@ -32,6 +32,7 @@ import contextlib
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -51,12 +52,14 @@ from ..base import (
 )
 from ..hosts import Turn
 from ..postgres_schema import (
+    ADMITTED_OF,
     CLAIM_ROWS,
     COMPLETE_MANY,
     FAIL,
     GIVE_BACK,
     HOSTS_AFTER_CLAIM,
     INSERT,
+    KNOWN_URLS,
     LEAVE,
     LOCK_MINE,
     MARK_CLAIMED,
@@ -66,11 +69,13 @@ from ..postgres_schema import (
     SAVE_CHECKPOINT,
     SET_LASTMODS,
     STATE_OF,
+    STORE_REFUSALS,
     STORE_ROBOTS,
     create_or_check,
 )
 from ..recent import RecentURLs
-from ..service import prepare_additions
+from ..service import Additions, fit_host_budget, prepare_additions
+from ..traps import RefusedURLs, TrapRules
 from .leases import DEEPEST
 from .session import first_line, keepalives, single, where_of
 from .status import CrawlReads
@@ -112,6 +117,10 @@ class PostgresFrontier(CrawlReads):
         lease_seconds: how long a host is this worker's after each renewal (see "Host leases" in leases.py).
         max_hosts: the most hosts this worker holds at once, None for no bound (a crawler gives
             the hosts its window can keep busy, so that workers share the hosts).
+        traps: the trap rules, as for the SQLite Frontier.  ``max_pages_per_host`` holds across
+            workers as exactly as their counts do when they check them: each worker reads every
+            worker's count of a host when it adds URLs of it, so workers adding URLs of one host at
+            the same moment can each admit up to what was left (see docs/crawler.md, "Traps").
 
     Raises:
         FrontierError: when the server cannot be reached or refuses us, or the crawl's schema
@@ -132,8 +141,15 @@ class PostgresFrontier(CrawlReads):
         statement_timeout: float | None = None,
         lease_seconds: float = 10.0,
         max_hosts: int | None = None,
+        traps: TrapRules | None = None,
     ) -> None:
         self.max_attempts = check_int("max_attempts", max_attempts, 1)
+        if traps is not None and not isinstance(traps, TrapRules):
+            raise TypeError(f"traps must be a TrapRules or None, not {traps!r}")
+        self.traps = traps if traps else None
+        #: The links :meth:`add_many` refused since this worker joined, by cause (traps.CAUSES).
+        self.not_followed: Counter[str] = Counter()
+        self._refused_urls = RefusedURLs()
         self.retry_delay = check_time("retry_delay", retry_delay)
         self.max_retry_delay = check_time("max_retry_delay", max_retry_delay)
         if self.max_retry_delay < self.retry_delay:
@@ -199,6 +215,7 @@ class PostgresFrontier(CrawlReads):
     def _reload(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         """What the frontier keeps in memory, from the database as committed (after a rollback)."""
         self._recent.clear()
+        self._refused_urls.clear()  # a refusal for a host's budget went by counts that were rolled back
         super()._reload(conn)
 
     # -- adding ------------------------------------------------------------
@@ -223,7 +240,10 @@ class PostgresFrontier(CrawlReads):
         new hosts are free, and this worker takes them at its next claim if it has room.
         """
         with self._db() as conn:
-            additions = prepare_additions(entries, lastmods, self._recent)
+            traps = self.traps
+            additions = prepare_additions(entries, lastmods, self._recent, traps, self._refused_urls)
+            if traps is not None and traps.max_pages_per_host is not None:
+                additions = self._fit_budget(conn, additions, traps.max_pages_per_host)
             if not additions:
                 return 0
             rows, hosts = additions.rows, additions.hosts
@@ -240,7 +260,7 @@ class PostgresFrontier(CrawlReads):
                     "fresh": [host for host in of if host not in self._held], "hosts": list(of),
                     "now": self._clock(), "urls": keys[cut], "depths": list(columns[0][cut]),
                     "priorities": list(columns[1][cut]), "parents": list(columns[2][cut]),
-                    "host_of": list(columns[3][cut]),
+                    "host_of": list(columns[3][cut]), "me": self.worker_id,
                 }
                 n, new_hosts, found = single(conn.execute(INSERT, values))
                 if found < len(of):
@@ -253,6 +273,10 @@ class PostgresFrontier(CrawlReads):
             if additions.lastmods:
                 dated = additions.lastmods
                 conn.execute(SET_LASTMODS, {"urls": list(dated), "lastmods": list(dated.values())})
+            refused = additions.refused
+            if refused:
+                conn.execute(STORE_REFUSALS, {"me": self.worker_id, "causes": list(refused),
+                                              "counts": list(refused.values())})
             self._delta["waiting"] += added
             if fresh:
                 self._take_soon = True
@@ -261,7 +285,20 @@ class PostgresFrontier(CrawlReads):
                 self._recent.added(key, row[0])
             for host, top in hosts.items():
                 self._offer(host, top)
+            self.not_followed.update(refused)
             return int(added)
+
+    def _fit_budget(self, conn: psycopg.Connection[tuple[Any, ...]], additions: Additions, most: int) -> Additions:
+        """``additions`` without the URLs past their hosts' ``max_pages_per_host``, by every
+        worker's counts as committed now (one statement; one more when a host would go past it)."""
+
+        def admitted(hosts: list[str]) -> dict[str, int]:
+            return {str(host): int(n) for host, n in conn.execute(ADMITTED_OF, {"hosts": hosts})}
+
+        def known(urls: list[str]) -> set[str]:
+            return {str(url) for (url,) in conn.execute(KNOWN_URLS, {"urls": urls})}
+
+        return fit_host_budget(additions, most, admitted, known, self._refused_urls)
 
     # -- claiming ------------------------------------------------------------
 

@@ -79,6 +79,7 @@ import os
 import sqlite3
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 from ....urls import host_key, normalize_url
@@ -97,6 +98,9 @@ from ..base import (
 )
 from ..recent import RecentURLs
 from ..schema import (
+    ADD_ADMITTED,
+    ADMITTED_OF,
+    ADMITTED_THROUGH,
     COMPLETE,
     COMPLETE_MANY,
     COUNT_ROWS,
@@ -104,6 +108,7 @@ from ..schema import (
     GIVE_UP,
     INSERT,
     INSERT_HOSTS,
+    KNOWN_URLS,
     LAST_ROW,
     MARK_CLAIMED,
     RELEASE,
@@ -111,12 +116,15 @@ from ..schema import (
     RETRY,
     ROBOTS_OF,
     SAVE_CHECKPOINT,
+    SET_ADMITTED_THROUGH,
     SET_LASTMODS,
     STORE_COUNTS,
+    STORE_REFUSALS,
     STORE_ROBOTS,
     create_or_upgrade,
 )
-from ..service import prepare_additions
+from ..service import Additions, fit_host_budget, prepare_additions
+from ..traps import RefusedURLs, TrapRules
 from .claims import DEEPEST, HostQueues, Row
 from .leases import WholeFile
 from .lock import OwnerLock, path_problem
@@ -144,6 +152,9 @@ class Frontier(CrawlReads, WholeFile):
         commit_every, commit_interval: how many :meth:`complete` /
             :meth:`fail` calls may wait uncommitted, and for how long (see
             "Batched commits" above).  Every other method commits.
+        traps: the trap rules :meth:`add_many` applies to what it is given
+            (``traps.py``); None: none.  The links refused are counted in
+            :attr:`not_followed` and stored by cause in ``refusals``.
 
     Raises:
         FrontierLocked: when another Frontier has the file open, in this
@@ -164,8 +175,17 @@ class Frontier(CrawlReads, WholeFile):
         *,
         commit_every: int = 128,
         commit_interval: float = 0.1,
+        traps: TrapRules | None = None,
     ) -> None:
         self.max_attempts = check_int("max_attempts", max_attempts, 1)
+        if traps is not None and not isinstance(traps, TrapRules):
+            raise TypeError(f"traps must be a TrapRules or None, not {traps!r}")
+        self.traps = traps if traps else None
+        #: The links :meth:`add_many` refused since this frontier was opened, by cause (traps.CAUSES).
+        self.not_followed: Counter[str] = Counter()
+        self._refused = RefusedURLs()
+        # The admitted table is kept up to date only by a frontier that checks it (see schema.py, version 7).
+        self._counting_admitted = self.traps is not None and self.traps.max_pages_per_host is not None
         self.retry_delay = check_time("retry_delay", retry_delay)
         self.max_retry_delay = check_time("max_retry_delay", max_retry_delay)
         if self.max_retry_delay < self.retry_delay:
@@ -240,6 +260,11 @@ class Frontier(CrawlReads, WholeFile):
         try:
             create_or_upgrade(conn, self.path, self._clock)
             self._reload(conn)
+            if self._counting_admitted:
+                (through,) = conn.execute(ADMITTED_THROUGH).fetchone()
+                if through < self._last_rowid:
+                    conn.execute(ADD_ADMITTED, (through,))
+                    conn.execute(SET_ADMITTED_THROUGH, (self._last_rowid,))
             # A crashed (or killed) run: put its in-flight URLs back (through urls_processing), and
             # their hosts in line.  Always: one probe when there are none.
             moved = conn.execute("UPDATE urls SET state = 'waiting' WHERE state = 'processing'").rowcount
@@ -267,6 +292,7 @@ class Frontier(CrawlReads, WholeFile):
         # inserts rows only for hosts out of line.
         self._queues.reset()
         self._recent.clear()
+        self._refused.clear()  # a refusal for a host's budget went by counts that were rolled back
         (counts,) = conn.execute(COUNTS).fetchone()
         stored = json.loads(counts)
         self._counts = {state: stored.get(state, 0) for state in STATES}
@@ -340,7 +366,10 @@ class Frontier(CrawlReads, WholeFile):
             How many URLs were new.
         """
         with self._db() as conn:
-            additions = prepare_additions(entries, lastmods, self._recent)
+            traps = self.traps
+            additions = prepare_additions(entries, lastmods, self._recent, traps, self._refused)
+            if traps is not None and traps.max_pages_per_host is not None:
+                additions = self._fit_budget(conn, additions, traps.max_pages_per_host)
             if not additions:
                 return 0
             now = self._clock()
@@ -361,9 +390,15 @@ class Frontier(CrawlReads, WholeFile):
             # it counts the known URLs whose depth went down too.
             (last,) = conn.execute("SELECT MAX(rowid) FROM urls").fetchone()
             added = (last or 0) - self._last_rowid
+            if added and self._counting_admitted:
+                conn.execute(ADD_ADMITTED, (self._last_rowid,))
+                conn.execute(SET_ADMITTED_THROUGH, (last,))
+            if additions.refused:
+                conn.execute(STORE_REFUSALS, (json.dumps(additions.refused),))
             self._last_rowid = last or 0
             self._counts["waiting"] += added
             self._commit(conn)
+            self.not_followed.update(additions.refused)
             for row in rows:
                 self._recent.added(row[0], row[1])
             # Known URLs leave gaps in seq; only the order matters.
@@ -373,6 +408,20 @@ class Frontier(CrawlReads, WholeFile):
             for host, top in additions.hosts.items():
                 self._queues.offer(host, top)
             return added
+
+    def _fit_budget(self, conn: sqlite3.Connection, additions: Additions, most: int) -> Additions:
+        """``additions`` without the URLs past their hosts' ``max_pages_per_host`` (one look at the
+        batch's hosts' counts; one more at its URLs when a host would go past it)."""
+
+        def admitted(hosts: list[str]) -> dict[str, int]:
+            (counts,) = conn.execute(ADMITTED_OF, (json.dumps(hosts),)).fetchone()
+            return {str(host): int(n) for host, n in json.loads(counts).items()}
+
+        def known(urls: list[str]) -> set[str]:
+            (found,) = conn.execute(KNOWN_URLS, (json.dumps(urls),)).fetchone()
+            return set(json.loads(found))
+
+        return fit_host_budget(additions, most, admitted, known, self._refused)
 
     # -- claiming and outcomes -------------------------------------------------
 
