@@ -14,14 +14,16 @@ and the site says what each asked for (``TrapSite.fetches``).  robots.txt is lef
   as it was before them;
 - ``niofetcher-defaults``: CrawlConfig's defaults;
 - ``niofetcher-per-host``: the defaults and ``max_pages_per_host`` (``--per-host-budget``, 100);
+- ``niofetcher-dedup``: the defaults and ``dedup="near"``;
+- ``niofetcher-per-host-dedup``: the defaults, ``max_pages_per_host`` and ``dedup="near"``;
 - ``scrapy``: a CrawlSpider following every link (``Rule(LinkExtractor(), follow=True)``), in a
   process of its own, with its default duplicate filter and URL length limit (2,083),
   ``DEPTH_LIMIT`` (``--depth-limit``, 10) and ``CLOSESPIDER_PAGECOUNT`` = the budget, tuned as
   compare.py's Scrapy is (no delay, no AutoThrottle, no cookies).  Scrapy closes the spider after
   the budget's responses and lets what is in flight finish, so it may ask for a few more.
 
-Duplicate detection (``dedup``, issue 29 item 2) is not in this niofetcher yet: when it is, it gets
-rows of its own.
+Duplicate detection stops the traps whose pages repeat one page (the soft 404, the pagination);
+the calendar's months differ, and only a per-host budget (or ``max_depth``) stops it.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 from niofetcher.crawl import CrawlConfig, Crawler
 from niofetcher.testing import TrapSite
 
-CLIENTS = ("niofetcher-off", "niofetcher-defaults", "niofetcher-per-host", "scrapy")
+CLIENTS = ("niofetcher-off", "niofetcher-defaults", "niofetcher-per-host", "niofetcher-dedup",
+           "niofetcher-per-host-dedup", "scrapy")
 OFF: dict[str, Any] = {"max_url_length": None, "max_path_repeats": None, "strip_query_params": ()}
 
 
@@ -127,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                 if seconds is None:
                     continue
             else:
-                options = {"niofetcher-off": OFF, "niofetcher-defaults": {},
-                           "niofetcher-per-host": {"max_pages_per_host": args.per_host_budget}}[name]
+                per_host = {"max_pages_per_host": args.per_host_budget}
+                options = {"niofetcher-off": OFF, "niofetcher-defaults": {}, "niofetcher-per-host": per_host,
+                           "niofetcher-dedup": {"dedup": "near"},
+                           "niofetcher-per-host-dedup": {**per_host, "dedup": "near"}}[name]
                 seconds = crawl_niofetcher(site, args.budget, options)
             fetched = site.fetches()
             requests = sum(n for kind, n in fetched.items() if kind != "robots")

@@ -62,8 +62,8 @@ class OnlyTheProtocol:
 def test_the_protocol_is_what_the_coordinator_calls_and_the_contract_reads() -> None:
     assert sorted(set(PROTOCOL) - set(CONTRACT_READS)) == sorted([
         "__enter__", "__exit__", "add", "add_many", "batch", "checkpoint", "claim", "close", "complete_many",
-        "counts", "fail", "failures", "holds", "lost_hosts", "min_due_depth", "next_due", "recordable", "release",
-        "retry_delay_after", "robots", "start_deadlines", "store_robots",
+        "counts", "fail", "failures", "fingerprints", "holds", "lost_hosts", "min_due_depth", "next_due", "recordable",
+        "release", "retry_delay_after", "robots", "start_deadlines", "store_fingerprints", "store_robots",
     ])
     assert set(CONTRACT_READS) <= set(PROTOCOL)
 

@@ -765,6 +765,27 @@ def test_a_robots_txt_answer_is_kept_for_the_hosts_next_reader(store: Store) -> 
     assert kept is not None and (kept.status, kept.body) == (200, b"User-agent: *\nDisallow:\n")
 
 
+def test_fingerprints_are_kept_by_host_for_the_next_reader(store: Store) -> None:
+    """store_fingerprints() keeps, with the outcomes of claimed URLs, each page's fingerprints or the
+    URL it duplicates; fingerprints() gives a host's back (duplicates left out) -- to a frontier
+    opened later too, with every bit of a 64-bit simhash."""
+    frontier = store.open()
+    frontier.add(["http://a.test/", "http://a.test/copy", "http://b.test/"])
+    claimed = {item.url: item for item in frontier.claim(10)}
+    assert frontier.fingerprints("http://a.test") == []
+    top = (1 << 64) - 1  # every bit set: stored as a signed 64-bit integer, read back unsigned
+    with frontier.batch():
+        frontier.store_fingerprints([("http://a.test/", b"d" * 16, top, None), ("http://b.test/", b"e" * 16, 5, None),
+                                     ("http://a.test/copy", b"d" * 16, top, "http://a.test/")])
+        frontier.complete_many([(url, 200) for url in claimed])
+    frontier.close()
+    frontier = store.open()
+    assert frontier.fingerprints("http://a.test") == [("http://a.test/", b"d" * 16, top)]
+    assert frontier.fingerprints("http://b.test") == [("http://b.test/", b"e" * 16, 5)]
+    assert frontier.fingerprints("http://c.test") == []  # a host the frontier never saw
+    frontier.close()
+
+
 # -- reading failures ---------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ from bs4 import BeautifulSoup  # type: ignore[attr-defined,unused-ignore]
 from bs4.element import Tag
 from test_parse import NO_CORPUS, PAGES
 
-from niofetcher.crawl.parse import Form, _utf8, extract, links_bs4
+from niofetcher.crawl.parse import Form, extract, links_bs4, utf8_of
 from niofetcher.crawl.parse.harvest import Harvest
 from niofetcher.crawl.parse.links_bs4 import _FULL, _LINKS_ONLY, _StrainedBuilder, harvest_bs4
 
@@ -119,7 +119,7 @@ def test_random_tag_soup_harvests_as_from_the_whole_tree(monkeypatch: pytest.Mon
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not PAGES, reason=NO_CORPUS)
 def test_corpus_harvests_as_from_the_whole_tree(monkeypatch: pytest.MonkeyPatch) -> None:
-    pages = [_utf8(path.read_bytes(), "text/html") for path in PAGES]
+    pages = [utf8_of(path.read_bytes(), "text/html") for path in PAGES]
     _assert_drops_nothing_read([page for page in pages if page is not None], monkeypatch)
 
 

@@ -195,7 +195,7 @@ def test_empty_and_binary_garbage_give_what_lxml_gives() -> None:
 ])
 @needs_selectolax
 def test_legacy_encodings_give_what_lxml_gives(charset: str, meta: bool) -> None:
-    """Decoding is parse._utf8's, shared: Lexbor gets the same UTF-8 libxml2 gets."""
+    """Decoding is parse.utf8_of's, shared: Lexbor gets the same UTF-8 libxml2 gets."""
     words = {"windows-1251": "Статья", "shift_jis": "記事", "gb2312": "文章", "iso-8859-1": "Café"}[charset]
     head = f'<meta charset="{charset}">' if meta else ""
     body = (f"<html><head>{head}<title>{words}</title></head><body><a href='/{words}?q={words}'>x</a>"

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from test_parse import NO_CORPUS, PAGES, corpus_base
 
 from niofetcher import urls
-from niofetcher.crawl.parse import EXTRACTORS, _harvester, _utf8, extract
+from niofetcher.crawl.parse import EXTRACTORS, _harvester, extract, utf8_of
 from niofetcher.crawl.parse.harvest import Harvest
 from niofetcher.urls import C0_CONTROL_OR_SPACE, LinkResolver, _absolute_general, absolute_url
 
@@ -158,7 +158,7 @@ def test_every_href_of_the_corpus(extractor: str) -> None:
     """Every raw URL either extractor harvests from a corpus page, against the page's base and others."""
     compared = 0
     for path in PAGES:
-        data = _utf8(path.read_bytes(), "text/html")
+        data = utf8_of(path.read_bytes(), "text/html")
         harvest = Harvest()
         if data is not None:
             _harvester(extractor)(data, harvest, False)

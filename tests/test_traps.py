@@ -30,6 +30,7 @@ from test_cli_crawl import niofetcher, summary_rows
 from niofetcher.cli.display import _numbers
 from niofetcher.crawl import CrawlConfig, Crawler, CrawlSummary
 from niofetcher.crawl.frontier import Frontier
+from niofetcher.crawl.frontier.schema import SCHEMA_VERSION
 from niofetcher.crawl.frontier.traps import TrapRules, stored_refusals
 from niofetcher.testing import TrapSite
 from niofetcher.urls import QueryCleaner, path_repeats
@@ -172,6 +173,7 @@ def test_a_version_6_file_is_upgraded_with_its_hosts_counted(tmp_path: Path) -> 
         frontier.add([f"http://a.test/{i}" for i in range(5)] + ["http://b.test/"])
     with contextlib.closing(sqlite3.connect(db)) as conn:  # the file as version 6 left it
         conn.executescript("DROP TABLE admitted; DROP TABLE refusals; DELETE FROM meta WHERE key = 'admitted_through';"
+                           "DROP TABLE fingerprints; ALTER TABLE urls DROP COLUMN duplicate_of;"  # version 8's
                            "UPDATE meta SET value = '6' WHERE key = 'schema_version';")
     with Frontier(db, traps=TrapRules(max_pages_per_host=6)) as frontier:
         assert frontier.add([f"http://a.test/x{i}" for i in range(3)], depth=1, parent="http://a.test/0") == 1
@@ -179,7 +181,7 @@ def test_a_version_6_file_is_upgraded_with_its_hosts_counted(tmp_path: Path) -> 
     assert dict(rows(db, "SELECT hosts.origin, n FROM admitted JOIN hosts ON hosts.id = host_id")) == {
         "http://a.test": 6, "http://b.test": 1}
     assert stored_refusals(db) == {"max_pages_per_host": 2}
-    assert rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("7",)]
+    assert rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
 
 
 def test_known_urls_cost_no_budget_and_refusals_are_counted_once() -> None:

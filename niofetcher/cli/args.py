@@ -121,6 +121,10 @@ def build_parser() -> Parser:
                             "session IDs make no new URLs; case-insensitive, * a wildcard (repeatable; it "
                             "replaces the default jsessionid, phpsessid, sid, sessionid, utm_*; "
                             "--strip-param none strips nothing)")
+    crawl.add_argument("--dedup", choices=("exact", "near"), default=None,
+                       help="a page whose text is that of a page already done on its host (exact: the same words; "
+                            "near: a 64-bit simhash within 3 bits) is done as its duplicate, its links not "
+                            "followed (default: no duplicate detection)")
     crawl.add_argument("--out", metavar="FILE",
                        help="write one JSON record per page to FILE: a new crawl appends to it, a resumed one "
                             "first cuts it back to the end of the last page --db recorded in it; '-': standard "

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             parse_mode=args.parse_mode, extractor=args.extractor, fetcher=fetcher_config, sitemaps=args.sitemaps,
             lease_seconds=args.lease, follow_nofollow=args.follow_nofollow,
             retry_statuses=tuple(args.retry_status or CrawlConfig.retry_statuses),
-            **_trap_options(args),
+            **_trap_options(args), dedup=args.dedup,
             **({"frontier": args.frontier, "crawl_name": args.crawl} if args.frontier is not None else {"db_path": db}),
         )
     except ValueError as exc:

@@ -98,6 +98,8 @@ def print_summary(
     # Links the trap rules refused (never URLs of the frontier: they are not among the states above),
     # by the option that refused them.
     rows += [(f"not followed: {cause}", str(n)) for cause, n in sorted(summary.refused.items())]
+    if summary.duplicates:  # done, among the states above, with their links not followed
+        rows.append(("duplicates this run", str(summary.duplicates)))
     rows += [
         ("pages this run", str(summary.pages)),
         ("pages/s", f"{summary.pages_per_second:.0f}"),

@@ -53,6 +53,7 @@ def record(
         "canonical": page.canonical if page is not None else None,
         "noindex": page.noindex if page is not None else None,
         "lastmod": page.lastmod if page is not None else None,
+        "duplicate_of": page.duplicate_of if page is not None else None,
     }
 
 

@@ -18,10 +18,12 @@ from .frontier.locations import check_shared_location
 if TYPE_CHECKING:  # a program that reads CrawlConfig need not load bs4 and lxml
     from .parse import PageLinks
 
-__all__ = ["PARSE_MODES", "CrawlConfig", "CrawlOutput", "CrawlProgress", "CrawlSummary", "CrawledPage"]
+__all__ = ["DEDUP_MODES", "PARSE_MODES", "CrawlConfig", "CrawlOutput", "CrawlProgress", "CrawlSummary", "CrawledPage"]
 
 #: The values of ``CrawlConfig.parse_mode``: parse processes, or threads of the crawl's own process.
 PARSE_MODES = ("process", "thread")
+#: What ``CrawlConfig.dedup`` may be besides None: which fingerprint finds a duplicate (crawl/dedup.py).
+DEDUP_MODES = ("exact", "near")
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class CrawlConfig:
     max_url_length: int | None = 2048
     max_path_repeats: int | None = 2
     strip_query_params: Sequence[str] = ("jsessionid", "phpsessid", "sid", "sessionid", "utm_*")
+    # Duplicates (crawl/dedup.py): "exact" (the same words) or "near" (a simhash within 3 bits) of a
+    # page already done on its host: the page is done with duplicate_of set, its links not followed.
+    dedup: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.seeds, str) or not self.seeds:
@@ -98,6 +103,8 @@ class CrawlConfig:
             raise ValueError("fetcher must be a FetcherConfig")
         self._check_frontier()
         self._check_traps()
+        if self.dedup is not None and self.dedup not in DEDUP_MODES:
+            raise ValueError(f"dedup must be None, 'exact' or 'near', not {self.dedup!r}")
 
     def _check_allowed_domains(self) -> None:
         """Read each allowed domain as its host (a tuple of them); ValueError for an entry that
@@ -150,6 +157,8 @@ class CrawledPage:
     depth: int
     parent: str | None
     links: PageLinks | None  # None unless the page was HTML and fetched
+    # With CrawlConfig.dedup: the done page of its host whose text it repeats; its links are not followed.
+    duplicate_of: str | None = None
 
     @property
     def url(self) -> str:
@@ -221,6 +230,8 @@ class CrawlSummary:
     # Links not followed in this run because a trap rule refused them, by the option that did
     # (max_url_length, max_path_repeats, max_pages_per_host).
     refused: dict[str, int] = field(default_factory=dict)
+    # Pages of this run done as duplicates of a page done before on their host (CrawlConfig.dedup).
+    duplicates: int = 0
 
     @property
     def pages_per_second(self) -> float:

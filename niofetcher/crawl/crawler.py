@@ -82,6 +82,7 @@ from ..fetcher import NIOFetcher
 from ..models import URLBean
 from ..urls import Origin, parse_target, split_credentials
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
+from .dedup import Duplicates, Fingerprint
 from .frontier import FrontierBackend, FrontierError, FrontierURL, open_frontier
 from .frontier.traps import TrapRules
 from .inflight import InProgress, windows
@@ -117,7 +118,12 @@ class Crawler:
             domains=tuple(domains), include=tuple(config.include),
             exclude=tuple(config.exclude), follow_nofollow=config.follow_nofollow,
         )
-        self._pipeline = Pipeline(config, self._scope)
+        # With duplicate detection: each host's index of its done pages (crawl/dedup.py), read from
+        # the frontier when its URLs are claimed, and dropped once idle.
+        self._duplicates = None if config.dedup is None else Duplicates(
+            near=config.dedup == "near", in_progress=lambda host: self._in_progress.has_host(host))
+        self._duplicates_found = 0  # pages of this run done as duplicates
+        self._pipeline = Pipeline(config, self._scope, self._duplicates)
         self._reports = self._pipeline.reports  # what the pipeline's threads send the coordinator
         self._active: Counter[Origin] = Counter()  # URLs of each origin in the fetcher or after it
         self._robots = RobotsGate(
@@ -195,7 +201,8 @@ class Crawler:
             fetcher_config = dataclasses.replace(config.fetcher, follow_redirects=False)
             pipeline = self._pipeline
             parser = ParseExecutor(config.parse_mode, config.parse_workers, config.extractor, self._scope,
-                                   failed=lambda exc: pipeline.report_broken("a parse job's hand-over", exc))
+                                   failed=lambda exc: pipeline.report_broken("a parse job's hand-over", exc),
+                                   fingerprints=self._duplicates is not None)
             with parser, NIOFetcher(fetcher_config) as fetcher:
                 self._fetcher = fetcher
                 self._robots.use(frontier, fetcher)
@@ -232,7 +239,7 @@ class Crawler:
             counts=dict(self._counts), errors=dict(self._errors), pages=self._finished, bytes=self._bytes,
             seconds=time.monotonic() - self._started, stopped=stopped,
             sitemaps=dict(self._sitemaps.report) if self._sitemaps is not None else {}, responses=self._responses,
-            refused=refused,
+            refused=refused, duplicates=self._duplicates_found,
         )
 
     def _coordinate(self, frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
@@ -411,6 +418,12 @@ class Crawler:
         """
         if items:
             self._gate(frontier, fetcher)  # the claim may have taken hosts: their gates before their URLs
+            duplicates = self._duplicates
+            if duplicates is not None:  # each host's done pages known before any of its pages is parsed
+                for host in {item.host for item in items}:
+                    if duplicates.needs(host):
+                        duplicates.load(host, ((url, Fingerprint(digest, simhash))
+                                               for url, digest, simhash in frontier.fingerprints(host)))
         beans: list[URLBean] = []
         for item in items:
             origin = parse_target(item.url).origin
@@ -474,6 +487,7 @@ class Crawler:
         lastmods: dict[str, str] = {}  # what the sitemaps among them date
         links = [entry for page in pages for entry in self._link_entries(page, lastmods)]
         completed: list[tuple[str, int | None]] = []
+        printed: list[tuple[str, bytes, int, str | None]] = []  # what duplicate detection keeps of them
         active = self._active
         # One commit for the batch: a failure committed alone, before the checkpoint that covers its
         # record, would have that record cut away on resume and never written again; and one commit
@@ -509,9 +523,14 @@ class Crawler:
                     page.result.ok or is_redirect(page.result) or self._no_sitemap_there(page)
                 ):
                     completed.append((page.item.url, page.result.status))
+                    if page.fingerprint is not None:
+                        printed.append((page.item.url, *page.fingerprint, page.duplicate_of))
+                        self._duplicates_found += page.duplicate_of is not None
                 else:
                     self._record_failure(page, frontier)
                     self._in_progress.pop(page.item.url)
+            if printed:
+                frontier.store_fingerprints(printed)
             frontier.complete_many(completed, checkpoint=offsets)
         # Only now: should recording them fail, they are still in progress, and run() gives them back.
         for url, _ in completed:

@@ -33,7 +33,10 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+import threading
 from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import xxhash
@@ -64,8 +67,17 @@ class Fingerprint(NamedTuple):
     simhash: int
 
 
+def page_fingerprint(body: bytes, content_type: str | None) -> Fingerprint | None:
+    """The fingerprints of a fetched HTML page (decoded as the extractors decode it), None when it
+    has no words or is no HTML."""
+    from .parse import utf8_of
+
+    html = utf8_of(body, content_type)
+    return None if html is None else fingerprint(visible_text(html))
+
+
 def visible_text(html: bytes) -> str:
-    """The text a reader of the page sees, from its HTML as UTF-8 (the parse step's ``_utf8``)."""
+    """The text a reader of the page sees, from its HTML as UTF-8 (``parse.utf8_of``)."""
     import lxml.etree
     import lxml.html
 
@@ -185,3 +197,65 @@ def _digest_key(digest: bytes) -> int:
 
 def _block(value: int, block: int) -> int:
     return (value >> (block * _BLOCK_BITS)) & ((1 << _BLOCK_BITS) - 1)
+
+
+#: Host indexes kept in memory with no page of the host in progress; the least recently used of
+#: the rest are dropped first, and read back from the frontier when the host is claimed again.
+IDLE_HOSTS_KEPT = 1024
+
+
+class Duplicates:
+    """A crawl's host indexes: which done page of its host a newly parsed page duplicates.
+
+    The coordinator, the only caller of the frontier, gives a host's index its stored pages when
+    it claims URLs of a host not in memory (:meth:`needs` then :meth:`load`), before any of them can
+    be parsed; parse callbacks, on any thread, then ask :meth:`check` about each page, which files
+    it when it duplicates nothing -- under one lock, so that of two copies parsed at once the
+    second is the duplicate.  Per host, as a site's soft 404s and printer versions are its own.
+
+    Args:
+        near: compare simhashes too (``dedup="near"``), not only digests.
+        in_progress: whether the crawl has a page of a host in progress: an index is dropped only
+            when not (see IDLE_HOSTS_KEPT).
+    """
+
+    def __init__(self, near: bool, in_progress: Callable[[str], bool]) -> None:
+        self._near = near
+        self._in_progress = in_progress
+        self._lock = threading.Lock()
+        self._hosts: OrderedDict[str, HostIndex] = OrderedDict()  # least recently used first
+
+    def needs(self, host: str) -> bool:
+        """Whether ``host``'s index must be read from the frontier (it is not in memory)."""
+        with self._lock:
+            if host in self._hosts:
+                self._hosts.move_to_end(host)
+                return False
+            return True
+
+    def load(self, host: str, pages: Iterable[tuple[str, Fingerprint]]) -> None:
+        """Install ``host``'s index from its done pages as the frontier keeps them, (url, fingerprint)."""
+        index = HostIndex(self._near)
+        for url, page in pages:
+            if index.find(page) is None:
+                index.add(page, url)
+        with self._lock:
+            self._hosts[host] = index
+            self._hosts.move_to_end(host)
+            idle = len(self._hosts) - IDLE_HOSTS_KEPT
+            if idle > 0:
+                for old in [old for old in self._hosts if not self._in_progress(old)][:idle]:
+                    del self._hosts[old]
+
+    def check(self, host: str, url: str, page: Fingerprint) -> str | None:
+        """The URL of the done page that ``page`` (of ``url``) duplicates, or None, and then it is
+        filed.  A host without an index (not claimed through the coordinator: a redirect's target is
+        its own URL's host) gets an empty one."""
+        with self._lock:
+            index = self._hosts.get(host)
+            if index is None:
+                index = self._hosts[host] = HostIndex(self._near)
+            original = index.find(page)
+            if original is None:
+                index.add(page, url)
+            return original

@@ -85,6 +85,10 @@ class InProgress:
         self._items.clear()
         self._hosts.clear()
 
+    def has_host(self, host: str) -> bool:
+        """Whether a URL of ``host`` is in progress."""
+        return host in self._hosts
+
     def slow_down(self, host: str) -> None:
         """``host`` has a politeness delay: its window is :data:`SLOW_HOST_WINDOW` from now on."""
         self._slow.add(host)

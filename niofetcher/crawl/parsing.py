@@ -20,6 +20,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pickle import PickleBuffer
 from typing import NamedTuple, TypeVar
 
+from .dedup import Fingerprint, page_fingerprint
 from .parse import PageLinks, extract, extractor_module
 from .policy import LinkScope
 from .workers import ParseProcessPool
@@ -35,8 +36,9 @@ ParseInput = tuple[bytes, str, str | None]
 # ... as parse_pages() takes it: the body may be a buffer of the bytes (a PickleBuffer on its way to a
 # parse process arrives there as a memoryview of the job read from the pipe).
 _Received = tuple[bytes | memoryview | PickleBuffer, str, str | None]
-# ... and what comes back: the followed URLs, the PageLinks when asked for, why parsing failed ("": it did not).
-ParseOutput = tuple[list[str], PageLinks | None, str]
+# ... and what comes back: the followed URLs, the PageLinks when asked for, why parsing failed ("": it did not),
+# and with duplicate detection the page's fingerprints (None: without it, or a page of no words).
+ParseOutput = tuple[list[str], PageLinks | None, str, Fingerprint | None]
 
 # A parse job's bodies, at most (a single larger page is a job of its own): enough to make a job's
 # overhead small (measured: 512 KiB cost the parent a third more CPU per page), few enough that the
@@ -47,22 +49,27 @@ _MAX_JOB_BYTES = 960 * 1024
 _MAX_JOB_PAGES = 32
 
 
-def parse_pages(pages: Sequence[_Received], extractor: str, scope: LinkScope, keep_links: bool) -> list[ParseOutput]:
+def parse_pages(
+    pages: Sequence[_Received], extractor: str, scope: LinkScope, keep_links: bool, fingerprints: bool = False,
+) -> list[ParseOutput]:
     """One parse job, run in a parse process (or thread): the links of each page, filtered by ``scope``.
 
     Without ``keep_links`` only the links (and the title) are extracted (no images, forms, tables): nobody
-    would see the rest.  A page that cannot be parsed fails alone, with its reason; the rest of
-    the job goes on.
+    would see the rest.  With ``fingerprints`` (duplicate detection, crawl/dedup.py) each page's text
+    is fingerprinted too, here beside the download as its links are.  A page that cannot be parsed
+    fails alone, with its reason; the rest of the job goes on.
     """
     outputs: list[ParseOutput] = []
     for body, url, content_type in pages:
         try:
             # bytes() copies a view out of the pipe's buffer (and is the bytes themselves otherwise).
-            links = extract(bytes(body), url, content_type, extractor, links_only=not keep_links)
-            outputs.append((scope.followed(links), links if keep_links else None, ""))
+            page = bytes(body)
+            links = extract(page, url, content_type, extractor, links_only=not keep_links)
+            printed = page_fingerprint(page, content_type) if fingerprints else None
+            outputs.append((scope.followed(links), links if keep_links else None, "", printed))
         except Exception as exc:
             log.exception("parsing %s failed", url)
-            outputs.append(([], None, f"{type(exc).__name__}: {exc}"))
+            outputs.append(([], None, f"{type(exc).__name__}: {exc}", None))
     return outputs
 
 
@@ -93,6 +100,7 @@ class _Job(NamedTuple):
     extractor: str
     scope: LinkScope
     keep_links: bool
+    fingerprints: bool
 
 
 class ParseExecutor:
@@ -106,13 +114,15 @@ class ParseExecutor:
     """
 
     def __init__(
-        self, mode: str, workers: int, extractor: str, scope: LinkScope, failed: Callable[[BaseException], None]
+        self, mode: str, workers: int, extractor: str, scope: LinkScope, failed: Callable[[BaseException], None],
+        fingerprints: bool = False,
     ) -> None:
         # The extractor's module, here too, whatever the mode: a bs4 that no longer drives its builder
         # as links_bs4 expects (its check at import) stops the crawl now, not every page later.
         importlib.import_module(extractor_module(extractor))
         self._extractor = extractor
         self._scope = scope
+        self._fingerprints = fingerprints  # each page's text fingerprinted too (duplicate detection)
         self._failed = failed
         self._pool_broken = False  # a parse process died: parsing goes on in this process
         self._executor: concurrent.futures.Executor
@@ -127,7 +137,7 @@ class ParseExecutor:
 
     def submit(self, pages: list[ParseInput], keep_links: bool, done: Callable[[list[ParseOutput]], None]) -> None:
         """Send one parse job; ``done(outputs)`` gets its outputs, one per page, in order."""
-        job = _Job(pages, self._extractor, self._scope, keep_links)
+        job = _Job(pages, self._extractor, self._scope, keep_links, self._fingerprints)
         sent = [(PickleBuffer(body), url, content_type) for body, url, content_type in pages] if self._out_of_band else pages
         try:
             future = self._executor.submit(parse_pages, sent, *job[1:])

@@ -4,6 +4,9 @@
   robots.txt answers and fetches to retry go straight to the coordinator, HTML pages to the parse
   executor in a few chunks (one job per chunk, so that every parse worker gets a share), redirects
   and other final pages on without parsing;
+- as a parse job comes back, with duplicate detection on, each page is checked against its host's
+  index (``dedup.Duplicates``): a duplicate keeps its fingerprint and the URL it duplicates, and
+  loses the links it would have added;
 - ``parse_workers`` delivery threads call ``on_page`` for every page of a batch, then
   ``output.prepare`` (a CrawlOutput builds its records in memory), and pass the batch on (without
   an ``on_page`` or an ``output`` there are none, and batches go to the coordinator directly).
@@ -24,6 +27,7 @@ from ..fetcher import NIOFetcher
 from ..models import FetchResult
 from ..urls import absolute_url
 from .config import CrawlConfig, CrawledPage, CrawlOutput
+from .dedup import Duplicates, Fingerprint
 from .frontier import FrontierError, FrontierURL
 from .parse import PageLinks, is_html_type
 from .parsing import ParseExecutor, ParseOutput, jobs
@@ -53,6 +57,8 @@ class Page:
     links: PageLinks | None = None  # what on_page sees
     followed: list[str] = field(default_factory=list)  # links the crawl follows (in scope)
     failure: str = ""  # parsing or on_page raised: the URL ends in 'error' with this reason
+    fingerprint: Fingerprint | None = None  # with duplicate detection: its text's, kept by the frontier
+    duplicate_of: str | None = None  # the done page of its host it duplicates: its links are not followed
 
 
 @dataclass(slots=True)
@@ -75,9 +81,10 @@ class Pipeline:
         scope: the links a redirect may lead to.
     """
 
-    def __init__(self, config: CrawlConfig, scope: LinkScope) -> None:
+    def __init__(self, config: CrawlConfig, scope: LinkScope, duplicates: Duplicates | None = None) -> None:
         self._config = config
         self._scope = scope
+        self._duplicates = duplicates
         self.reports: queue.SimpleQueue[Report] = queue.SimpleQueue()  # read by the coordinator only
         self._deliveries: queue.SimpleQueue[list[Page] | None] = queue.SimpleQueue()  # None: stop
         self._fetcher_closed = threading.Event()  # set once every result has been delivered
@@ -205,8 +212,13 @@ class Pipeline:
         parser.submit(inputs, self._delivering, lambda outputs: self._parsed(pages, outputs))
 
     def _parsed(self, pages: list[Page], outputs: list[ParseOutput]) -> None:
-        for page, (followed, links, failure) in zip(pages, outputs, strict=True):
-            page.followed, page.links, page.failure = followed, links, failure
+        duplicates = self._duplicates
+        for page, (followed, links, failure, printed) in zip(pages, outputs, strict=True):
+            page.followed, page.links, page.failure, page.fingerprint = followed, links, failure, printed
+            if duplicates is not None and printed is not None and not failure:
+                page.duplicate_of = duplicates.check(page.item.host, page.item.url, printed)
+                if page.duplicate_of is not None:
+                    page.followed = []  # a soft 404's or a printer version's links are the original's
         self._hand_over(pages)
 
     def _hand_over(self, pages: list[Page]) -> None:
@@ -230,7 +242,7 @@ class Pipeline:
                     break  # the batch is not reported: run() gives its URLs back
                 if page.failure:
                     continue
-                crawled = CrawledPage(page.result, page.item.depth, page.item.parent, page.links)
+                crawled = CrawledPage(page.result, page.item.depth, page.item.parent, page.links, page.duplicate_of)
                 if on_page is not None:
                     try:
                         on_page(crawled)

@@ -41,6 +41,7 @@ the server's loop, under the site's lock, so a test reads what the server saw.
 from __future__ import annotations
 
 import collections
+import random
 import socket
 from collections.abc import Iterable
 
@@ -176,8 +177,19 @@ class TrapSite(LoopbackSite):
         return f"S{self._minted:06d}X"
 
 
-def _page(title: str, hrefs: list[tuple[str, str]], size: int) -> Resource:
-    return Resource("200 OK", HTML_TYPE, [generated_page(title, links_html(hrefs), size)])
+def _page(title: str, hrefs: list[tuple[str, str]], size: int, text: str = "") -> Resource:
+    body = links_html(hrefs) + (f"<p>{text}</p>\n" if text else "")
+    return Resource("200 OK", HTML_TYPE, [generated_page(title, body, size)])
+
+
+_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "da", "pe", "ho", "gu", "zi", "fa", "be", "qu")
+
+
+def _article(i: int) -> str:
+    """Real page ``i``'s own text: 150 words drawn for it alone, so that real pages differ as real
+    pages do (the filler every generated page shares would make them duplicates of each other)."""
+    rng = random.Random(i)
+    return " ".join("".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 4))) for _ in range(150))
 
 
 class _TrapPages:
@@ -229,7 +241,7 @@ class _TrapPages:
         if path.startswith("/page/"):
             i = int(path[len("/page/"):])
             hrefs = [(f"/page/{j}", f"page {j}") for j in _link_targets(i, site.pages, site.links_per_page)]
-            return _page(f"Trap site page {i}", [*hrefs, ("/", "home")], size)
+            return _page(f"Trap site page {i}", [*hrefs, ("/", "home")], size, _article(i))
         if path == "/calendar/":
             year, month = FIRST_MONTH
             return _page("Calendar", [(f"/calendar/{year}/{month:02d}", "this month")], size)

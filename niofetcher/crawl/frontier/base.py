@@ -45,7 +45,7 @@ from ...urls import host_key, normalize_url
 
 __all__ = [
     "ROBOTS_SECONDS", "STATES", "CrawlStatus", "FrontierBackend", "FrontierError", "FrontierErrorKind", "FrontierURL", "StoredRobots",
-    "StoredURL", "WorkerStatus", "check_checkpoint", "check_crawl_name", "check_int", "check_time", "normal_lastmods", "processing_key", "retry_delay",
+    "StoredURL", "WorkerStatus", "check_checkpoint", "check_crawl_name", "check_int", "check_time", "normal_lastmods", "processing_key", "retry_delay", "signed64", "unsigned64",
 ]
 
 #: How long a stored robots.txt answer is used instead of fetching it again (RFC 9309: a crawler
@@ -143,6 +143,16 @@ def retry_delay(attempts: int, retry_after: float | None, first: float, most: fl
         # A Retry-After date already past gives a negative number: no wait.
         delay = max(delay, retry_after)
     return delay
+
+
+def signed64(value: int) -> int:
+    """A 64-bit unsigned value (a simhash) as the signed integer SQL keeps: two's complement."""
+    return value - (1 << 64) if value >> 63 else value
+
+
+def unsigned64(value: int) -> int:
+    """What :func:`signed64` stored, back as the unsigned value."""
+    return value & 0xFFFF_FFFF_FFFF_FFFF
 
 
 def check_int(name: str, value: object, minimum: int | None = None) -> int:
@@ -326,6 +336,15 @@ class FrontierBackend(Protocol):
         it is unknown or no http(s) URL.  The crawler never asks; the contract suite
         (tests/test_frontier_backends.py) reads every promise above through it, committed first
         (outside a batch) like the other reads."""
+
+    def fingerprints(self, host: str) -> list[tuple[str, bytes, int]]:
+        """Duplicate detection's fingerprints of ``host``'s done pages that duplicate nothing:
+        (url, digest, simhash), as :meth:`store_fingerprints` kept them."""
+
+    def store_fingerprints(self, pages: Iterable[tuple[str, bytes, int, str | None]]) -> None:
+        """For claimed URLs about to be completed, (url, digest, simhash, duplicate_of): a
+        duplicate's ``duplicate_of`` on its row, the others' fingerprints for :meth:`fingerprints`;
+        in the transaction of their outcomes."""
 
     def close(self) -> None:
         """Commit what is pending and let go of the frontier.  Closing twice is fine."""

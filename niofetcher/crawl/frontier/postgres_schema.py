@@ -23,9 +23,46 @@ if TYPE_CHECKING:  # psycopg is loaded by postgres/ only, when a PostgreSQL fron
     import psycopg
 
 __all__ = [
-    "ADMITTED_OF", "BUSIEST_HOSTS", "CLAIMS_OF_MINE", "CLAIM_ROWS", "COMPLETE_MANY", "COUNTS", "FAIL", "FAILURES", "GIVE_BACK", "HEARTBEAT", "HELD", "HOSTS_AFTER_CLAIM",
-    "INSERT", "KNOWN_URLS", "LEAVE", "LIVE_WORKERS", "LOCK_MINE", "MARK_CLAIMED", "MINE_LOCKED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RECOVER", "REGISTER", "RELEASE",
-    "RENEW", "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_LASTMODS", "SHARE", "STATE_OF", "STORE_COUNTS", "STORE_REFUSALS", "STORE_ROBOTS", "TAKE", "check_crawl_name",
+    "ADMITTED_OF",
+    "BUSIEST_HOSTS",
+    "CLAIMS_OF_MINE",
+    "CLAIM_ROWS",
+    "COMPLETE_MANY",
+    "COUNTS",
+    "FAIL",
+    "FAILURES",
+    "FINGERPRINTS_OF",
+    "GIVE_BACK",
+    "HEARTBEAT",
+    "HELD",
+    "HOSTS_AFTER_CLAIM",
+    "INSERT",
+    "KNOWN_URLS",
+    "LEAVE",
+    "LIVE_WORKERS",
+    "LOCK_MINE",
+    "MARK_CLAIMED",
+    "MINE_LOCKED",
+    "MIN_DUE_DEPTH",
+    "NEXT_DUE",
+    "QUEUED_HOSTS",
+    "RECOVER",
+    "REGISTER",
+    "RELEASE",
+    "RENEW",
+    "ROBOTS_OF",
+    "SAVE_CHECKPOINT",
+    "SCHEMA_VERSION",
+    "SET_DUPLICATES",
+    "SET_LASTMODS",
+    "SHARE",
+    "STATE_OF",
+    "STORE_COUNTS",
+    "STORE_FINGERPRINTS",
+    "STORE_REFUSALS",
+    "STORE_ROBOTS",
+    "TAKE",
+    "check_crawl_name",
     "create_or_check",
 ]
 
@@ -34,7 +71,8 @@ __all__ = [
 #: urls table its lastmod column (a crawl of version 2 gets it when opened).  The tables of the trap
 #: rules' counts (``admitted``, ``refusals``) came later without a new version: a crawl without
 #: them gets them when opened, filled from its rows, and a niofetcher that predates them leaves them
-#: alone (its crawl then counts what it adds from the next open of a newer one on).
+#: alone (its crawl then counts what it adds from the next open of a newer one on).  So did duplicate
+#: detection's (``urls.duplicate_of``, ``fingerprints``): a crawl without them gets them when opened.
 SCHEMA_VERSION = 3
 
 # The server's clock in unix seconds: every lease is measured by it, never by a worker's.
@@ -127,6 +165,7 @@ CREATE TABLE {schema}.state_counts (
 );
 
 {admitted}
+{dedup}
 """
 
 # The trap rules' tables: the URLs admitted per host, for CrawlConfig.max_pages_per_host, and the links
@@ -146,6 +185,19 @@ CREATE TABLE {schema}.refusals (
     cause   TEXT NOT NULL,  -- the option that refused them: 'max_url_length', ...
     n       BIGINT NOT NULL,
     PRIMARY KEY (worker, cause)
+);
+"""
+
+# Duplicate detection's (CrawlConfig.dedup): the URL whose text a done page repeats, on its row, and
+# the fingerprints of the pages it compares with, by host (crawl/frontier/schema.py's version 8).
+_DEDUP_TABLES = """
+ALTER TABLE {schema}.urls ADD COLUMN duplicate_of TEXT;
+CREATE TABLE {schema}.fingerprints (
+    host_id  INTEGER NOT NULL,
+    url      TEXT NOT NULL,
+    digest   BYTEA NOT NULL,
+    simhash  BIGINT NOT NULL,
+    PRIMARY KEY (host_id, url)
 );
 """
 
@@ -402,6 +454,29 @@ ORDER BY a.ord
 _FENCE = ("(NOT %(fenced)s OR {epoch} IS NOT DISTINCT FROM"
           " (SELECT h.epoch FROM hosts AS h WHERE h.id = urls.host_id AND h.owner = %(me)s))")
 
+# The fingerprints of host %(host)s (its origin).
+FINGERPRINTS_OF = """
+SELECT f.url, f.digest, f.simhash FROM hosts JOIN fingerprints AS f ON f.host_id = hosts.id WHERE hosts.origin = %(host)s
+"""
+
+_MINE = ("(NOT %(fenced)s OR EXISTS (SELECT 1 FROM hosts AS h WHERE h.id = urls.host_id AND h.owner = %(me)s))")
+
+# Claimed URLs of this worker's hosts: a duplicate's duplicate_of on its row ...
+SET_DUPLICATES = f"""
+UPDATE urls SET duplicate_of = v.original FROM unnest(%(urls)s::text[], %(originals)s::text[]) AS v(url, original)
+WHERE urls.url = v.url AND urls.state = 'processing' AND {_MINE}
+"""
+
+# ... and the others' fingerprints.
+STORE_FINGERPRINTS = f"""
+INSERT INTO fingerprints AS f (host_id, url, digest, simhash)
+SELECT urls.host_id, urls.url, v.digest, v.simhash
+FROM unnest(%(urls)s::text[], %(digests)s::bytea[], %(simhashes)s::bigint[]) AS v(url, digest, simhash)
+JOIN urls ON urls.url = v.url
+WHERE urls.state = 'processing' AND urls.host_id IS NOT NULL AND {_MINE}
+ON CONFLICT (host_id, url) DO UPDATE SET digest = excluded.digest, simhash = excluded.simhash
+"""
+
 # Each element of the arrays is a (url, status, epoch) triple.
 COMPLETE_MANY = f"""
 UPDATE urls SET state = 'done', status = v.status, error = NULL, fetched_at = %(now)s, next_attempt_at = NULL
@@ -506,7 +581,8 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
     name = f"crawl {crawl!r} at {where}"
     if not tables:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-        conn.execute(sql.SQL(_TABLES).format(schema=schema, admitted=sql.SQL(_TRAP_TABLES).format(schema=schema)))
+        conn.execute(sql.SQL(_TABLES).format(schema=schema, admitted=sql.SQL(_TRAP_TABLES).format(schema=schema),
+                                             dedup=sql.SQL(_DEDUP_TABLES).format(schema=schema)))
         conn.execute(sql.SQL("INSERT INTO {}.meta (key, value) VALUES ('schema_version', %s), ('created_at', %s)")
                      .format(schema), (str(SCHEMA_VERSION), repr(clock())))
         return
@@ -522,6 +598,8 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
     if version == str(SCHEMA_VERSION) and "urls" in tables and "admitted" not in tables:  # see SCHEMA_VERSION
         conn.execute(sql.SQL(_TRAP_TABLES).format(schema=schema))
         conn.execute(sql.SQL(_FILL_TRAP_TABLES).format(schema=schema))
+    if version == str(SCHEMA_VERSION) and "urls" in tables and "fingerprints" not in tables:  # see SCHEMA_VERSION
+        conn.execute(sql.SQL(_DEDUP_TABLES).format(schema=schema))
     if version != str(SCHEMA_VERSION):
         raise FrontierError(f"{name} has frontier schema version {version or 'none'}; "
                             f"this niofetcher reads version {SCHEMA_VERSION}", FrontierErrorKind.NOT_A_FRONTIER)

@@ -14,10 +14,44 @@ from ...urls import host_key
 from .base import FrontierError, FrontierErrorKind
 
 __all__ = [
-    "ADD_ADMITTED", "ADMITTED_OF", "ADMITTED_THROUGH", "BUSIEST_HOSTS", "CLAIM_ROWS", "COMPLETE", "COMPLETE_MANY", "COUNTS", "COUNT_ROWS", "EMPTY_HOSTS", "FAILURES", "GIVE_UP", "INSERT", "INSERT_HOSTS",
-    "KNOWN_URLS", "LAST_ROW", "MARK_CLAIMED", "MIN_DUE_DEPTH", "NEXT_DUE", "QUEUED_HOSTS", "RELEASE", "RELEASED_HOSTS", "RETRY",
-    "ROBOTS_OF", "SAVE_CHECKPOINT", "SCHEMA_VERSION", "SET_ADMITTED_THROUGH", "SET_LASTMODS", "STORE_COUNTS", "STORE_REFUSALS", "STORE_ROBOTS", "TOO_DEEP_HOSTS",
-    "TOP_PRIORITIES", "check_schema", "create_or_upgrade",
+    "ADD_ADMITTED",
+    "ADMITTED_OF",
+    "ADMITTED_THROUGH",
+    "BUSIEST_HOSTS",
+    "CLAIM_ROWS",
+    "COMPLETE",
+    "COMPLETE_MANY",
+    "COUNTS",
+    "COUNT_ROWS",
+    "EMPTY_HOSTS",
+    "FAILURES",
+    "FINGERPRINTS_OF",
+    "GIVE_UP",
+    "INSERT",
+    "INSERT_HOSTS",
+    "KNOWN_URLS",
+    "LAST_ROW",
+    "MARK_CLAIMED",
+    "MIN_DUE_DEPTH",
+    "NEXT_DUE",
+    "QUEUED_HOSTS",
+    "RELEASE",
+    "RELEASED_HOSTS",
+    "RETRY",
+    "ROBOTS_OF",
+    "SAVE_CHECKPOINT",
+    "SCHEMA_VERSION",
+    "SET_ADMITTED_THROUGH",
+    "SET_DUPLICATE",
+    "SET_LASTMODS",
+    "STORE_COUNTS",
+    "STORE_FINGERPRINT",
+    "STORE_REFUSALS",
+    "STORE_ROBOTS",
+    "TOO_DEEP_HOSTS",
+    "TOP_PRIORITIES",
+    "check_schema",
+    "create_or_upgrade",
 ]
 
 #: The version of the tables below, kept in ``meta``.  A file of an older
@@ -26,11 +60,11 @@ __all__ = [
 #: counted the states by reading the whole table; version 3 had no lastmod
 #: column; version 4 kept an index of the waiting rows by due time; version 5
 #: kept no robots.txt answers; version 6 no count of each host's URLs nor of the links the trap
-#: rules refused); a newer
+#: rules refused; version 7 no duplicate detection's fingerprints nor duplicate_of); a newer
 #: one is refused rather than misread.  An older niofetcher refuses this
 #: version in turn, which is the point: it would not keep the hosts, the
 #: counts and the lastmods up to date, nor find the next due time.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _SCHEMA = """
 CREATE TABLE meta (
@@ -153,6 +187,21 @@ CREATE TABLE refusals (
 _FILL_7 = """
 INSERT INTO admitted (host_id, n) SELECT host_id, COUNT(*) FROM urls WHERE host_id IS NOT NULL GROUP BY host_id;
 INSERT INTO meta (key, value) SELECT 'admitted_through', COALESCE(MAX(rowid), 0) FROM urls;
+"""
+
+# What version 8 adds to version 7: duplicate detection's (CrawlConfig.dedup, crawl/dedup.py) -- the
+# URL whose text a done page repeats, on its row, and the fingerprints of the pages it compares
+# with, by host, so that a host's are read in one range of the key (a resumed crawl reads them
+# back when it claims the host's URLs).  Only a crawl with dedup writes them.
+_SCHEMA_8 = """
+ALTER TABLE urls ADD COLUMN duplicate_of TEXT;  -- the done URL of its host whose text this page repeats
+CREATE TABLE fingerprints (
+    host_id  INTEGER NOT NULL REFERENCES hosts (id),
+    url      TEXT NOT NULL,     -- a done URL, not a duplicate
+    digest   BLOB NOT NULL,     -- 16 bytes: BLAKE2b of its text's words
+    simhash  INTEGER NOT NULL,  -- its 64-bit simhash, as a signed integer
+    PRIMARY KEY (host_id, url)
+) WITHOUT ROWID;
 """
 
 # Statements that take many URLs take them as one JSON array (json_each), so that a whole
@@ -341,6 +390,20 @@ WHERE url = ? AND state = 'processing'
 # A host's robots.txt answer fetched at ?2 or later: (status, body, when).
 ROBOTS_OF = "SELECT robots_status, robots, robots_at FROM hosts WHERE origin = ?1 AND robots_at >= ?2"
 
+# The fingerprints of host ?1 (its origin).
+FINGERPRINTS_OF = """
+SELECT f.url, f.digest, f.simhash FROM hosts JOIN fingerprints AS f ON f.host_id = hosts.id WHERE hosts.origin = ?1
+"""
+
+# Per page (executemany: a digest is bytes, which JSON does not carry and unhex() needs SQLite 3.41):
+# ?1 the URL, ?2 the URL it duplicates -- or, for one that duplicates nothing, ?2 its digest and ?3
+# its simhash.
+SET_DUPLICATE = "UPDATE urls SET duplicate_of = ?2 WHERE url = ?1"
+STORE_FINGERPRINT = """
+INSERT OR REPLACE INTO fingerprints (host_id, url, digest, simhash)
+SELECT host_id, url, ?2, ?3 FROM urls WHERE url = ?1 AND host_id IS NOT NULL
+"""
+
 # ?1 the host, ?2 the status, ?3 the body, ?4 the time it came.
 STORE_ROBOTS = "UPDATE hosts SET robots_status = ?2, robots = ?3, robots_at = ?4 WHERE origin = ?1"
 
@@ -368,7 +431,8 @@ WHERE true ON CONFLICT (state) DO NOTHING;
 """
 
 # Each version's additions, by the version they make.
-_ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3, 4: _SCHEMA_4, 5: _SCHEMA_5, 6: _SCHEMA_6, 7: _SCHEMA_7 + _FILL_7}
+_ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3, 4: _SCHEMA_4, 5: _SCHEMA_5, 6: _SCHEMA_6, 7: _SCHEMA_7 + _FILL_7,
+              8: _SCHEMA_8}
 
 
 def create_or_upgrade(conn: sqlite3.Connection, path: str, clock: Callable[[], float]) -> None:

@@ -30,7 +30,7 @@ read); ``links_bs4``, ``links_lxml`` and ``links_selectolax`` (the extractors).
 Their names are ``niofetcher.extractor_names.EXTRACTORS``, where the command
 line reads them too.
 
-Decoding happens once, here, for both extractors (``_utf8``): the charset of
+Decoding happens once, here, for every extractor (``utf8_of``, which crawl/dedup.py reads the text of too): the charset of
 Content-Type, else a BOM or ``<meta charset>`` (``content.charset_of`` and
 ``content.sniff_charset``, as for ``FetchResult.text``), else UTF-8; bytes
 that fail the declared charset but are valid UTF-8 are read as UTF-8. UTF-8
@@ -165,7 +165,7 @@ from ...urls import C0_CONTROL_OR_SPACE, LinkResolver, absolute_url
 from ..directives import robots_directives
 from .harvest import Harvest
 
-__all__ = ["EXTRACTORS", "Form", "PageLinks", "extract", "extractor_module"]
+__all__ = ["EXTRACTORS", "Form", "PageLinks", "extract", "extractor_module", "utf8_of"]
 
 # Each extractor's module and function, imported on first use: a process that parses with lxml
 # imports Beautiful Soup (0.14 s of a parse process's start) only for a page too deep for
@@ -242,7 +242,7 @@ def extract(
     if not isinstance(extractor, str) or extractor not in _EXTRACTOR_FUNCTIONS:
         raise ValueError(f"extractor must be one of {EXTRACTORS}, not {extractor!r}")
     harvester = _harvester(extractor)
-    data = _utf8(body, content_type)
+    data = utf8_of(body, content_type)
     harvest = Harvest()
     if data is not None:
         try:
@@ -280,7 +280,7 @@ def is_html_type(content_type: str | None) -> bool:
     return content_type is None or content_type.partition(";")[0].strip().lower() in _HTML_TYPES
 
 
-def _utf8(body: bytes | str, content_type: str | None) -> bytes | None:
+def utf8_of(body: bytes | str, content_type: str | None) -> bytes | None:
     """The page as UTF-8 bytes, the one input both extractors parse; None when it holds no tag
     or is not HTML by its Content-Type.
 

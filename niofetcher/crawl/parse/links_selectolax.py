@@ -8,7 +8,7 @@ touches no other element. Like the other two
 extractors it only fills a :class:`Harvest`: the URLs, forms and the rest are
 made by ``niofetcher.crawl.parse._finish``.
 
-The input is the same UTF-8 that ``parse._utf8`` gives the others (selectolax
+The input is the same UTF-8 that ``parse.utf8_of`` gives the others (selectolax
 is not asked to detect an encoding). Lexbor has no tree depth limit, but the
 HTML Standard's tree construction costs the square of the nesting depth: a
 page with more than 25,000 "<" (no page of the corpus; the largest has 19,252)

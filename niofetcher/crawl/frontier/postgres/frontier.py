@@ -49,6 +49,8 @@ from ..base import (
     check_time,
     processing_key,
     retry_delay,
+    signed64,
+    unsigned64,
 )
 from ..hosts import Turn
 from ..postgres_schema import (
@@ -56,6 +58,7 @@ from ..postgres_schema import (
     CLAIM_ROWS,
     COMPLETE_MANY,
     FAIL,
+    FINGERPRINTS_OF,
     GIVE_BACK,
     HOSTS_AFTER_CLAIM,
     INSERT,
@@ -67,8 +70,10 @@ from ..postgres_schema import (
     RELEASE,
     ROBOTS_OF,
     SAVE_CHECKPOINT,
+    SET_DUPLICATES,
     SET_LASTMODS,
     STATE_OF,
+    STORE_FINGERPRINTS,
     STORE_REFUSALS,
     STORE_ROBOTS,
     create_or_check,
@@ -579,6 +584,34 @@ class PostgresFrontier(CrawlReads):
         with self._db() as conn:
             conn.execute(STORE_ROBOTS, {"host": host, "status": status, "body": body, "me": self.worker_id,
                                         "fenced": self._fenced})
+            self._commit(conn)
+
+    def fingerprints(self, host: str) -> list[tuple[str, bytes, int]]:
+        """Duplicate detection's fingerprints of ``host``'s done pages, as any worker kept them: what
+        a new owner of the host reads back (the SQLite Frontier's fingerprints())."""
+        with self._db() as conn:
+            rows = conn.execute(FINGERPRINTS_OF, {"host": host}).fetchall()
+            self._commit(conn)
+            return [(url, bytes(digest), unsigned64(simhash)) for url, digest, simhash in rows]
+
+    def store_fingerprints(self, pages: Iterable[tuple[str, bytes, int, str | None]]) -> None:
+        """For claimed URLs about to be completed, (url, digest, simhash, duplicate_of), as the SQLite
+        Frontier's store_fingerprints(); only for hosts this worker holds, as outcomes are."""
+        rows = list(pages)
+        if not rows:
+            return
+        duplicates = [(url, original) for url, _, _, original in rows if original is not None]
+        originals = [(url, digest, signed64(simhash)) for url, digest, simhash, original in rows if original is None]
+        mine = {"me": self.worker_id, "fenced": self._fenced}
+        with self._db() as conn:
+            with conn.pipeline():
+                if duplicates:
+                    conn.execute(SET_DUPLICATES, {"urls": [url for url, _ in duplicates],
+                                                  "originals": [original for _, original in duplicates], **mine})
+                if originals:
+                    conn.execute(STORE_FINGERPRINTS, {"urls": [row[0] for row in originals],
+                                                      "digests": [row[1] for row in originals],
+                                                      "simhashes": [row[2] for row in originals], **mine})
             self._commit(conn)
 
     # -- closing -----------------------------------------------------------

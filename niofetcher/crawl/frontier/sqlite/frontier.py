@@ -95,6 +95,8 @@ from ..base import (
     check_time,
     processing_key,
     retry_delay,
+    signed64,
+    unsigned64,
 )
 from ..recent import RecentURLs
 from ..schema import (
@@ -105,6 +107,7 @@ from ..schema import (
     COMPLETE_MANY,
     COUNT_ROWS,
     COUNTS,
+    FINGERPRINTS_OF,
     GIVE_UP,
     INSERT,
     INSERT_HOSTS,
@@ -117,8 +120,10 @@ from ..schema import (
     ROBOTS_OF,
     SAVE_CHECKPOINT,
     SET_ADMITTED_THROUGH,
+    SET_DUPLICATE,
     SET_LASTMODS,
     STORE_COUNTS,
+    STORE_FINGERPRINT,
     STORE_REFUSALS,
     STORE_ROBOTS,
     create_or_upgrade,
@@ -537,6 +542,24 @@ class Frontier(CrawlReads, WholeFile):
             conn.execute(STORE_ROBOTS, (host, status, body, self._clock()))
             self._outcome_recorded(conn)
 
+
+    def fingerprints(self, host: str) -> list[tuple[str, bytes, int]]:
+        """The fingerprints duplicate detection keeps of ``host``'s done pages (those that duplicate
+        nothing), (url, digest, simhash): what a crawl reads back when it claims the host's URLs."""
+        with self._db() as conn:
+            return [(url, bytes(digest), unsigned64(simhash))
+                    for url, digest, simhash in conn.execute(FINGERPRINTS_OF, (host,))]
+
+    def store_fingerprints(self, pages: Iterable[tuple[str, bytes, int, str | None]]) -> None:
+        """Keep, for claimed URLs about to be completed, (url, digest, simhash, duplicate_of): the
+        URL a page duplicates on its row, or else its fingerprints for :meth:`fingerprints`.
+        Committed with the outcomes, in batches like them."""
+        rows = list(pages)
+        with self._db() as conn:
+            self._begin(conn)
+            conn.executemany(SET_DUPLICATE, [(url, original) for url, _, _, original in rows if original is not None])
+            conn.executemany(STORE_FINGERPRINT, [(url, digest, signed64(simhash))
+                                                 for url, digest, simhash, original in rows if original is None])
 
     def fail(
         self,
