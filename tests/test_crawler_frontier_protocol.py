@@ -2,8 +2,9 @@
 second backend (PostgreSQL, issue 12) plugs in without touching it.
 
 - A crawl whose frontier is a proxy that lets through the protocol's methods and nothing else
-  runs to its end exactly as on the SQLite class: robots.txt refusals, a robots.txt retried
-  (``retry_delay_after``), breadth-first layers (``min_due_depth``) included.  The proxy refuses
+  runs to its end exactly as on the SQLite class: robots.txt refusals, a robots.txt retried (by
+  the crawl's own schedule: the frontier holds no retry policy), breadth-first layers
+  (``min_due_depth``) included.  The proxy refuses
   ``lookup`` too, which the protocol has for the contract suite only.
 - The SQLite ``Frontier`` has every method of the protocol, with the same parameters.
 - ``crawler.py`` names the SQLite class in one place only, the function that opens a crawl's frontier.
@@ -63,7 +64,7 @@ def test_the_protocol_is_what_the_coordinator_calls_and_the_contract_reads() -> 
     assert sorted(set(PROTOCOL) - set(CONTRACT_READS)) == sorted([
         "__enter__", "__exit__", "add", "add_many", "batch", "checkpoint", "claim", "close", "complete_many",
         "counts", "fail", "failures", "fingerprints", "holds", "lost_hosts", "min_due_depth", "next_due", "recordable",
-        "release", "retry_delay_after", "robots", "start_deadlines", "store_fingerprints", "store_robots",
+        "release", "robots", "start_deadlines", "store_fingerprints", "store_robots",
     ])
     assert set(CONTRACT_READS) <= set(PROTOCOL)
 
@@ -87,7 +88,7 @@ def test_a_crawl_on_a_frontier_that_has_only_the_protocol_runs_as_on_the_sqlite_
 
     def open_only_the_protocol(config: CrawlConfig) -> OnlyTheProtocol:
         frontiers.append(OnlyTheProtocol(
-            Frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay)
+            Frontier(config.db_path)
         ))
         return frontiers[-1]
 
@@ -98,7 +99,7 @@ def test_a_crawl_on_a_frontier_that_has_only_the_protocol_runs_as_on_the_sqlite_
     assert proxied.counts["waiting"] == proxied.counts["processing"] == 0
     assert proxied.errors["robots_disallowed"] == proxied.counts["error"] > 0
     # The crawl went through the protocol's methods, robots.txt's retry and the layers included.
-    assert {"add", "add_many", "claim", "complete_many", "fail", "retry_delay_after", "min_due_depth"} <= set(
+    assert {"add", "add_many", "claim", "complete_many", "fail", "min_due_depth"} <= set(
         proxy.called
     )
     assert proxy._frontier.closed

@@ -33,7 +33,11 @@ from conftest import run_threads
 from niofetcher.crawl.frontier import STATES, Frontier, FrontierError, FrontierURL, schema
 from niofetcher.crawl.frontier.base import ROBOTS_SECONDS
 from niofetcher.crawl.frontier.schema import CLAIM_ROWS, SCHEMA_VERSION
+from niofetcher.crawl.schedule import RetrySchedule
 from niofetcher.urls import normalize_url
+
+# The crawl's retry policy, which a test asks as the crawler does: fail() is told the wait.
+RETRIES = RetrySchedule(max_attempts=3, first=1.0, most=300.0)
 
 
 class FakeClock:
@@ -120,7 +124,7 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def frontier(db: Path, clock: FakeClock) -> Iterable[Frontier]:
-    with Frontier(db, clock=clock, max_attempts=3, retry_delay=1.0, max_retry_delay=300.0) as f:
+    with Frontier(db, clock=clock) as f:
         yield f
 
 
@@ -158,8 +162,8 @@ def test_life_of_a_url_every_url_in_exactly_one_state(frontier: Frontier, db: Pa
 
     clock.advance(1)
     frontier.complete(claimed[0].url, 200)
-    assert frontier.fail(claimed[1].url, "read_timeout") == "waiting"
-    assert frontier.fail(claimed[2].url, "not found", status=404, retry=False) == "error"
+    assert frontier.fail(claimed[1].url, "read_timeout", retry_in=RETRIES.retry_in(claimed[1].attempts)) == "waiting"
+    assert frontier.fail(claimed[2].url, "not found", status=404) == "error"
     frontier.release([claimed[3].url])
     assert assert_consistent(frontier, db) == {"waiting": 4, "processing": 0, "done": 1, "error": 1}
 
@@ -304,7 +308,7 @@ def test_add_counts_new_urls_and_ignores_known_ones_in_any_form(frontier: Fronti
         if item.url.endswith("/x"):
             frontier.complete(item.url, 200)
         else:
-            frontier.fail(item.url, "boom", retry=False)
+            frontier.fail(item.url, "boom")
     assert frontier.add(["http://a.test/x", "http://A.TEST/y", "http://a.test/new"]) == 1
     assert assert_consistent(frontier, db)["waiting"] == 1
 
@@ -347,7 +351,7 @@ def test_a_known_url_found_nearer_a_seed_gets_the_smaller_depth_in_any_state(
     assert frontier.add([f"http://a.test/{name}" for name in names], depth=5, parent="http://a.test/far") == 4
     claimed = {item.url: item for item in frontier.claim(3)}
     frontier.complete("http://a.test/done", 200)
-    frontier.fail("http://a.test/error", "boom", retry=False)
+    frontier.fail("http://a.test/error", "boom")
     seqs = {name: row(f"http://a.test/{name}")[3] for name in names}
 
     # Deeper or as deep: nothing changes.
@@ -424,7 +428,7 @@ def test_claim_goes_breadth_first_within_a_priority(frontier: Frontier) -> None:
 def test_a_retried_url_keeps_its_place(frontier: Frontier, clock: FakeClock) -> None:
     frontier.add(urls(3))
     first, *_ = frontier.claim(1)
-    frontier.fail(first.url, "connect_error")
+    frontier.fail(first.url, "connect_error", retry_in=RETRIES.retry_in(first.attempts))
     frontier.add(["http://a.test/later"])
     clock.advance(1)  # the retry is due now
     assert [c.url for c in frontier.claim(10)] == [first.url, *urls(3)[1:], "http://a.test/later"]
@@ -440,7 +444,7 @@ def test_claim_never_hands_out_a_url_twice(frontier: Frontier, db: Path, clock: 
         for c in claimed:
             r = rng.random()
             if r < 0.1:
-                frontier.fail(c.url, "read_timeout", retry=False)
+                frontier.fail(c.url, "read_timeout")
             elif r < 0.2:
                 frontier.release([c.url])  # comes back, and may be claimed again
                 seen[c.url] -= 1
@@ -458,13 +462,14 @@ def test_claim_never_hands_out_a_url_twice(frontier: Frontier, db: Path, clock: 
 
 @pytest.mark.timeout(30)
 def test_retry_delays_grow_and_are_capped(db: Path, clock: FakeClock) -> None:
-    with Frontier(db, clock=clock, max_attempts=7, retry_delay=2.0, max_retry_delay=20.0) as frontier:
+    retries = RetrySchedule(max_attempts=7, first=2.0, most=20.0)
+    with Frontier(db, clock=clock) as frontier:
         frontier.add(["http://a.test/flaky"])
         delays = []
         for attempt in range(1, 7):
             (item,) = frontier.claim(5)
             assert item.attempts == attempt
-            assert frontier.fail(item.url, "read_timeout", status=None) == "waiting"
+            assert frontier.fail(item.url, "read_timeout", None, retries.retry_in(item.attempts)) == "waiting"
             due = frontier.next_due()
             assert due is not None
             delays.append(due - clock.now)
@@ -474,7 +479,8 @@ def test_retry_delays_grow_and_are_capped(db: Path, clock: FakeClock) -> None:
         assert delays == [2.0, 4.0, 8.0, 16.0, 20.0, 20.0]  # retry_delay * 2**(attempts-1), capped
         (item,) = frontier.claim(5)
         assert item.attempts == 7
-        assert frontier.fail(item.url, "read_timeout") == "error"  # attempts used up
+        assert retries.retry_in(item.attempts) is None  # attempts used up
+        assert frontier.fail(item.url, "read_timeout") == "error"
         assert frontier.next_due() is None
         rows = read_rows(db, "SELECT state, attempts, error, next_attempt_at FROM urls")
         assert rows == [("error", 7, "read_timeout", None)]
@@ -484,8 +490,8 @@ def test_retry_delays_grow_and_are_capped(db: Path, clock: FakeClock) -> None:
 def test_retry_after_is_honoured(frontier: Frontier, clock: FakeClock) -> None:
     frontier.add(["http://a.test/busy", "http://a.test/other"])
     busy, other = frontier.claim(2)
-    assert frontier.fail(busy.url, "service unavailable", status=503, retry_after=120.0) == "waiting"
-    assert frontier.fail(other.url, "too many requests", status=429, retry_after=0.25) == "waiting"  # backoff is longer
+    assert frontier.fail(busy.url, "service unavailable", 503, RETRIES.retry_in(busy.attempts, 120.0)) == "waiting"
+    assert frontier.fail(other.url, "too many requests", 429, RETRIES.retry_in(other.attempts, 0.25)) == "waiting"
     clock.advance(1.0)
     assert [c.url for c in frontier.claim(5)] == [other.url]
     assert frontier.next_due() == clock.now - 1.0 + 120.0
@@ -495,7 +501,7 @@ def test_retry_after_is_honoured(frontier: Frontier, clock: FakeClock) -> None:
     (again,) = frontier.claim(5)
     assert again.url == busy.url and again.attempts == 2
     # The cap is for our own backoff; a server's longer Retry-After still wins.
-    assert frontier.fail(busy.url, "service unavailable", status=503, retry_after=1000.0) == "waiting"
+    assert frontier.fail(busy.url, "service unavailable", 503, RETRIES.retry_in(again.attempts, 1000.0)) == "waiting"
     assert frontier.next_due() == clock.now + 1000.0
 
 
@@ -507,12 +513,12 @@ def test_next_due_is_the_earliest_of_every_depth(frontier: Frontier, db: Path, c
     frontier.add(["http://a.test/3"], depth=3)
     seed, one, other = frontier.claim(3)
     assert (seed.depth, one.depth, other.depth) == (0, 1, 1)
-    frontier.fail(seed.url, "reset", retry_after=50.0)
-    frontier.fail(one.url, "reset", retry_after=30.0)
+    frontier.fail(seed.url, "reset", retry_in=50.0)
+    frontier.fail(one.url, "reset", retry_in=30.0)
     assert frontier.next_due() == clock.now  # depth 3's, found at once
     frontier.claim(5)
     frontier.complete("http://a.test/3", 200)
-    frontier.fail(other.url, "reset", retry_after=40.0)
+    frontier.fail(other.url, "reset", retry_in=40.0)
     assert frontier.next_due() == clock.now + 30.0  # depth 1's, earlier than depth 0's
     clock.advance(30.0)
     frontier.complete(frontier.claim(5)[0].url, 200)
@@ -550,7 +556,7 @@ def test_retries_end_in_error_after_max_attempts(frontier: Frontier, db: Path, c
     for _ in range(3):
         clock.advance(1000)
         (item,) = frontier.claim(1)
-        outcomes.append(frontier.fail(item.url, "connect_error", status=None))
+        outcomes.append(frontier.fail(item.url, "connect_error", None, RETRIES.retry_in(item.attempts)))
     assert outcomes == ["waiting", "waiting", "error"]
     clock.advance(1000)
     assert frontier.claim(1) == []  # a claim of nothing leaves the outcome to its batch
@@ -586,7 +592,7 @@ f.complete(claimed[0].url, 200)
 f.complete(claimed[1].url, 200)
 f.counts()  # commits: these two are done for good
 f.complete(claimed[2].url, 200)  # pending unless commit_every is 1
-f.fail(claimed[3].url, "boom", retry=False)
+f.fail(claimed[3].url, "boom")
 sys.stdout.flush()
 os._exit(1)  # killed: no close(), no commit, the WAL left behind
 """
@@ -972,12 +978,23 @@ def test_closed_frontier_and_bad_arguments(db: Path) -> None:
         frontier.claim(1)
     with pytest.raises(FrontierError, match="closed"):
         frontier.add(urls(1))
-    for kwargs in ({"max_attempts": 0}, {"retry_delay": -1.0}, {"max_retry_delay": 0.5},
-                   {"retry_delay": float("nan")}, {"commit_every": 0}):
-        with pytest.raises(ValueError):
-            Frontier(":memory:", **kwargs)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
-        Frontier(":memory:", max_attempts=True)
+    with pytest.raises(ValueError):
+        Frontier(":memory:", commit_every=0)
+    # The retry policy left the frontier: its old options say where it went.
+    for name in ("max_attempts", "retry_delay", "max_retry_delay"):
+        with pytest.raises(TypeError, match=f"takes no {name}: the retry policy left the frontier"):
+            Frontier(":memory:", **{name: 3})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'no_such'"):
+        Frontier(":memory:", no_such=1)
+    with Frontier(clock=lambda: 0.0) as frontier:
+        frontier.add(urls(1))
+        (item,) = frontier.claim(1)
+        for wait in (-1.0, float("nan"), float("inf")):
+            with pytest.raises(ValueError, match="retry_in"):
+                frontier.fail(item.url, "x", retry_in=wait)
+        with pytest.raises(TypeError, match="retry_in"):
+            frontier.fail(item.url, "x", retry_in=True)
+        assert frontier.state(item.url) == "processing"  # nothing recorded
 
 
 @pytest.mark.timeout(30)
@@ -997,7 +1014,8 @@ def test_in_memory_frontier() -> None:
 def test_four_threads_add_claim_and_complete(db: Path) -> None:
     per_thread = 1500
     claimed: list[list[str]] = [[] for _ in range(4)]
-    with Frontier(db, max_attempts=2, retry_delay=0.0) as frontier:
+    retries = RetrySchedule(max_attempts=2, first=0.0)
+    with Frontier(db) as frontier:
 
         def worker(n: int) -> None:
             rng = random.Random(n)
@@ -1009,7 +1027,7 @@ def test_four_threads_add_claim_and_complete(db: Path) -> None:
                 for item in frontier.claim(rng.randrange(1, 40)):
                     claimed[n].append(item.url)
                     if rng.random() < 0.1:
-                        frontier.fail(item.url, "read_timeout")
+                        frontier.fail(item.url, "read_timeout", retry_in=retries.retry_in(item.attempts))
                     else:
                         frontier.complete(item.url, 200)
                 frontier.counts()
@@ -1017,7 +1035,7 @@ def test_four_threads_add_claim_and_complete(db: Path) -> None:
                 for item in items:
                     claimed[n].append(item.url)
                     if rng.random() < 0.05:
-                        frontier.fail(item.url, "gone", retry=False)
+                        frontier.fail(item.url, "gone", retry_in=retries.retry_in(item.attempts))
                     else:
                         frontier.complete(item.url, 200)
 

@@ -33,23 +33,25 @@ from typing import Any, ClassVar
 import pytest
 from test_frontier import FakeClock
 
-from niofetcher.crawl.frontier import FrontierBackend, FrontierError, FrontierErrorKind, open_frontier
+from niofetcher.crawl.frontier import Frontier, FrontierBackend, FrontierError, FrontierErrorKind, open_frontier
 from niofetcher.crawl.frontier.base import STATES, FrontierURL, StoredURL
+from niofetcher.crawl.frontier.capabilities import with_capabilities
+from niofetcher.crawl.schedule import RetrySchedule
 from niofetcher.urls import normalize_url
 
 pytest_plugins = ["pg_cluster"]
 pytestmark = pytest.mark.timeout(60)
 
-# The options of every store's frontier that the suite passes (a store takes them all).
-OPTIONS = {"max_attempts": 3, "retry_delay": 1.0, "max_retry_delay": 300.0}
+# The crawl's retry policy (no store option: a store is told each wait), asked as the crawler asks it: fail() records the wait it is given.
+RETRIES = RetrySchedule(max_attempts=3, first=1.0, most=300.0)
 
 
 class Store:
     """How the suite makes the frontiers of one store: a new store is one subclass of this, added to
     :data:`STORES`.
 
-    ``location`` and ``options`` are what ``open_frontier()`` gets (the suite adds ``clock`` and
-    :data:`OPTIONS`, or a test's own); every ``open()`` opens the same place again.
+    ``location`` and ``options`` are what ``open_frontier()`` gets (the suite adds ``clock``, and a
+    test its own); every ``open()`` opens the same place again.
     """
 
     name: ClassVar[str] = ""
@@ -123,8 +125,42 @@ class PostgresStore(Store):
         conn.close()  # the open transaction is rolled back by the server; the lock goes with the session
 
 
+class CoreOnly:
+    """A store of the core methods alone -- no host leases, no robots.txt store, the two
+    capabilities a store may lack (capabilities.py) -- with a SQLite frontier behind them: what a
+    newcomer's first store may be."""
+
+    LACKS = ("holds", "lost_hosts", "recordable", "start_deadlines", "robots", "store_robots")
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.LACKS:
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __enter__(self) -> CoreOnly:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.inner.close()
+
+
+class CoreOnlyStore(SQLiteStore):
+    """The suite passes a store without the capabilities: open_frontier() gives it their plain answers."""
+
+    name = "core-only"
+
+    def make(self, **options: Any) -> FrontierBackend:
+        return with_capabilities(CoreOnly(Frontier(self.location, **options)))
+
+    def kill(self, frontier: Any) -> None:
+        super().kill(frontier._store.inner)
+
+
 #: Every store the suite runs for: a new store adds its Store here.
-STORES: list[type[Store]] = [SQLiteStore, PostgresStore]
+STORES: list[type[Store]] = [SQLiteStore, PostgresStore, CoreOnlyStore]
 
 
 @pytest.fixture
@@ -143,7 +179,7 @@ def store(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Store]:
 
 @pytest.fixture
 def frontier(store: Store) -> FrontierBackend:
-    return store.open(**OPTIONS)
+    return store.open()
 
 
 # -- helpers ------------------------------------------------------------------
@@ -235,8 +271,8 @@ def test_life_of_a_url_every_url_in_exactly_one_state(frontier: FrontierBackend,
 
     clock.advance(1)
     frontier.complete_many([(claimed[0].url, 200)])
-    assert frontier.fail(claimed[1].url, "read_timeout") == "waiting"
-    assert frontier.fail(claimed[2].url, "not found", status=404, retry=False) == "error"
+    assert frontier.fail(claimed[1].url, "read_timeout", retry_in=RETRIES.retry_in(claimed[1].attempts)) == "waiting"
+    assert frontier.fail(claimed[2].url, "not found", status=404) == "error"
     frontier.release([claimed[3].url])
     assert assert_consistent(frontier, urls(6)) == {"waiting": 4, "processing": 0, "done": 1, "error": 1}
     assert state_of(frontier, "HTTP://A.TEST:80/page/0#x") == "done"
@@ -270,7 +306,7 @@ def test_outcomes_only_for_claimed_urls(frontier: FrontierBackend) -> None:
     frontier.complete_many([("HTTP://a.test:80/page/1#top", 204)])  # any form of a claimed URL
     frontier.add(["http://a.test/f"])
     (fail_me,) = frontier.claim(1)
-    assert frontier.fail("HTTP://A.test/f", "boom", retry=False) == "error"
+    assert frontier.fail("HTTP://A.test/f", "boom") == "error"
     assert state_of(frontier, fail_me.url) == "error"
     assert assert_consistent(frontier, [*urls(2), "http://a.test/f", "http://elsewhere.test/"]) == {
         "waiting": 0, "processing": 0, "done": 2, "error": 1}
@@ -315,7 +351,7 @@ def test_add_counts_new_urls_and_ignores_known_ones_in_any_form(frontier: Fronti
         if item.url.endswith("/x"):
             frontier.complete_many([(item.url, 200)])
         else:
-            frontier.fail(item.url, "boom", retry=False)
+            frontier.fail(item.url, "boom")
     given += ["http://a.test/x", "http://A.TEST/y", "http://a.test/new"]
     assert frontier.add(given[-3:]) == 1  # known in any state
     assert assert_consistent(frontier, given + refused) == {"waiting": 1, "processing": 0, "done": 1, "error": 3}
@@ -356,7 +392,7 @@ def test_a_known_url_found_nearer_a_seed_gets_the_smaller_depth_in_any_state(fro
     assert frontier.add([f"http://a.test/{name}" for name in names], depth=5, parent="http://a.test/far") == 4
     claimed = {item.url: item for item in frontier.claim(3)}
     frontier.complete_many([("http://a.test/done", 200)])
-    frontier.fail("http://a.test/error", "boom", retry=False)
+    frontier.fail("http://a.test/error", "boom")
     assert frontier.add_many([(f"http://a.test/{name}", 7, "http://a.test/deeper", 0) for name in names]) == 0
     assert {found(f"http://a.test/{name}")[:2] for name in names} == {(5, "http://a.test/far")}
     # Found nearer in the reverse order of their discovery: a URL that took a new place in the
@@ -392,7 +428,7 @@ def test_a_sitemap_lastmod_is_stored_and_handed_back_with_claims(frontier: Front
     claimed = {c.url: c.lastmod for c in frontier.claim(10)}
     assert claimed == {"http://a.test/known": "2024-03-04T05:06:07+00:00", "http://a.test/link": None,
                        "http://a.test/new": "2024-01-02"}
-    assert frontier.fail("http://a.test/new", "timeout") == "waiting"
+    assert frontier.fail("http://a.test/new", "timeout", retry_in=1.0) == "waiting"
     clock.advance(3600)
     assert [(c.url, c.lastmod) for c in frontier.claim(10)] == [("http://a.test/new", "2024-01-02")]
 
@@ -440,7 +476,7 @@ def test_claim_never_hands_out_a_url_twice(frontier: FrontierBackend) -> None:
             for c in claimed:
                 r = rng.random()
                 if r < 0.1:
-                    frontier.fail(c.url, "read_timeout", retry=False)
+                    frontier.fail(c.url, "read_timeout")
                 elif r < 0.2:
                     frontier.release([c.url])  # comes back, and may be claimed again
                     seen[c.url] -= 1
@@ -503,12 +539,12 @@ def test_priority_first_across_hosts_then_turns(frontier: FrontierBackend) -> No
 
 def test_a_host_comes_back_in_line_whenever_a_url_of_it_waits_again(store: Store, clock: FakeClock) -> None:
     """Released, retried, added again, or after a reopen: no host with a waiting URL is left out."""
-    frontier = store.open(retry_delay=1.0)
+    frontier = store.open()
     frontier.add(["http://a.test/1", "http://b.test/1", "http://c.test/1"])
     a, b, _c = frontier.claim(10)
     assert frontier.claim(10) == []
     frontier.release([a.url])
-    frontier.fail(b.url, "connect_error")
+    frontier.fail(b.url, "connect_error", retry_in=1.0)
     frontier.add(["http://d.test/1"])
     clock.advance(2)
     assert sorted(u.url for u in frontier.claim(10)) == ["http://a.test/1", "http://b.test/1", "http://d.test/1"]
@@ -520,10 +556,10 @@ def test_a_host_comes_back_in_line_whenever_a_url_of_it_waits_again(store: Store
 
 
 def test_hosts_whose_urls_are_not_due_or_too_deep_wait_in_line(store: Store, clock: FakeClock) -> None:
-    frontier = store.open(retry_delay=10.0)
+    frontier = store.open()
     frontier.add(["http://a.test/hi"], priority=5)
     (hi,) = frontier.claim(1)
-    frontier.fail(hi.url, "http_503")  # waits 10 s, priority 5
+    frontier.fail(hi.url, "http_503", retry_in=10.0)  # waits 10 s, priority 5
     frontier.add(["http://a.test/lo0", "http://a.test/lo1"], priority=0)
     frontier.add(["http://b.test/x"], priority=3)
     assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/lo0", "http://a.test/lo1", "http://b.test/x"]
@@ -558,13 +594,15 @@ def test_a_host_room_that_raises_loses_no_host(frontier: FrontierBackend) -> Non
 
 
 def test_retry_delays_grow_and_are_capped_and_end_in_error(store: Store, clock: FakeClock) -> None:
-    frontier = store.open(max_attempts=7, retry_delay=2.0, max_retry_delay=20.0)
+    """The crawl's schedule says how long; the store keeps each wait it is told, by its clock."""
+    retries = RetrySchedule(max_attempts=7, first=2.0, most=20.0)
+    frontier = store.open()
     frontier.add(["http://a.test/flaky"])
     delays = []
     for attempt in range(1, 7):
         (item,) = frontier.claim(5)
         assert item.attempts == attempt
-        assert frontier.fail(item.url, "read_timeout", status=None) == "waiting"
+        assert frontier.fail(item.url, "read_timeout", None, retries.retry_in(item.attempts)) == "waiting"
         due = frontier.next_due()
         assert due is not None and stored(frontier, item.url).next_attempt_at == due
         delays.append(due - clock.now)
@@ -573,8 +611,8 @@ def test_retry_delays_grow_and_are_capped_and_end_in_error(store: Store, clock: 
         clock.advance(0.001)
     assert delays == [2.0, 4.0, 8.0, 16.0, 20.0, 20.0]
     (item,) = frontier.claim(5)
-    assert item.attempts == 7
-    assert frontier.fail(item.url, "read_timeout") == "error"
+    assert item.attempts == 7 and retries.retry_in(item.attempts) is None
+    assert frontier.fail(item.url, "read_timeout", None, retries.retry_in(item.attempts)) == "error"
     assert frontier.next_due() is None
     ended = stored(frontier, "http://a.test/flaky")
     assert (ended.state, ended.attempts, ended.error, ended.next_attempt_at) == ("error", 7, "read_timeout", None)
@@ -584,15 +622,15 @@ def test_retry_delays_grow_and_are_capped_and_end_in_error(store: Store, clock: 
 def test_retry_after_is_honoured_and_a_retried_url_keeps_its_place(frontier: FrontierBackend, clock: FakeClock) -> None:
     frontier.add(["http://a.test/busy", "http://a.test/other", "http://a.test/third"])
     busy, other = frontier.claim(2)
-    assert frontier.fail(busy.url, "service unavailable", status=503, retry_after=120.0) == "waiting"
-    assert frontier.fail(other.url, "too many requests", status=429, retry_after=0.25) == "waiting"
+    assert frontier.fail(busy.url, "service unavailable", 503, RETRIES.retry_in(busy.attempts, 120.0)) == "waiting"
+    assert frontier.fail(other.url, "too many requests", 429, RETRIES.retry_in(other.attempts, 0.25)) == "waiting"
     clock.advance(1.0)
     assert [c.url for c in frontier.claim(5)] == [other.url, "http://a.test/third"]  # in its place, before third
     assert frontier.next_due() == clock.now - 1.0 + 120.0
     clock.advance(119)
     (again,) = frontier.claim(5)
     assert again.url == busy.url and again.attempts == 2
-    assert frontier.fail(busy.url, "service unavailable", status=503, retry_after=1000.0) == "waiting"
+    assert frontier.fail(busy.url, "service unavailable", 503, RETRIES.retry_in(again.attempts, 1000.0)) == "waiting"
     assert frontier.next_due() == clock.now + 1000.0  # a server's Retry-After beats the cap
 
 
@@ -628,24 +666,24 @@ def test_a_call_refused_inside_a_batch_rolls_the_batch_back(frontier: FrontierBa
 def test_a_batch_commits_once_at_its_end(store: Store) -> None:
     """What a batch does is kept all at its end and not before -- what survives a crash shows it --,
     and a block that raises by itself commits nothing on its way out; the next commit does."""
-    frontier = store.open(**OPTIONS)
+    frontier = store.open()
     frontier.add(urls(3))
     first, second, third = frontier.claim(3)
     batch = frontier.batch()
     batch.__enter__()  # the process dies before the batch ends: nothing of it is kept
-    frontier.fail(first.url, "HTTP 404", status=404, retry=False)
+    frontier.fail(first.url, "HTTP 404", status=404)
     frontier.complete_many([(second.url, 200)], {"out": 7})
     store.crash(frontier)
-    frontier = store.open(**OPTIONS)
+    frontier = store.open()
     assert frontier.checkpoint() == {}
     assert [(stored(frontier, url).state, stored(frontier, url).attempts) for url in urls(3)] == [("waiting", 1)] * 3
 
     first, second, third = frontier.claim(3)
     with frontier.batch():
-        frontier.fail(first.url, "HTTP 404", status=404, retry=False)
+        frontier.fail(first.url, "HTTP 404", status=404)
         frontier.complete_many([(second.url, 200)], {"out": 7})
     store.crash(frontier)  # right at the end of the batch: all of it is kept
-    frontier = store.open(**OPTIONS)
+    frontier = store.open()
     assert [state_of(frontier, url) for url in urls(3)] == ["error", "done", "waiting"]
     assert frontier.checkpoint() == {"out": 7}
 
@@ -657,7 +695,7 @@ def test_a_batch_commits_once_at_its_end(store: Store) -> None:
         if not _crash_before_the_next_commit:
             assert frontier.checkpoint() == {"out": 8}  # a commit
         store.crash(frontier)
-        frontier = store.open(**OPTIONS)
+        frontier = store.open()
         assert frontier.checkpoint() == ({"out": 7} if _crash_before_the_next_commit else {"out": 8})
     assert assert_consistent(frontier, urls(3)) == {"waiting": 0, "processing": 0, "done": 2, "error": 1}
 
@@ -742,9 +780,12 @@ def test_the_hosts_of_its_claims_are_its_own_while_nothing_changes_hands(store: 
 def test_a_robots_txt_answer_is_kept_for_the_hosts_next_reader(store: Store) -> None:
     """store_robots() keeps a 2xx or a 4xx answer, robots() gives it back -- to a frontier opened
     later too -- with its age; a newer answer replaces it.  (That an answer more than a day old is
-    not given back is each store's test: a shared store goes by its server's clock.)"""
+    not given back is each store's test: a shared store goes by its server's clock.)  A store
+    without a robots.txt store (capabilities.py) is passed over: it keeps nothing, by design."""
     rules = b"User-agent: *\nDisallow: /private\n"
     frontier = store.open()
+    if "robots_store" in getattr(frontier, "lacks", ()):
+        pytest.skip(f"the {store.name} store keeps no robots.txt (a capability it may lack)")
     frontier.add(["http://a.test/", "http://b.test/"])
     claimed = frontier.claim(10)  # a shared store keeps the answers of the hosts its worker holds
     assert frontier.robots("http://a.test") is None
@@ -792,12 +833,12 @@ def test_fingerprints_are_kept_by_host_for_the_next_reader(store: Store) -> None
 def test_failures_are_the_first_errors_since_a_time_with_why(frontier: FrontierBackend, clock: FakeClock) -> None:
     frontier.add(urls(4))
     first, second, third, fourth = frontier.claim(4)
-    frontier.fail(first.url, "before the run", retry=False)
+    frontier.fail(first.url, "before the run")
     clock.advance(10)
     since = clock()
-    frontier.fail(second.url, "HTTP 404 Not Found", status=404, retry=False)
-    frontier.fail(third.url, "timeout", retry=True)  # waits again: not a failure of the run
+    frontier.fail(second.url, "HTTP 404 Not Found", status=404)
+    frontier.fail(third.url, "timeout", retry_in=1.0)  # waits again: not a failure of the run
     clock.advance(1)
-    frontier.fail(fourth.url, "connection refused", retry=False)
+    frontier.fail(fourth.url, "connection refused")
     assert frontier.failures(since, 5) == [(second.url, "HTTP 404 Not Found"), (fourth.url, "connection refused")]
     assert frontier.failures(since, 1) == [(second.url, "HTTP 404 Not Found")]

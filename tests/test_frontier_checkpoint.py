@@ -69,7 +69,7 @@ def test_a_checkpoint_is_committed_by_the_commit_that_commits_its_outcomes(tmp_p
         assert on_disk(db) == (0, {})
         frontier.complete_many([], {"out": 2})  # a lone checkpoint counts as one pending outcome
         assert on_disk(db) == (0, {})
-        frontier.fail(items[1].url, "boom", retry=False)  # the third: this commits all of them
+        frontier.fail(items[1].url, "boom")  # the third: this commits all of them
         assert on_disk(db) == (1, {"out": 2})
         frontier.complete_many([(items[2].url, 200), (items[3].url, 200)], {"out": 3})
         assert on_disk(db) == (1, {"out": 2})
@@ -127,7 +127,7 @@ frontier.complete_many([], checkpoint={"out": 0})
 frontier.flush()
 batched = sys.argv[2] == "batch"
 with frontier.batch() if batched else open(os.devnull):
-    frontier.fail("http://h.test/a", "HTTP 404", status=404, retry=False)
+    frontier.fail("http://h.test/a", "HTTP 404", status=404)
     os._exit(9)
 """
 

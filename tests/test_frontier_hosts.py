@@ -73,12 +73,12 @@ def test_a_host_comes_back_in_line_whenever_a_url_of_it_waits_again(tmp_path: Pa
     """Released, retried, added again, or after a reopen: no host with a waiting URL is left out."""
     clock = [1000.0]
     db = tmp_path / "f.db"
-    with Frontier(db, clock=lambda: clock[0], retry_delay=1.0) as frontier:
+    with Frontier(db, clock=lambda: clock[0]) as frontier:
         frontier.add(["http://a.test/1", "http://b.test/1", "http://c.test/1"])
         a, b, _c = frontier.claim(10)
         assert frontier.claim(10) == [] and frontier._queues.rotation.hosts() == []  # every queue empty, nobody in line
         frontier.release([a.url])
-        frontier.fail(b.url, "connect_error")
+        frontier.fail(b.url, "connect_error", retry_in=1.0)
         frontier.add(["http://d.test/1"])
         clock[0] += 2
         assert sorted(u.url for u in frontier.claim(10)) == ["http://a.test/1", "http://b.test/1", "http://d.test/1"]
@@ -92,10 +92,10 @@ def test_a_host_comes_back_in_line_whenever_a_url_of_it_waits_again(tmp_path: Pa
 @pytest.mark.timeout(30)
 def test_a_host_whose_urls_are_not_due_yet_stays_in_line() -> None:
     clock = [1000.0]
-    with Frontier(clock=lambda: clock[0], retry_delay=10.0) as frontier:
+    with Frontier(clock=lambda: clock[0]) as frontier:
         frontier.add(["http://a.test/1", "http://b.test/1"])
         first, second = frontier.claim(10)
-        frontier.fail(first.url, "read_timeout")
+        frontier.fail(first.url, "read_timeout", retry_in=10.0)
         frontier.complete(second.url, 200)
         assert frontier.claim(10) == []
         assert frontier._queues.rotation.hosts() == ["http://a.test"]  # b.test is empty and forgotten; a.test waits
@@ -263,7 +263,7 @@ def test_a_host_with_nothing_within_the_depth_is_parked_until_the_depth_or_its_u
     """A breadth-first layer asks for depth <= d; a host whose queue holds only deeper URLs would
     be walked in full by every claim of the layer (its index orders by priority, then depth)."""
     clock = [1000.0]
-    with Frontier(clock=lambda: clock[0], retry_delay=10.0) as frontier:
+    with Frontier(clock=lambda: clock[0]) as frontier:
         frontier.add_many((f"http://deep.test/{i}", 3, None, 0) for i in range(20_000))
         frontier.add(["http://a.test/1", "http://a.test/2"], depth=1)
         assert [c.url for c in frontier.claim(1, max_depth=1)] == ["http://a.test/1"]
@@ -287,7 +287,7 @@ def test_a_host_with_nothing_within_the_depth_is_parked_until_the_depth_or_its_u
         frontier.add(["http://late.test/1"], depth=1)
         frontier.add_many((f"http://late.test/deep{i}", 3, None, 0) for i in range(3))
         (late,) = frontier.claim(1, max_depth=1)
-        frontier.fail(late.url, "read_timeout")
+        frontier.fail(late.url, "read_timeout", retry_in=10.0)
         assert frontier.claim(10, max_depth=1) == []
         clock[0] += 11
         assert [c.url for c in frontier.claim(10, max_depth=1)] == ["http://late.test/1"]
@@ -296,10 +296,10 @@ def test_a_host_with_nothing_within_the_depth_is_parked_until_the_depth_or_its_u
 @pytest.mark.timeout(30)
 def test_a_higher_priority_url_not_due_yet_keeps_its_host_in_the_higher_line() -> None:
     now = [1000.0]
-    with Frontier(clock=lambda: now[0], retry_delay=10.0) as frontier:
+    with Frontier(clock=lambda: now[0]) as frontier:
         frontier.add(["http://a.test/hi"], priority=5)
         (hi,) = frontier.claim(1)
-        frontier.fail(hi.url, "http_503")  # waits until 1010, priority 5
+        frontier.fail(hi.url, "http_503", retry_in=10.0)  # waits until 1010, priority 5
         frontier.add(["http://a.test/lo0", "http://a.test/lo1"], priority=0)
         frontier.add(["http://b.test/x"], priority=3)
         assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/lo0", "http://a.test/lo1", "http://b.test/x"]
@@ -327,10 +327,10 @@ def test_a_host_room_that_raises_in_a_later_pass_hands_nothing_out_and_keeps_not
     raises then, the URLs the first pass marked 'processing' were handed to no one: they must
     wait again, also with outcomes pending (no rollback then)."""
     now = [1000.0]
-    with Frontier(clock=lambda: now[0], retry_delay=10.0, commit_every=1000, commit_interval=3600) as frontier:
+    with Frontier(clock=lambda: now[0], commit_every=1000, commit_interval=3600) as frontier:
         frontier.add(["http://a.test/0", "http://b.test/0", "http://c.test/0", "http://p.test/0"])
         (late,) = frontier.claim(1)
-        frontier.fail(late.url, "http_503")  # pending; a.test has nothing due for 10 s
+        frontier.fail(late.url, "http_503", retry_in=10.0)  # pending; a.test has nothing due for 10 s
         asked: list[str] = []
 
         def room(host: str) -> int:
@@ -353,11 +353,11 @@ def test_a_claim_of_hosts_with_nothing_due_asks_them_in_few_passes() -> None:
     """Each pass asks more hosts than the one before: claim(1) over N hosts with nothing due is
     not N passes of a few statements (nor N walks of a higher line whose hosts were asked)."""
     now = [1000.0]
-    with Frontier(clock=lambda: now[0], retry_delay=10.0) as frontier:
+    with Frontier(clock=lambda: now[0]) as frontier:
         frontier.add([f"http://hi{i}.test/0" for i in range(200)], priority=5)
         frontier.add([f"http://lo{i}.test/0" for i in range(200)])
         for item in frontier.claim(400):
-            frontier.fail(item.url, "http_503")
+            frontier.fail(item.url, "http_503", retry_in=10.0)
         frontier.flush()
         statements: list[str] = []
         assert frontier._conn is not None

@@ -46,14 +46,29 @@ def mem_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
         opened = []
 
-        def open_store(location, *, crawl=None, max_attempts=3, retry_delay=1.0, **options):
-            opened.append((location, {"crawl": crawl, "max_attempts": max_attempts, **options}))
-            return Frontier(":memory:", max_attempts=max_attempts, retry_delay=retry_delay)
+        def open_store(location, *, crawl=None, lease_seconds=10.0, max_hosts=None, traps=None, **options):
+            opened.append((location, {"crawl": crawl, **options}))
+            return Frontier(":memory:", traps=traps, **options)
+
+        class CoreOnly:
+            # The core methods of a store alone: no host leases, no robots.txt store.
+            LACKS = ("holds", "lost_hosts", "recordable", "start_deadlines", "robots", "store_robots")
+
+            def __init__(self, inner):
+                self.inner = inner
+
+            def __getattr__(self, name):
+                if name in self.LACKS:
+                    raise AttributeError(name)
+                return getattr(self.inner, name)
+
+        def open_core_only(location, *, crawl=None, lease_seconds=10.0, max_hosts=None, **options):
+            return CoreOnly(Frontier(":memory:", **options))
     """))
     info = tmp_path / "memstore-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: memstore\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[niofetcher.frontiers]\nmem = memstore:open_store\n")
+    (info / "entry_points.txt").write_text("[niofetcher.frontiers]\nmem = memstore:open_store\nbare = memstore:open_core_only\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "memstore", raising=False)
     return tmp_path
@@ -61,8 +76,8 @@ def mem_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_path_opens_the_sqlite_frontier_with_its_options(tmp_path: Path) -> None:
     for location in (str(tmp_path / "a.db"), tmp_path / "b.db", ":memory:"):
-        with open_frontier(location, max_attempts=5) as frontier:
-            assert isinstance(frontier, Frontier) and frontier.max_attempts == 5
+        with open_frontier(location, commit_every=5) as frontier:
+            assert isinstance(frontier, Frontier) and frontier._commit_every == 5
             assert frontier.add(["http://a.test/"]) == 1
     with open_frontier(tmp_path / "a.db") as again:  # the same file: the URL is there
         assert again.counts()["waiting"] == 1
@@ -73,9 +88,9 @@ def test_a_postgres_url_opens_a_worker_of_that_crawl(postgres_dsn: str) -> None:
 
     other_scheme = postgres_dsn.replace("postgresql://", "postgres://", 1)
     for dsn in (postgres_dsn, other_scheme):
-        with open_frontier(dsn, crawl="opened_by_url", max_attempts=2) as frontier:
+        with open_frontier(dsn, crawl="opened_by_url", max_hosts=2) as frontier:
             assert isinstance(frontier, PostgresFrontier) and frontier.crawl == "opened_by_url"
-            assert frontier.max_attempts == 2
+            assert frontier.max_hosts == 2
             frontier.add(["http://a.test/"])
     status = frontier_status(postgres_dsn, crawl="opened_by_url", top=3)
     assert status.counts["waiting"] == 1 and status.busiest == [("http://a.test", 1, None)]
@@ -114,17 +129,17 @@ def test_a_scheme_no_backend_takes_is_one_line_of_kind_unavailable() -> None:
 
 
 def test_an_entry_point_adds_a_backend_by_its_scheme(mem_backend: Path) -> None:
-    with open_frontier("MEM://crawl-one", max_attempts=4) as frontier:
-        assert isinstance(frontier, Frontier) and frontier.max_attempts == 4
+    with open_frontier("MEM://crawl-one", commit_every=4) as frontier:
+        assert isinstance(frontier, Frontier) and frontier._commit_every == 4
     import memstore  # type: ignore[import-not-found]
 
-    assert memstore.opened == [("MEM://crawl-one", {"crawl": None, "max_attempts": 4})]
+    assert memstore.opened == [("MEM://crawl-one", {"crawl": None, "commit_every": 4})]
     # A crawl may name it; a scheme no package declares is refused as before, naming the one that is.
     config = CrawlConfig(seeds=["http://a.test/"], frontier="mem://crawl-one", crawl_name="c")
     assert config.frontier == "mem://crawl-one"
-    with pytest.raises(ValueError, match=r"^frontier must be a postgresql:// \(or postgres://, mem://\) URL$"):
+    with pytest.raises(ValueError, match=r"^frontier must be a postgresql:// \(or postgres://, bare://, mem://\) URL$"):
         CrawlConfig(seeds=["http://a.test/"], frontier="sqlite:///x.db", crawl_name="c")
-    with pytest.raises(FrontierError, match=r"known: a path, postgresql://, postgres://, mem://\)$"):
+    with pytest.raises(FrontierError, match=r"known: a path, postgresql://, postgres://, bare://, mem://\)$"):
         open_frontier("redis://127.0.0.1:6379/0")
 
 
@@ -140,7 +155,33 @@ def test_a_crawl_runs_on_a_backend_of_an_entry_point(mem_backend: Path) -> None:
     import memstore
 
     ((location, options),) = memstore.opened
-    assert location == "mem://site" and options["crawl"] == "site" and options["max_attempts"] == 3
+    # The retry policy stays the crawl's: a store is never given one (it is told each wait).
+    assert location == "mem://site" and options == {"crawl": "site"}
+
+
+def test_a_store_without_leases_or_a_robots_store_gets_their_plain_answers(mem_backend: Path) -> None:
+    """A store may lack host leases and a robots.txt store (capabilities.py): open_frontier() gives
+    it the answers of a store one process holds and keeps no robots.txt, and a crawl runs on it."""
+    from niofetcher.crawl import Crawler
+    from niofetcher.testing import TestSite
+
+    with open_frontier("bare://one") as frontier:
+        assert frontier.lacks == {"host_leases", "robots_store"}  # type: ignore[attr-defined]
+        assert "without host_leases, robots_store" in repr(frontier)
+        frontier.add(["http://a.test/", "http://b.test/"])
+        claimed = frontier.claim(5)
+        assert all(frontier.holds(item.host) for item in claimed) and frontier.holds("http://never.test")
+        assert frontier.lost_hosts() == [] and frontier.start_deadlines() == {}
+        assert frontier.recordable(item.url for item in claimed) == [item.url for item in claimed]
+        frontier.store_robots("http://a.test", 200, b"User-agent: *\nDisallow:\n")
+        assert frontier.robots("http://a.test") is None  # kept nowhere
+        frontier.complete_many([(item.url, 200) for item in claimed])
+        assert frontier.counts()["done"] == 2
+    assert frontier.closed  # type: ignore[attr-defined]
+    with TestSite(hosts=1, pages=5, robots_disallow=["/page/1"]) as site:
+        config = CrawlConfig(seeds=site.base_urls, frontier="bare://site", crawl_name="site", parse_mode="thread")
+        summary = Crawler(config).run()
+    assert summary.counts["done"] == summary.pages > 3 and summary.errors == {"robots_disallowed": 1}
 
 
 # -- errors, by kind -----------------------------------------------------------------------------

@@ -91,13 +91,13 @@ def test_the_tables_have_the_sqlite_frontiers_columns_and_keep_to_the_four_state
     """The urls table has the SQLite frontier's columns in the same order (tests/test_frontier.py):
     the same queries work on both.  What the frontier did is in it, and the CHECK constraint keeps
     even a user's UPDATE to the four states."""
-    frontier = pg.open(max_attempts=3, retry_delay=1.0)
+    frontier = pg.open()
     frontier.add(urls(4))
     claimed = frontier.claim(4)
     clock.advance(1)
     frontier.complete_many([(claimed[0].url, 200)])
-    assert frontier.fail(claimed[1].url, "read_timeout") == "waiting"
-    assert frontier.fail(claimed[2].url, "not found", status=404, retry=False) == "error"
+    assert frontier.fail(claimed[1].url, "read_timeout", retry_in=1.0) == "waiting"
+    assert frontier.fail(claimed[2].url, "not found", status=404) == "error"
     frontier.release([claimed[3].url])
     assert pg.columns("urls") == URL_COLUMNS
     rows = {row[0]: row[1:] for row in pg.rows("SELECT url, state, attempts, status, error, fetched_at FROM urls")}
@@ -247,7 +247,7 @@ def late_outcome(frontier: Any, url: str, outcome: str) -> None:
     if outcome == "complete":
         frontier.complete_many([(url, 200)])
     elif outcome == "fail":
-        frontier.fail(url, "no retry", retry=False)
+        frontier.fail(url, "no retry")
     else:
         frontier.release([url])
 

@@ -14,6 +14,7 @@ from ..urls import QueryCleaner, domain_host, parse_target
 from .directives import canonical_header, header_directives
 from .frontier.base import check_crawl_name
 from .frontier.locations import check_shared_location
+from .schedule import RetrySchedule
 
 if TYPE_CHECKING:  # a program that reads CrawlConfig need not load bs4 and lxml
     from .parse import PageLinks
@@ -105,6 +106,12 @@ class CrawlConfig:
         self._check_traps()
         if self.dedup is not None and self.dedup not in DEDUP_MODES:
             raise ValueError(f"dedup must be None, 'exact' or 'near', not {self.dedup!r}")
+
+    @property
+    def retries(self) -> RetrySchedule:
+        """The retry policy of ``max_attempts`` and ``retry_delay`` (doubling up to 300 s), which
+        the crawler asks how long a failed URL waits: the frontier is told, and decides nothing."""
+        return RetrySchedule(self.max_attempts, self.retry_delay)
 
     def _check_allowed_domains(self) -> None:
         """Read each allowed domain as its host (a tuple of them); ValueError for an entry that

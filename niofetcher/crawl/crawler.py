@@ -127,7 +127,7 @@ class Crawler:
         self._reports = self._pipeline.reports  # what the pipeline's threads send the coordinator
         self._active: Counter[Origin] = Counter()  # URLs of each origin in the fetcher or after it
         self._robots = RobotsGate(
-            config.fetcher.user_agent, config.max_attempts, config.max_crawl_delay,
+            config.fetcher.user_agent, config.retries, config.max_crawl_delay,
             busy=self._active.__contains__, stopping=self._stop, headers=self._headers,
         )
         self._window, per_host = windows(
@@ -438,7 +438,7 @@ class Crawler:
                 refusal = rules.refuses(item.url, self.config.fetcher.user_agent)
                 if refusal:
                     self._in_progress.pop(item.url)
-                    frontier.fail(item.url, refusal, retry=False)
+                    frontier.fail(item.url, refusal)
                     self._errors["robots_unavailable" if rules.refusal else "robots_disallowed"] += 1
                     continue
             beans.append(URLBean(item.url, priority=item.priority, headers=self._headers(origin),
@@ -559,14 +559,14 @@ class Crawler:
             if result.error is ErrorKind.CANCELLED:
                 frontier.release([url])  # not the URL's fault: the attempt does not count
             else:
-                frontier.fail(url, error_text(result), status=result.status, retry=True,
-                              retry_after=retry_after(result))
+                frontier.fail(url, error_text(result), result.status,
+                              self.config.retries.retry_in(page.item.attempts, retry_after(result)))
         elif page.failure:
             self._errors["on_page_failed"] += 1
-            frontier.fail(url, page.failure, status=result.status, retry=False)
+            frontier.fail(url, page.failure, result.status)
         else:
             self._errors[result.error.value if result.error is not None else f"http_{result.status}"] += 1
-            frontier.fail(url, error_text(result), status=result.status, retry=False)
+            frontier.fail(url, error_text(result), result.status)
 
 
 def _take_credentials(seeds: Sequence[str]) -> tuple[list[str], dict[Origin, str]]:
@@ -615,8 +615,6 @@ def _open_frontier(config: CrawlConfig) -> FrontierBackend:
         fetcher = config.fetcher
         window, per_host = windows(fetcher.max_connections, fetcher.max_connections_per_host, fetcher.host_delay)
         max_hosts = max(1, window // per_host)
-        return open_frontier(config.frontier, crawl=str(config.crawl_name), max_attempts=config.max_attempts,
-                             retry_delay=config.retry_delay, lease_seconds=config.lease_seconds,
+        return open_frontier(config.frontier, crawl=str(config.crawl_name), lease_seconds=config.lease_seconds,
                              max_hosts=max_hosts, **options)
-    return open_frontier(config.db_path, max_attempts=config.max_attempts, retry_delay=config.retry_delay,
-                         **options)
+    return open_frontier(config.db_path, **options)

@@ -46,6 +46,7 @@ from .frontier import FrontierBackend, FrontierURL
 from .frontier.base import ROBOTS_SECONDS
 from .policy import error_text, retry_after
 from .robots import Redirect, RobotsRules, RobotsTable, interpret, parsed_part
+from .schedule import RetrySchedule
 
 __all__ = ["Released", "RobotsGate", "RobotsReply"]
 
@@ -91,7 +92,9 @@ class RobotsGate:
 
     Args:
         user_agent: whose rules apply, and whose Crawl-delay.
-        max_attempts: fetches of an unreachable robots.txt before its origin's URLs end 'error'.
+        retries: the crawl's retry policy, which an unreachable robots.txt follows as a page does
+            (its ``max_attempts`` fetches, then its origin's URLs end 'error'); an int: that many
+            attempts, with the default waits.
         max_crawl_delay: the longest Crawl-delay applied, in seconds.
         busy: whether an origin has URLs in progress (its rules are never aged out then).
         stopping: set when the crawl stops: no robots.txt is fetched from then on.
@@ -101,13 +104,13 @@ class RobotsGate:
     """
 
     def __init__(
-        self, user_agent: str, max_attempts: int, max_crawl_delay: float,
+        self, user_agent: str, retries: RetrySchedule | int, max_crawl_delay: float,
         busy: Callable[[Origin], bool], stopping: threading.Event,
         headers: Callable[[Origin], dict[str, str]] = lambda origin: {},
     ) -> None:
         self._user_agent = user_agent
         self._headers = headers
-        self._max_attempts = max_attempts
+        self._schedule = retries if isinstance(retries, RetrySchedule) else RetrySchedule(retries)
         self._max_crawl_delay = max_crawl_delay
         self._stop = stopping
         self._rules = RobotsTable(_ROBOTS_CAPACITY, busy=busy)
@@ -180,9 +183,9 @@ class RobotsGate:
             fetches = self._fetches[origin] = self._fetches.get(origin, 0) + 1
             if self._stop.is_set():
                 return Released([], self._give_back(origin))
-            if fetches < self._max_attempts and not result.refused:
+            delay = None if result.refused else self._schedule.retry_in(fetches, retry_after(result))
+            if delay is not None:
                 # The same policy as a page's: retry_delay, doubling, never sooner than a Retry-After.
-                delay = frontier.retry_delay_after(fetches, retry_after(result))
                 heapq.heappush(self._retries, (time.monotonic() + delay, origin))
                 return _NOTHING
             answer = RobotsRules(refusal=f"robots.txt unavailable: {error_text(result)}")

@@ -1,5 +1,4 @@
-"""What every frontier backend shares: the states, the claimed URL, the errors, the retry delay,
-the names of crawls, and :class:`FrontierBackend`, the protocol the crawler's coordinator knows a frontier by.
+"""What every frontier backend shares: the states, the claimed URL, the errors, the names of crawls, and :class:`FrontierBackend`, the protocol the crawler's coordinator knows a frontier by.
 
 Each URL is in exactly one state::
 
@@ -44,8 +43,26 @@ from typing import NamedTuple, Protocol
 from ...urls import host_key, normalize_url
 
 __all__ = [
-    "ROBOTS_SECONDS", "STATES", "CrawlStatus", "FrontierBackend", "FrontierError", "FrontierErrorKind", "FrontierURL", "StoredRobots",
-    "StoredURL", "WorkerStatus", "check_checkpoint", "check_crawl_name", "check_int", "check_time", "normal_lastmods", "processing_key", "retry_delay", "signed64", "unsigned64",
+    "MOVED_OPTIONS",
+    "ROBOTS_SECONDS",
+    "STATES",
+    "CrawlStatus",
+    "FrontierBackend",
+    "FrontierError",
+    "FrontierErrorKind",
+    "FrontierURL",
+    "StoredRobots",
+    "StoredURL",
+    "WorkerStatus",
+    "check_checkpoint",
+    "check_crawl_name",
+    "check_int",
+    "check_time",
+    "normal_lastmods",
+    "processing_key",
+    "refuse_moved_options",
+    "signed64",
+    "unsigned64",
 ]
 
 #: How long a stored robots.txt answer is used instead of fetching it again (RFC 9309: a crawler
@@ -55,8 +72,8 @@ ROBOTS_SECONDS = 24 * 3600.0
 #: Every state a URL can be in, in the order of its life.
 STATES = ("waiting", "processing", "done", "error")
 
-# Exponents past this would overflow a float; the delay is long capped by then.
-_MAX_BACKOFF_EXPONENT = 64
+#: The options a frontier took before the retry policy left it for the crawl's schedule (issue 26).
+MOVED_OPTIONS = ("max_attempts", "retry_delay", "max_retry_delay")
 
 
 class StoredRobots(NamedTuple):
@@ -135,14 +152,18 @@ class FrontierError(ValueError):
         self.kind = self.default_kind if kind is None else kind
 
 
-def retry_delay(attempts: int, retry_after: float | None, first: float, most: float) -> float:
-    """Seconds to wait after the ``attempts``-th failed fetch: ``first``, doubling up to ``most``,
-    never sooner than a server's Retry-After (``retry_after``, when given and finite)."""
-    delay = min(first * 2.0 ** min(max(attempts - 1, 0), _MAX_BACKOFF_EXPONENT), most)
-    if retry_after is not None and math.isfinite(retry_after):
-        # A Retry-After date already past gives a negative number: no wait.
-        delay = max(delay, retry_after)
-    return delay
+def refuse_moved_options(kind: str, options: Mapping[str, object]) -> None:
+    """Raise TypeError, in one line, for the keyword ``options`` a ``kind`` frontier was given and does
+    not take: saying where the retry policy went for those it took before (:data:`MOVED_OPTIONS`)."""
+    if not options:
+        return
+    moved = [name for name in options if name in MOVED_OPTIONS]
+    if moved:
+        raise TypeError(
+            f"{kind}() takes no {', '.join(moved)}: the retry policy left the frontier for the crawl's "
+            "schedule (niofetcher.crawl.schedule.RetrySchedule; CrawlConfig keeps max_attempts and "
+            "retry_delay), and fail(url, error, status, retry_in) is told the wait")
+    raise TypeError(f"{kind}() got an unexpected keyword argument {next(iter(options))!r}")
 
 
 def signed64(value: int) -> int:
@@ -274,10 +295,9 @@ class FrontierBackend(Protocol):
     ) -> None:
         """``(url, status)`` pairs to 'done', all or none, with ``checkpoint`` in the same transaction."""
 
-    def fail(
-        self, url: str, error: str, status: int | None = None, retry: bool = True, retry_after: float | None = None
-    ) -> str:
-        """A failed attempt: the URL waits again (retry, attempts left) or ends 'error'; its new state."""
+    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None) -> str:
+        """A failed attempt: the URL waits again, due ``retry_in`` seconds from now by the frontier's
+        clock (the crawl's schedule says how long), or, with None, ends 'error'; its new state."""
 
     def release(self, urls: Iterable[str]) -> None:
         """Claimed URLs back to 'waiting', the attempt not counted (they were not fetched)."""
@@ -286,9 +306,6 @@ class FrontierBackend(Protocol):
         """Of these claimed URLs, in order, those whose outcomes this worker will have accepted if it
         records them in the current :meth:`batch` (a frontier shared by workers refuses the others'
         outcomes: their hosts changed hands); what it says holds until the batch ends."""
-
-    def retry_delay_after(self, attempts: int, retry_after: float | None) -> float:
-        """Seconds to wait after the ``attempts``-th failed fetch (robots.txt retries use it too)."""
 
     def checkpoint(self) -> dict[str, int]:
         """The checkpoint entries stored by :meth:`complete_many`, committed."""

@@ -5,7 +5,8 @@ A location is a filesystem path -- a SQLite file, or ``":memory:"`` -- or a URL:
 (or ``postgres://``) is a crawl in a PostgreSQL database, shared by workers; any other scheme is a
 backend that an installed package declares as an entry point of the group ``niofetcher.frontiers``,
 named after the scheme, whose object is a callable ``(location, **options)`` returning a
-:class:`~niofetcher.crawl.frontier.base.FrontierBackend`.  A backend's module is imported only when
+:class:`~niofetcher.crawl.frontier.base.FrontierBackend`, or one without host leases or a robots.txt
+store (``capabilities.py``).  A backend's module is imported only when
 a location names it, so that psycopg is loaded by a PostgreSQL crawl alone.
 """
 
@@ -17,6 +18,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
 from .base import CrawlStatus, FrontierError, FrontierErrorKind
+from .capabilities import with_capabilities
 
 if TYPE_CHECKING:
     from .base import FrontierBackend
@@ -45,8 +47,8 @@ def check_shared_location(location: object) -> str:
 def open_frontier(location: str | os.PathLike[str], **options: Any) -> FrontierBackend:
     """Open (creating when missing) the frontier at ``location``, with the options of its backend.
 
-    A path: the SQLite :class:`~niofetcher.crawl.frontier.sqlite.Frontier` (``max_attempts``,
-    ``retry_delay``, ...).  A ``postgresql://`` URL: a worker of a
+    A path: the SQLite :class:`~niofetcher.crawl.frontier.sqlite.Frontier` (``clock``,
+    ``traps``, ...).  A ``postgresql://`` URL: a worker of a
     :class:`~niofetcher.crawl.frontier.postgres.PostgresFrontier` (``crawl`` names the crawl,
     required; ``lease_seconds``, ``max_hosts``, ...).  Another scheme: the backend of the
     ``niofetcher.frontiers`` entry point of that name.
@@ -73,8 +75,8 @@ def open_frontier(location: str | os.PathLike[str], **options: Any) -> FrontierB
     if entry is None:
         raise FrontierError(f"no frontier backend takes {scheme}:// URLs (known: a path, postgresql://, "
                             f"postgres://{_others()})", FrontierErrorKind.UNAVAILABLE)
-    backend: FrontierBackend = entry.load()(dsn, **options)
-    return backend
+    # A third party's store may lack host leases or a robots.txt store: it gets their plain answers.
+    return with_capabilities(entry.load()(dsn, **options))
 
 
 def frontier_status(location: str | os.PathLike[str], *, top: int = 10, **options: Any) -> CrawlStatus:

@@ -484,14 +484,13 @@ FROM unnest(%(urls)s::text[], %(statuses)s::int[], %(epochs)s::bigint[]) AS v(ur
 WHERE urls.url = v.url AND urls.state = 'processing' AND {_FENCE.format(epoch="v.epoch")}
 """
 
-# A failed attempt, in one statement: waiting again after %(delays)s[attempts] seconds while
-# %(retry)s and attempts are left, an error otherwise.  (SET reads the row as it was.)
+# A failed attempt, in one statement: waiting again, due %(wait)s seconds from %(now)s, or an error
+# when %(wait)s is NULL (the crawl's schedule decides which: crawl/schedule.py).
 FAIL = f"""
 UPDATE urls SET
-    state = CASE WHEN %(retry)s AND attempts < %(most)s THEN 'waiting' ELSE 'error' END,
+    state = CASE WHEN %(wait)s::float8 IS NULL THEN 'error' ELSE 'waiting' END,
     status = %(status)s, error = %(error)s, fetched_at = %(now)s,
-    next_attempt_at = CASE WHEN %(retry)s AND attempts < %(most)s
-                           THEN %(now)s + (%(delays)s::float8[])[attempts] END
+    next_attempt_at = %(now)s + %(wait)s::float8
 WHERE urls.url = %(url)s AND urls.state = 'processing' AND {_FENCE.format(epoch="%(epoch)s")}
 RETURNING urls.state, (SELECT origin FROM hosts WHERE hosts.id = urls.host_id), urls.priority
 """

@@ -1,7 +1,9 @@
-"""What every frontier backend does the same way before it reaches its storage: today, the
-preparation of ``add_many()`` -- normalising, checking, the trap rules (``traps.py``), the recent-URL
-filter, folding a batch's duplicates and its parents, the hosts of the batch -- and the per-host
-budget, which asks the storage what it knows (:func:`fit_host_budget`).
+"""What every frontier backend does the same way above its storage: the preparation of
+``add_many()`` -- normalising, checking, the trap rules (``traps.py``), the recent-URL filter,
+folding a batch's duplicates and its parents, the hosts of the batch --, the per-host budget, which
+asks the storage what it knows (:func:`fit_host_budget`), and :class:`FrontierService`, the part of
+a frontier class that is the same on every backend (``add()``, batches, the reads of one URL, the
+closed checks).
 
 A crawler adds about 50 links a page, most of them known, so this loop runs for every link found:
 it stays one pass with nothing called per URL that a batch shares (the depth and priority of a
@@ -10,17 +12,21 @@ page's links are checked once, its parent normalised once).
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ...urls import host_key, normalize_url
-from .base import check_int, normal_lastmods
+from .base import StoredURL, check_int, normal_lastmods
 from .recent import RecentURLs
 from .traps import RefusedURLs, TrapRules
 
-__all__ = ["Additions", "fit_host_budget", "prepare_additions"]
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing's own from Python 3.11
+
+__all__ = ["Additions", "FrontierService", "fit_host_budget", "prepare_additions"]
 
 
 class Additions(NamedTuple):
@@ -144,3 +150,166 @@ def fit_host_budget(
     causes = Counter(additions.refused)
     causes["max_pages_per_host"] += over
     return additions._replace(refused=causes)
+
+
+class FrontierService:
+    """What a frontier class does the same way whatever its backend, above the backend's own
+    connection and transactions: the base last in a backend class's bases, so that the backend's
+    layers come first and this reads only what they provide (``_db()``, ``_commit()``, ``_lock``,
+    ``_conn``, ``_clock``, and the class's SQL of one URL: :attr:`_STATE_OF`, :attr:`_LOOKUP`,
+    :attr:`_MIN_DUE_DEPTH`, each with one ``url`` or ``now`` placeholder in its driver's style).
+
+    Each backend keeps the promises of ``base.py`` its own way; what it keeps the same way is here,
+    once: the trap rules and what they refused, ``add()`` over ``add_many()``, batches (the same
+    counter of open blocks on both: a commit asked for inside one waits for its end), the reads of
+    one URL, ``closed``, the context manager and the repr.
+    """
+
+    _STATE_OF: ClassVar[str]  # a stored URL's state
+    _LOOKUP: ClassVar[str]  # the columns of StoredURL, in its order, of a stored URL
+    _MIN_DUE_DEPTH: ClassVar[str]  # the smallest depth of a waiting URL due at a time, a row or none
+
+    traps: TrapRules | None
+    not_followed: Counter[str]
+    _refused_urls: RefusedURLs
+    _recent: RecentURLs
+    _conn: Any  # the backend's connection, None once closed
+    _lock: Any  # the backend's RLock around it
+    _batching: int  # open batch() blocks: while there are any, no commit happens
+    _commit_deferred: bool  # a commit was asked for inside a batch
+    _clock: Callable[[], float]
+
+    if TYPE_CHECKING:  # the backend's layers provide these
+
+        def _db(self) -> contextlib.AbstractContextManager[Any]: ...
+
+        def _commit(self, conn: Any) -> None: ...
+
+        def close(self) -> None:
+            """The backend's: commit what is pending and let go of the frontier."""
+
+        def add_many(
+            self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None
+        ) -> int:
+            """The backend's: add ``(url, depth, parent, priority)`` entries; how many were new."""
+
+    def _take_rules(self, traps: TrapRules | None) -> None:
+        """Keep the trap rules ``add_many()`` applies (None, or rules that limit nothing: none), and
+        start the memories every backend keeps: what was refused, and the links known lately."""
+        if traps is not None and not isinstance(traps, TrapRules):
+            raise TypeError(f"traps must be a TrapRules or None, not {traps!r}")
+        self.traps = traps if traps else None
+        #: The links :meth:`add_many` refused since this frontier was opened, by cause (traps.CAUSES).
+        self.not_followed = Counter()
+        self._refused_urls = RefusedURLs()
+        self._recent = RecentURLs()  # known links skip the storage (recent.py)
+
+    def add(self, urls: Iterable[str], depth: int = 0, parent: str | None = None, priority: int = 0) -> int:
+        """Add URLs found at one depth on one page (or seeds: depth 0, no parent).
+
+        Each URL is normalised (:func:`normalize_url`); URLs already known, in
+        whatever state, and URLs that are not http(s) or are malformed are
+        skipped -- except that a known URL given a smaller depth than its
+        recorded one gets that depth and this parent (a URL's depth is its
+        shortest distance from a seed).  One transaction per call.
+
+        Returns:
+            How many URLs were new.
+        """
+        if isinstance(urls, str):
+            raise TypeError("add() takes an iterable of URLs; wrap a single URL in a list")
+        check_int("depth", depth, 0)
+        check_int("priority", priority)
+        return self.add_many((url, depth, parent, priority) for url in urls)
+
+    # -- batches -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Make the calls in the block durable together: nothing commits until it ends.
+
+        A crawler records one batch of pages with several calls -- fail() for some,
+        release() for others, complete_many() with the outputs' checkpoint last -- and a
+        crash must keep all of them or none: a failure committed before the checkpoint
+        that covers its output record would lose that record on resume.  A block that
+        raises commits nothing on its way out (the next commit will, or a crash undoes it).
+        """
+        with self._lock:
+            self._batching += 1
+            try:
+                yield
+            finally:
+                self._batching -= 1
+            if not self._batching and self._commit_deferred:
+                self._commit_deferred = False
+                with self._db() as conn:
+                    self._commit(conn)
+
+    def flush(self) -> None:
+        """Commit what is pending (outcomes a backend batches; outside a batch() block)."""
+        with self._db() as conn:
+            self._commit(conn)
+
+    # -- one URL -------------------------------------------------------------
+
+    def min_due_depth(self) -> int | None:
+        """The smallest depth among waiting URLs that are due now, None when there is none."""
+        with self._db() as conn:
+            self._commit(conn)
+            row = conn.execute(self._MIN_DUE_DEPTH, (self._clock(),)).fetchone()
+            return int(row[0]) if row is not None else None
+
+    def state(self, url: str) -> str | None:
+        """The state of a URL (in any form that normalises to a known one), None if unknown or invalid."""
+        try:
+            key = normalize_url(url)
+        except (TypeError, ValueError):
+            return None
+        with self._db() as conn:
+            self._commit(conn)
+            row = conn.execute(self._STATE_OF, (key,)).fetchone()
+            return str(row[0]) if row is not None else None
+
+    def lookup(self, url: str) -> StoredURL | None:
+        """``url`` (in any form that normalises to a known one) as the frontier keeps it, whichever
+        worker wrote it last; None if unknown or invalid."""
+        try:
+            key = normalize_url(url)
+        except (TypeError, ValueError):
+            return None
+        with self._db() as conn:
+            self._commit(conn)
+            row = conn.execute(self._LOOKUP, (key,)).fetchone()
+            if row is None:
+                return None
+            url, state, attempts, depth, priority, parent, status, error, discovered, fetched, due, lastmod = row
+            return StoredURL(url, state, attempts, depth, priority, parent, status, error, float(discovered),
+                             None if fetched is None else float(fetched), None if due is None else float(due),
+                             lastmod)
+
+    # -- closing -------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once the frontier is closed: no call but ``close()`` may follow."""
+        return self._conn is None
+
+    def _describe(self) -> str:
+        """Where the frontier is, for its repr."""
+        raise NotImplementedError
+
+    def _summary(self) -> str:
+        """What an open frontier holds, for its repr."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        if self._conn is None:
+            return f"<{name} {self._describe()} closed>"
+        return f"<{name} {self._describe()} {self._summary()}>"

@@ -32,7 +32,6 @@ import contextlib
 import os
 import socket
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +47,7 @@ from ..base import (
     check_int,
     check_time,
     processing_key,
-    retry_delay,
+    refuse_moved_options,
     signed64,
     unsigned64,
 )
@@ -78,9 +77,8 @@ from ..postgres_schema import (
     STORE_ROBOTS,
     create_or_check,
 )
-from ..recent import RecentURLs
-from ..service import Additions, fit_host_budget, prepare_additions
-from ..traps import RefusedURLs, TrapRules
+from ..service import Additions, FrontierService, fit_host_budget, prepare_additions
+from ..traps import TrapRules
 from .leases import DEEPEST
 from .session import first_line, keepalives, single, where_of
 from .status import CrawlReads
@@ -103,7 +101,7 @@ _INSERT_ROWS = 20_000
 _Row = tuple[Any, ...]
 
 
-class PostgresFrontier(CrawlReads):
+class PostgresFrontier(CrawlReads, FrontierService):
     """The crawl frontier of crawl ``crawl``, in the PostgreSQL database at ``dsn``: one worker of it.
 
     Args:
@@ -111,8 +109,8 @@ class PostgresFrontier(CrawlReads):
             is never repeated in a message.
         crawl: the crawl's name, which is its schema's, in lower case (see
             ``base.check_crawl_name``).
-        max_attempts, retry_delay, max_retry_delay, clock: as for the SQLite
-            :class:`~niofetcher.crawl.frontier.sqlite.Frontier`.
+        clock: as for the SQLite :class:`~niofetcher.crawl.frontier.sqlite.Frontier` (which says
+            where ``max_attempts``, ``retry_delay`` and ``max_retry_delay`` went).
         connect_timeout: seconds to wait for the server when connecting.
         statement_timeout: seconds a statement may run before the server cancels it; None: one
             lease, at least 5 s.  A statement still running a lease after it was sent is of no
@@ -138,27 +136,16 @@ class PostgresFrontier(CrawlReads):
         dsn: str,
         crawl: str,
         *,
-        max_attempts: int = 3,
-        retry_delay: float = 1.0,
-        max_retry_delay: float = 300.0,
         clock: Callable[[], float] = time.time,
         connect_timeout: float = 10.0,
         statement_timeout: float | None = None,
         lease_seconds: float = 10.0,
         max_hosts: int | None = None,
         traps: TrapRules | None = None,
+        **moved: object,
     ) -> None:
-        self.max_attempts = check_int("max_attempts", max_attempts, 1)
-        if traps is not None and not isinstance(traps, TrapRules):
-            raise TypeError(f"traps must be a TrapRules or None, not {traps!r}")
-        self.traps = traps if traps else None
-        #: The links :meth:`add_many` refused since this worker joined, by cause (traps.CAUSES).
-        self.not_followed: Counter[str] = Counter()
-        self._refused_urls = RefusedURLs()
-        self.retry_delay = check_time("retry_delay", retry_delay)
-        self.max_retry_delay = check_time("max_retry_delay", max_retry_delay)
-        if self.max_retry_delay < self.retry_delay:
-            raise ValueError(f"max_retry_delay ({max_retry_delay!r}) is less than retry_delay ({retry_delay!r})")
+        refuse_moved_options("PostgresFrontier", moved)
+        self._take_rules(traps)
         name = check_crawl_name(crawl)
         connect_timeout = check_time("connect_timeout", connect_timeout)
         lease_seconds = check_time("lease_seconds", lease_seconds)
@@ -174,7 +161,6 @@ class PostgresFrontier(CrawlReads):
                               "pip install 'niofetcher[postgres]'") from exc
 
         super().__init__(psycopg, name, where_of(psycopg, dsn), clock, lease_seconds, max_hosts)
-        self._recent = RecentURLs()
         try:
             conn = psycopg.connect(
                 dsn, connect_timeout=max(1, round(connect_timeout)),
@@ -224,14 +210,6 @@ class PostgresFrontier(CrawlReads):
         super()._reload(conn)
 
     # -- adding ------------------------------------------------------------
-
-    def add(self, urls: Iterable[str], depth: int = 0, parent: str | None = None, priority: int = 0) -> int:
-        """Add URLs found at one depth on one page (or seeds), as the SQLite Frontier's add(); how many were new."""
-        if isinstance(urls, str):
-            raise TypeError("add() takes an iterable of URLs; wrap a single URL in a list")
-        check_int("depth", depth, 0)
-        check_int("priority", priority)
-        return self.add_many((url, depth, parent, priority) for url in urls)
 
     def add_many(
         self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None
@@ -503,26 +481,25 @@ class PostgresFrontier(CrawlReads):
 
         return processing_key(url, action, state_of)
 
-    def fail(
-        self, url: str, error: str, status: int | None = None, retry: bool = True, retry_after: float | None = None
-    ) -> str:
-        """A failed attempt of a claimed URL: with ``retry`` and attempts left it waits again,
-        after the backoff (or ``retry_after``), otherwise it is an 'error' -- the SQLite
-        Frontier's fail().  Returns its new state, or 'refused' when its host changed hands since
-        its claim (nothing recorded, counted in :attr:`refused`).
+    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None) -> str:
+        """A failed attempt of a claimed URL: with ``retry_in`` it waits again, due that many
+        seconds from now, with None it is an 'error' -- the SQLite Frontier's fail().  Returns its
+        new state, or 'refused' when its host changed hands since its claim (nothing recorded,
+        counted in :attr:`refused`).
 
         Raises:
             ValueError: when ``url`` is not a URL this worker claimed.
+            TypeError, ValueError: for a ``retry_in`` that is no number of seconds >= 0.
         """
+        wait = None if retry_in is None else check_time("retry_in", retry_in)
         with self._db() as conn:
             key, host, epoch = self._own(conn, url, "fail", set())
             self._unclaim(host)
             with conn.pipeline():
                 self._lock_mine(conn, [host])
                 failed = conn.execute(FAIL, {
-                    "retry": bool(retry), "most": self.max_attempts, "status": status, "error": error,
-                    "now": self._clock(), "url": key, "epoch": epoch, "me": self.worker_id, "fenced": self._fenced,
-                    "delays": [self.retry_delay_after(n, retry_after) for n in range(1, self.max_attempts)],
+                    "wait": wait, "status": status, "error": error, "now": self._clock(), "url": key,
+                    "epoch": epoch, "me": self.worker_id, "fenced": self._fenced,
                 })
             row = failed.fetchone()
             if row is None:
@@ -535,10 +512,6 @@ class PostgresFrontier(CrawlReads):
             self._move("processing", new_state)
             self._commit(conn)
             return str(new_state)
-
-    def retry_delay_after(self, attempts: int, retry_after: float | None) -> float:
-        """Seconds to wait after the ``attempts``-th failed fetch (robots.txt retries use it too)."""
-        return retry_delay(attempts, retry_after, self.retry_delay, self.max_retry_delay)
 
     def release(self, urls: Iterable[str]) -> None:
         """Claimed URLs back to 'waiting', the attempt not counted (they were not fetched); URLs
@@ -637,20 +610,8 @@ class PostgresFrontier(CrawlReads):
             finally:
                 conn.close()
 
-    @property
-    def closed(self) -> bool:
-        """True once the frontier is closed: no call but ``close()`` may follow."""
-        return self._conn is None
+    def _describe(self) -> str:
+        return f"{self.crawl!r} at {self.where}"
 
-    def __enter__(self) -> PostgresFrontier:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        if self._conn is None:
-            return f"<PostgresFrontier {self.crawl!r} at {self.where} closed>"
-        return (f"<PostgresFrontier {self.crawl!r} at {self.where} worker {self.worker_id} "
-                f"hosts={len(self._held)} in_flight={len(self._claimed)}>")
-
+    def _summary(self) -> str:
+        return f"worker {self.worker_id} hosts={len(self._held)} in_flight={len(self._claimed)}"

@@ -162,23 +162,3 @@ class Session:
     def _move(self, old: str, new: str, n: int = 1) -> None:
         self._delta[old] -= n
         self._delta[new] += n
-
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """Make the calls in the block one transaction: nothing commits until it ends (see
-        "Transactions" above; the SQLite Frontier's batch() says why a crawler needs it)."""
-        with self._lock:
-            self._batching += 1
-            try:
-                yield
-            finally:
-                self._batching -= 1
-            if not self._batching and self._commit_deferred:
-                self._commit_deferred = False
-                with self._db() as conn:
-                    self._commit(conn)
-
-    def flush(self) -> None:
-        """Commit what is pending (outside a batch there is nothing: every call commits)."""
-        with self._db() as conn:
-            self._commit(conn)

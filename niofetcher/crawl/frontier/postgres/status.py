@@ -10,10 +10,8 @@ the whole crawl has.  A host another worker added URLs to is taken (or kept) by 
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from ....urls import normalize_url
-from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, StoredURL, WorkerStatus, check_crawl_name
+from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, WorkerStatus, check_crawl_name
 from ..postgres_schema import (
     BUSIEST_HOSTS,
     COUNTS,
@@ -39,8 +37,14 @@ _LOOKUP = ("SELECT url, state, attempts, depth, priority, parent, status, error,
 
 class CrawlReads(HostLeases):
     """What a worker reads of the crawl: its counts, when its next URL is due, its failures, the
-    state of a URL and all it keeps of one, the checkpoint.  Each commits what is pending first
+    checkpoint (the state of a URL, all it keeps of one and the smallest due depth are
+    service.FrontierService's, by the statements below).  Each commits what is pending first
     (outside a batch)."""
+
+    # What FrontierService (service.py) reads one URL with: state(), lookup(), min_due_depth().
+    _STATE_OF = STATE_OF
+    _LOOKUP = _LOOKUP
+    _MIN_DUE_DEPTH = MIN_DUE_DEPTH
 
     def checkpoint(self) -> dict[str, int]:
         """The checkpoint entries stored by :meth:`complete_many`, committed."""
@@ -78,43 +82,6 @@ class CrawlReads(HostLeases):
         with self._db() as conn:
             self._commit(conn)
             return [(str(url), str(why)) for url, why in conn.execute(FAILURES, {"since": since, "limit": limit})]
-
-    def min_due_depth(self) -> int | None:
-        """The smallest depth among waiting URLs that are due now, None when there is none."""
-        with self._db() as conn:
-            self._commit(conn)
-            row = conn.execute(MIN_DUE_DEPTH, (self._clock(),)).fetchone()
-            return int(row[0]) if row is not None else None
-
-    def state(self, url: str) -> str | None:
-        """The state of a URL (in any form that normalises to a known one), None if unknown or invalid."""
-        try:
-            key = normalize_url(url)
-        except (TypeError, ValueError):
-            return None
-        with self._db() as conn:
-            self._commit(conn)
-            row = conn.execute(STATE_OF, (key,)).fetchone()
-            return str(row[0]) if row is not None else None
-
-    def lookup(self, url: str) -> StoredURL | None:
-        """``url`` (in any form that normalises to a known one) as the crawl keeps it, whichever
-        worker wrote it last; None if unknown or invalid."""
-        try:
-            key = normalize_url(url)
-        except (TypeError, ValueError):
-            return None
-        with self._db() as conn:
-            self._commit(conn)
-            row = conn.execute(_LOOKUP, (key,)).fetchone()
-            return _stored_url(row) if row is not None else None
-
-
-def _stored_url(row: Any) -> StoredURL:
-    """A row of _LOOKUP as a StoredURL."""
-    url, state, attempts, depth, priority, parent, status, error, discovered, fetched, due, lastmod = row
-    return StoredURL(url, state, attempts, depth, priority, parent, status, error, float(discovered),
-                     None if fetched is None else float(fetched), None if due is None else float(due), lastmod)
 
 
 def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float = 10.0) -> CrawlStatus:

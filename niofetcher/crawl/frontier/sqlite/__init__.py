@@ -3,9 +3,9 @@
 
 One job a module: ``frontier.py`` (opening, adding, claiming, outcomes, robots.txt),
 ``transactions.py`` (the connection, and when its changes commit), ``claims.py`` (claims host by
-host), ``leases.py`` (what a frontier shared by workers keeps in leases: nothing here), ``status.py``
-(what the frontier reads of its crawl, and :func:`crawl_status`), ``lock.py`` (one owner a file),
-``wal.py`` (the log's checkpoints, in a thread).  Its SQL is ``schema.py``'s.
+host), ``status.py`` (what the frontier reads of its crawl, and :func:`crawl_status`), ``lock.py``
+(one owner a file), ``wal.py`` (the log's checkpoints, in a thread).  Host leases it has none of: one process holds
+the file, and answers as ``capabilities.WholeFile``.  Its SQL is ``schema.py``'s.
 """
 
 from ....urls import normalize_url

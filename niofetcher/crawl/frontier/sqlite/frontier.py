@@ -79,7 +79,6 @@ import os
 import sqlite3
 import time
 import weakref
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 from ....urls import host_key, normalize_url
@@ -94,11 +93,11 @@ from ..base import (
     check_int,
     check_time,
     processing_key,
-    retry_delay,
+    refuse_moved_options,
     signed64,
     unsigned64,
 )
-from ..recent import RecentURLs
+from ..capabilities import WholeFile
 from ..schema import (
     ADD_ADMITTED,
     ADMITTED_OF,
@@ -128,10 +127,9 @@ from ..schema import (
     STORE_ROBOTS,
     create_or_upgrade,
 )
-from ..service import Additions, fit_host_budget, prepare_additions
-from ..traps import RefusedURLs, TrapRules
+from ..service import Additions, FrontierService, fit_host_budget, prepare_additions
+from ..traps import TrapRules
 from .claims import DEEPEST, HostQueues, Row
-from .leases import WholeFile
 from .lock import OwnerLock, path_problem
 from .status import CrawlReads
 from .transactions import database_error
@@ -140,18 +138,12 @@ from .wal import LogCheckpointer
 __all__ = ["Frontier"]
 
 
-class Frontier(CrawlReads, WholeFile):
+class Frontier(CrawlReads, WholeFile, FrontierService):
     """The crawl frontier, in a SQLite file (or in memory).
 
     Args:
         path: the SQLite file, created when missing; ``":memory:"`` keeps
             the frontier in memory (tests, throw-away crawls).
-        max_attempts: claims a URL gets before a retryable failure makes it
-            an 'error' for good.
-        retry_delay: the wait before the first retry; it doubles with each
-            further attempt (``retry_delay * 2**(attempts-1)``) ...
-        max_retry_delay: ... up to this.  A server's Retry-After, passed to
-            :meth:`fail`, can make the wait longer still.
         clock: unix time, for discovered_at, fetched_at and due times;
             tests pass a fake one.
         commit_every, commit_interval: how many :meth:`complete` /
@@ -160,6 +152,10 @@ class Frontier(CrawlReads, WholeFile):
         traps: the trap rules :meth:`add_many` applies to what it is given
             (``traps.py``); None: none.  The links refused are counted in
             :attr:`not_followed` and stored by cause in ``refusals``.
+
+    The retry policy is not the frontier's: :meth:`fail` is told how long a URL waits
+    (``max_attempts``, ``retry_delay`` and ``max_retry_delay`` moved to the crawl's
+    :class:`~niofetcher.crawl.schedule.RetrySchedule`; given here, they raise TypeError saying so).
 
     Raises:
         FrontierLocked: when another Frontier has the file open, in this
@@ -173,28 +169,17 @@ class Frontier(CrawlReads, WholeFile):
     def __init__(
         self,
         path: str | os.PathLike[str] = ":memory:",
-        max_attempts: int = 3,
-        retry_delay: float = 1.0,
-        max_retry_delay: float = 300.0,
-        clock: Callable[[], float] = time.time,
         *,
+        clock: Callable[[], float] = time.time,
         commit_every: int = 128,
         commit_interval: float = 0.1,
         traps: TrapRules | None = None,
+        **moved: object,
     ) -> None:
-        self.max_attempts = check_int("max_attempts", max_attempts, 1)
-        if traps is not None and not isinstance(traps, TrapRules):
-            raise TypeError(f"traps must be a TrapRules or None, not {traps!r}")
-        self.traps = traps if traps else None
-        #: The links :meth:`add_many` refused since this frontier was opened, by cause (traps.CAUSES).
-        self.not_followed: Counter[str] = Counter()
-        self._refused = RefusedURLs()
+        refuse_moved_options("Frontier", moved)
+        self._take_rules(traps)
         # The admitted table is kept up to date only by a frontier that checks it (see schema.py, version 7).
         self._counting_admitted = self.traps is not None and self.traps.max_pages_per_host is not None
-        self.retry_delay = check_time("retry_delay", retry_delay)
-        self.max_retry_delay = check_time("max_retry_delay", max_retry_delay)
-        if self.max_retry_delay < self.retry_delay:
-            raise ValueError(f"max_retry_delay ({max_retry_delay!r}) is less than retry_delay ({retry_delay!r})")
         super().__init__(os.fspath(path), commit_every, commit_interval)
         self._clock = clock
         self._counts = dict.fromkeys(STATES, 0)
@@ -202,7 +187,6 @@ class Frontier(CrawlReads, WholeFile):
         self._next_seq = 1
         self._last_rowid = 0  # the largest rowid in urls: see add_many()
         self._queues = HostQueues()  # every host with a waiting URL, in turn or parked
-        self._recent = RecentURLs()  # known links skip the database (recent.py)
         self._owner: OwnerLock | None = None
         self._log: LogCheckpointer | None = None
         if self.path not in ("", ":memory:"):  # "" is a temporary file of SQLite's own
@@ -297,7 +281,7 @@ class Frontier(CrawlReads, WholeFile):
         # inserts rows only for hosts out of line.
         self._queues.reset()
         self._recent.clear()
-        self._refused.clear()  # a refusal for a host's budget went by counts that were rolled back
+        self._refused_urls.clear()  # a refusal for a host's budget went by counts that were rolled back
         (counts,) = conn.execute(COUNTS).fetchone()
         stored = json.loads(counts)
         self._counts = {state: stored.get(state, 0) for state in STATES}
@@ -340,24 +324,6 @@ class Frontier(CrawlReads, WholeFile):
 
     # -- adding ------------------------------------------------------------
 
-    def add(self, urls: Iterable[str], depth: int = 0, parent: str | None = None, priority: int = 0) -> int:
-        """Add URLs found at one depth on one page (or seeds: depth 0, no parent).
-
-        Each URL is normalised (:func:`normalize_url`); URLs already known, in
-        whatever state, and URLs that are not http(s) or are malformed are
-        skipped -- except that a known URL given a smaller depth than its
-        recorded one gets that depth and this parent (a URL's depth is its
-        shortest distance from a seed).  One transaction per call.
-
-        Returns:
-            How many URLs were new.
-        """
-        if isinstance(urls, str):
-            raise TypeError("add() takes an iterable of URLs; wrap a single URL in a list")
-        check_int("depth", depth, 0)
-        check_int("priority", priority)
-        return self.add_many((url, depth, parent, priority) for url in urls)
-
     def add_many(
         self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None
     ) -> int:
@@ -372,7 +338,7 @@ class Frontier(CrawlReads, WholeFile):
         """
         with self._db() as conn:
             traps = self.traps
-            additions = prepare_additions(entries, lastmods, self._recent, traps, self._refused)
+            additions = prepare_additions(entries, lastmods, self._recent, traps, self._refused_urls)
             if traps is not None and traps.max_pages_per_host is not None:
                 additions = self._fit_budget(conn, additions, traps.max_pages_per_host)
             if not additions:
@@ -426,7 +392,7 @@ class Frontier(CrawlReads, WholeFile):
             (found,) = conn.execute(KNOWN_URLS, (json.dumps(urls),)).fetchone()
             return set(json.loads(found))
 
-        return fit_host_budget(additions, most, admitted, known, self._refused)
+        return fit_host_budget(additions, most, admitted, known, self._refused_urls)
 
     # -- claiming and outcomes -------------------------------------------------
 
@@ -561,41 +527,33 @@ class Frontier(CrawlReads, WholeFile):
             conn.executemany(STORE_FINGERPRINT, [(url, digest, signed64(simhash))
                                                  for url, digest, simhash, original in rows if original is None])
 
-    def fail(
-        self,
-        url: str,
-        error: str,
-        status: int | None = None,
-        retry: bool = True,
-        retry_after: float | None = None,
-    ) -> str:
-        """Record a failed attempt of a claimed URL; it is retried or given up on.
+    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None) -> str:
+        """Record a failed attempt of a claimed URL: it waits again, or it ends 'error'.
 
-        With ``retry`` and attempts left (attempts < max_attempts), the URL
-        waits again and becomes due after ``retry_delay * 2**(attempts-1)``
-        seconds, capped by ``max_retry_delay``, but never sooner than
-        ``retry_after`` (a server's Retry-After) when given.  Otherwise it
-        becomes an 'error'.  ``status`` and ``error`` are recorded either way.
-        Committed in batches, like :meth:`complete`.
+        With ``retry_in`` (seconds >= 0, which the crawl's schedule gave:
+        :meth:`~niofetcher.crawl.schedule.RetrySchedule.retry_in`), the URL waits again and is
+        due that long from now by the frontier's clock; with None it becomes an 'error'.
+        ``status`` and ``error`` are recorded either way.  Committed in batches, like :meth:`complete`.
 
         Returns:
             The URL's new state, 'waiting' or 'error'.
 
         Raises:
             ValueError: when ``url`` is not in 'processing'.
+            TypeError, ValueError: for a ``retry_in`` that is no number of seconds >= 0.
         """
+        wait = None if retry_in is None else check_time("retry_in", retry_in)
         with self._db() as conn:
             self._begin(conn)
-            claimed = "SELECT attempts, priority FROM urls WHERE url = ? AND state = 'processing'"
+            claimed = "SELECT priority FROM urls WHERE url = ? AND state = 'processing'"
             row = conn.execute(claimed, (url,)).fetchone()
             if row is None:
                 url = self._key_of_processing(conn, url, "fail")
                 row = conn.execute(claimed, (url,)).fetchone()
-            attempts, priority = row
+            (priority,) = row
             now = self._clock()
-            if retry and attempts < self.max_attempts:
-                delay = self.retry_delay_after(attempts, retry_after)
-                conn.execute(RETRY, (status, error, now, now + delay, url))
+            if wait is not None:
+                conn.execute(RETRY, (status, error, now, now + wait, url))
                 self._queues.offer(host_key(url), priority)
                 new_state = "waiting"
             else:
@@ -604,11 +562,6 @@ class Frontier(CrawlReads, WholeFile):
             self._move("processing", new_state)
             self._outcome_recorded(conn)
             return new_state
-
-    def retry_delay_after(self, attempts: int, retry_after: float | None) -> float:
-        """Seconds to wait after the ``attempts``-th failed fetch: retry_delay, doubling up to
-        max_retry_delay, never sooner than a server's Retry-After (robots.txt retries use it too)."""
-        return retry_delay(attempts, retry_after, self.retry_delay, self.max_retry_delay)
 
     def _key_of_processing(self, conn: sqlite3.Connection, url: str, action: str) -> str:
         """The stored form of a URL given in another form, or ValueError if it is not processing."""
@@ -670,19 +623,8 @@ class Frontier(CrawlReads, WholeFile):
                     conn.close()
                     self._let_go()
 
-    @property
-    def closed(self) -> bool:
-        """True once the frontier is closed: no call but ``close()`` may follow."""
-        return self._conn is None
+    def _describe(self) -> str:
+        return repr(self.path)
 
-    def __enter__(self) -> Frontier:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        if self._conn is None:
-            return f"<Frontier {self.path!r} closed>"
-        counts = " ".join(f"{state}={n}" for state, n in self._counts.items())
-        return f"<Frontier {self.path!r} {counts}>"
+    def _summary(self) -> str:
+        return " ".join(f"{state}={n}" for state, n in self._counts.items())

@@ -16,10 +16,8 @@ import os
 import sqlite3
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
 
-from ....urls import normalize_url
-from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, StoredURL, check_int
+from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, check_int
 from ..schema import BUSIEST_HOSTS, COUNTS, FAILURES, MIN_DUE_DEPTH, NEXT_DUE, SCHEMA_VERSION, check_schema
 from .transactions import Transactions, database_error
 
@@ -36,11 +34,17 @@ _LOOKUP = ("SELECT url, state, attempts, depth, priority, parent, status, error,
 
 class CrawlReads(Transactions):
     """What the frontier reads of its crawl: the counts, when the next URL is due, the failures, the
-    state of a URL and all it keeps of one, the checkpoint.  Each commits what is pending first
+    checkpoint (the state of a URL, all it keeps of one and the smallest due depth are
+    service.FrontierService's, by the statements below).  Each commits what is pending first
     (outside a batch)."""
 
     _counts: dict[str, int]  # URLs per state, kept by the frontier's own statements
     _clock: Callable[[], float]  # unix time, the frontier's
+
+    # What FrontierService (service.py) reads one URL with: state(), lookup(), min_due_depth().
+    _STATE_OF = "SELECT state FROM urls WHERE url = ?"
+    _LOOKUP = _LOOKUP
+    _MIN_DUE_DEPTH = MIN_DUE_DEPTH
 
     def checkpoint(self) -> dict[str, int]:
         """The checkpoint entries stored by :meth:`complete_many`, committed (empty for a new frontier)."""
@@ -71,43 +75,6 @@ class CrawlReads(Transactions):
         with self._db() as conn:
             self._commit(conn)
             return [(str(url), str(why)) for url, why in conn.execute(FAILURES, (since, limit))]
-
-    def min_due_depth(self) -> int | None:
-        """The smallest depth among waiting URLs that are due now, None when there is none."""
-        with self._db() as conn:
-            self._commit(conn)
-            row = conn.execute(MIN_DUE_DEPTH, (self._clock(),)).fetchone()
-            return int(row[0]) if row is not None else None
-
-    def state(self, url: str) -> str | None:
-        """The state of a URL (in any form that normalises to a known one), None if unknown or invalid."""
-        try:
-            key = normalize_url(url)
-        except (TypeError, ValueError):
-            return None
-        with self._db() as conn:
-            self._commit(conn)
-            row = conn.execute("SELECT state FROM urls WHERE url = ?", (key,)).fetchone()
-            return row[0] if row is not None else None
-
-    def lookup(self, url: str) -> StoredURL | None:
-        """``url`` (in any form that normalises to a known one) as the file keeps it, None if
-        unknown or invalid."""
-        try:
-            key = normalize_url(url)
-        except (TypeError, ValueError):
-            return None
-        with self._db() as conn:
-            self._commit(conn)
-            row = conn.execute(_LOOKUP, (key,)).fetchone()
-            return _stored_url(row) if row is not None else None
-
-
-def _stored_url(row: Any) -> StoredURL:
-    """A row of _LOOKUP as a StoredURL."""
-    url, state, attempts, depth, priority, parent, status, error, discovered, fetched, due, lastmod = row
-    return StoredURL(url, state, attempts, depth, priority, parent, status, error, float(discovered),
-                     None if fetched is None else float(fetched), None if due is None else float(due), lastmod)
 
 
 def crawl_status(path: str | os.PathLike[str], *, top: int = 10) -> CrawlStatus:

@@ -165,34 +165,6 @@ class Transactions:
             self._after_commit(conn)
         self._pending = 0
 
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """Make the calls in the block durable together: nothing commits until it ends.
-
-        A crawler records one batch of pages with several calls -- fail() for some,
-        release() for others, complete_many() with the outputs' checkpoint last -- and a
-        crash must keep all of them or none: a failure committed before the checkpoint
-        that covers its output record would lose that record on resume.  A block that
-        raises commits nothing on its way out (the next commit will, or a crash undoes it).
-        """
-        with self._lock:
-            self._batching += 1
-            try:
-                yield
-            except BaseException:
-                self._batching -= 1
-                raise
-            self._batching -= 1
-            if not self._batching and self._commit_deferred:
-                self._commit_deferred = False
-                with self._db() as conn:
-                    self._commit(conn)
-
-    def flush(self) -> None:
-        """Commit the complete()s and fail()s still pending."""
-        with self._db() as conn:
-            self._commit(conn)
-
     def _outcome_recorded(self, conn: sqlite3.Connection, n: int = 1) -> None:
         """After complete()/fail() of ``n`` URLs: commit if enough are pending, or for long enough."""
         now = time.monotonic()
