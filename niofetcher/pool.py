@@ -60,24 +60,62 @@ while a waiter sleeps.  Parked entries are deleted lazily, like ready ones.
 Addresses.  ``max_connections_per_ip`` and ``ip_delay`` hold per resolved
 address over every origin that resolves to it (shared hosting: thousands of
 names on one server), in an IPGroup per address made the way a proxy's
-waiters are: open connections, the earliest next start, its idle
-connections (for a place to take by closing one) and a FIFO of parked
-slots.  A slot learns its address before it needs a new connection: the
-table asks ``locate`` (the engine's resolver, an answer from its cache
-comes at once) and the slot waits out of the ready heap until ``located``;
-its connections then connect to those addresses, counted on the first one
-from the moment they begin, and the slot forgets them when its last
-connection closes, or when one closes after ``dns_cache_ttl``, so that its
-next connection follows a changed DNS answer.  A slot whose address is full
-or whose ``ip_delay`` still runs parks on the address, out of the ready
-heap, so that it blocks no host on another one;
-one waiter is woken per place freed or per delay passed (one timer per
-address, not per slot), and a woken slot that starts and leaves room wakes
-the next.  A request waiting here waits in its queue: neither its connect
-timeout nor its request timeout has begun.  Through a proxy the origin's
-address is the proxy's to know: proxied requests are counted by
-``max_connections_per_proxy`` only.  With both options off, the cost is one
-test per decision.
+waiters are: open connections, the earliest next start, the idle
+connections a waiter may close for a place, and a line of parked slots.  A
+slot learns its address before it needs a new connection: the table asks
+``locate`` (the engine's resolver, an answer from its cache comes at once)
+and the slot waits out of the ready heap until ``located``; its connections
+then connect to those addresses, counted on the first one from the moment
+they begin, and the slot forgets them when its last connection closes, or
+when one closes after ``dns_cache_ttl``, so that its next connection
+follows a changed DNS answer.  A slot whose address is full or whose
+``ip_delay`` still runs parks on the address, out of the ready heap, so that
+it blocks no host on another one; one waiter is woken per place freed or
+per delay passed (one timer per address, not per slot), a woken slot that
+starts and leaves room wakes the next, and one woken that cannot start
+after all passes its wake on.  A request waiting here waits in its queue:
+neither its connect timeout nor its request timeout has begun.  Through a
+proxy the origin's address is the proxy's to know: proxied requests are
+counted by ``max_connections_per_proxy`` only.
+
+Turns.  A full address is shared by turns, not by churn.  Closing another
+host's idle connection to open one's own costs a connect (and a TLS handshake)
+on both sides, so a waiter may close an idle connection of its address at once
+only when that connection's host has nothing queued: it is idle for want of
+work (``IPGroup.idle``; looked at again when taken, as its host may have work
+by then).  A connection whose host still has work is *held*: it is in no list
+a waiter looks at, and its host takes it at its next start.  It keeps its
+place until its turn is over: once it has been open TURN_TIME and has served
+TURN_REQUESTS responses, and another slot waits for a place on its full
+address (parked, or woken and not started yet: ``IPGroup.parked`` and
+``woken``, counted exactly, so the question costs no scan), it is *handed
+over* -- put in ``IPGroup.handed`` as it goes idle, or when its host next
+looks for a connection -- and its host parks behind the slots already waiting,
+to get a place again when its turn comes round.  The first waiter closes it
+and opens its own, which serves a turn of its own.  The turn counts from the
+connection's opening, so one that served long before anyone waited hands over
+at its next idle moment.  Nothing here needs a timer: a turn ends when its
+connection goes idle or its host looks for one, the two moments a place can
+change hands.  A held connection whose host's queue runs empty (by a start on
+another of its connections, or a cancel) is free again.  A woken waiter that
+finds its place gone (taken by another, or seen only between a close and an
+open) keeps the place it had in line (a ticket: the line is a heap), not the
+tail: the order of turns is kept.  A slot that waits keeps its address when
+its last connection closes, so that no look-up costs it its place.
+
+So with connection_service_time=None a waiting host is still served within
+about (slots waiting / per-IP limit) turns, and connections open about once a
+turn, not once a request.  A turn is the longer of a time and a count:
+TURN_TIME (1 s) bounds what a fast server's turn costs the others in waiting,
+TURN_REQUESTS (4) keeps a slow server's turn from paying for its connect and
+handshake with a single page; both sit far below the service time (60 s by
+default), which still ends a turn early.  Measured with
+benchmarks/throughput.py (20 busy hosts on one address, 2 connections a host,
+0 ms latency, a limit of 8): 20,000 pages opened 19,800 connections at 0.13
+to 0.17 client CPU ms a page by first come first served, 24 to 47 at 0.08 to
+0.10 by turns, which is what 8 unlimited connections cost; at 20 ms latency 118 connections
+in 13 s, 95% of the 8 places' ideal.  With both options off, the cost is two
+tests per decision.
 """
 
 from __future__ import annotations
@@ -106,6 +144,10 @@ Locate = Callable[["HostSlot"], None]
 
 RECENT_HOSTS = 1024  # freed slots kept for host_stats() and for a quick return
 SET_DELAYS = 65536  # hosts whose set_delay() is remembered without a slot
+# A turn on a full address (module docstring, "Turns"): a connection of a host with work keeps its
+# place while others wait until it has been open this long and has served this many responses.
+TURN_TIME = 1.0
+TURN_REQUESTS = 4
 
 
 @dataclass(slots=True, eq=False)
@@ -141,7 +183,9 @@ class HostSlot:
     ip: str | None = None
     located_until: float = field(default=0.0, repr=False)  # its addresses are looked up again after it
     locating: bool = field(default=False, repr=False)
-    ip_parked: IPGroup | None = field(default=None, repr=False)
+    ip_parked: IPGroup | None = field(default=None, repr=False)  # in its line of waiters
+    ip_ticket: int = field(default=0, repr=False)  # its place in that line
+    ip_woken: IPGroup | None = field(default=None, repr=False)  # woken from it, not started yet
     peak_open: int = 0
     served: int = 0
     dispatched: int = 0
@@ -163,9 +207,17 @@ class IPGroup:
     ip: str
     open: int = 0
     next_start_at: float = 0.0
-    # Oldest idle first, deleted lazily: a connection taken for a request stays until it surfaces.
+    # Idle connections a waiter may close, oldest first, deleted lazily (a connection taken for a
+    # request stays until it surfaces): those of hosts with nothing queued, and those handed over
+    # at the end of their turn (module docstring, "Turns").  Held ones are in neither.
     idle: OrderedDict[Connection, None] = field(default_factory=OrderedDict, repr=False)
-    waiters: deque[HostSlot] = field(default_factory=deque, repr=False)
+    handed: OrderedDict[Connection, None] = field(default_factory=OrderedDict, repr=False)
+    # Its line: a heap on (ticket, slot's id), deleted lazily -- an entry is live while its slot's
+    # ``ip_parked`` is this group and its ``ip_ticket`` the entry's (module docstring, "Turns").
+    waiters: list[tuple[int, int, HostSlot]] = field(default_factory=list, repr=False)
+    tickets: int = 0  # the last ticket given
+    parked: int = 0  # slots whose ``ip_parked`` is this group: the live entries of ``waiters``
+    woken: int = 0  # slots whose ``ip_woken`` is this group
     timer_armed: bool = False
 
 
@@ -351,8 +403,15 @@ class HostTable:
         if self._ip_of:
             group = self._ip_of.get(conn)
             if group is not None:
-                group.idle[conn] = None
-                group.idle.move_to_end(conn)
+                if self.per_ip is not None:
+                    group.idle.pop(conn, None)  # an entry left from an earlier idle spell
+                    group.handed.pop(conn, None)
+                    if not slot.queue:
+                        group.idle[conn] = None  # idle for want of work: anyone's to close
+                    elif self._turn_over(conn, slot, group, now):
+                        group.handed[conn] = None  # its host parks when it next looks for a place
+                    else:
+                        return  # held: its host, ready above, takes it (module docstring, "Turns")
                 self._wake_ip(group, now)
 
     def connection_closed(self, conn: Connection, was_idle: bool, now: float) -> None:
@@ -373,12 +432,16 @@ class HostTable:
             if group is not None:
                 group.open -= 1
                 group.idle.pop(conn, None)
+                group.handed.pop(conn, None)
                 self._wake_ip(group, now)
                 self._free_group(group, now)
-        if self._by_ip and (not slot.open or slot.located_until < now):
+        if self._by_ip and ((not slot.open and not slot.in_flight and slot.ip_parked is None
+                             and slot.ip_woken is None) or slot.located_until < now):
             # Its next connection looks again: so a host busy for hours follows its DNS, and one
-            # without connections keeps no answer.  Never at a decision: an answer that expires
-            # at once (dns_cache_ttl=0) would be looked up for ever.
+            # without connections keeps no answer -- unless it waits for a place on that address,
+            # where a look-up would cost it its place in line, or a start of its is under way (its
+            # own idle connection closed to make room: the new one counts on this address).  Never
+            # at a decision: an answer that expires at once (dns_cache_ttl=0) would be looked up for ever.
             slot.addresses = slot.ip = None
         if not slot.open:
             self._free_if_unused(slot, now)
@@ -456,6 +519,7 @@ class HostTable:
         The caller closes ``evict`` (if any), starts the task, then calls ``refresh(slot)``.
         """
         ready = self._ready
+        by_ip = self._by_ip
         while ready:
             entry = ready[0]
             slot = entry[3]
@@ -463,13 +527,15 @@ class HostTable:
                 heapq.heappop(ready)
                 if entry is slot.ready_entry:
                     slot.ready_entry = None
-                    self.refresh(slot, now)  # re-arms the delay timer if that is what blocks it
+                    self.refresh(slot, now)  # re-arms the delay timer if that is what blocks it (passes a wake on)
                 continue
             if slot.start_until != math.inf and time.monotonic() >= slot.start_until:
                 # The gate by the real clock: ``now`` is the select()'s, stale after a pause (or
                 # after the batches of one select()), and a gate must hold whatever ran since.
                 heapq.heappop(ready)
                 slot.ready_entry = None  # reopened by set_gate
+                if slot.ip_woken is not None:
+                    self._pass_wake(slot, now)
                 continue
             if not slot.idle and self.total_open >= self.max_connections and not self._idle_lru:
                 return None  # every connection is busy: wait for one to finish
@@ -478,9 +544,9 @@ class HostTable:
             task = queued[2] if len(queued) == 3 else self._make_task(queued, slot.origin)
             route = task.proxy
             group: IPGroup | None = None
-            if self._by_ip and route is None:
+            if by_ip and route is None:
                 if slot.ip is None:
-                    self._locate_slot(slot, queued, task)
+                    self._locate_slot(slot, queued, task, now)
                     continue
                 if slot.ip:
                     group = self._ip_group(slot.ip)
@@ -491,7 +557,16 @@ class HostTable:
                     slot.ip = None  # unknown for this start only: the next one asks again
             idle = slot.idle
             conn: Connection | None
-            if idle and route is None and not self._proxied and not task.needs_fresh_connection:
+            if group is not None and idle and self._turn_bound(slot, group, task):
+                # Others wait for a place on its full address: a connection whose turn is over is
+                # handed over, and with none left the slot waits behind them (docstring, "Turns").
+                conn = self._take_own(slot, group, now)
+                if conn is None:
+                    self._park_ip(slot, group, queued, task, now, turn_over=True)
+                    if group.parked > 1:  # one that can take the place now, not only this slot
+                        self._wake_ip(group, now)
+                    continue
+            elif idle and route is None and not self._proxied and not task.needs_fresh_connection:
                 conn = idle.pop()  # no proxy anywhere, as in nearly every crawl: _take_idle's first case, inline
                 del self._idle_lru[conn]
             else:
@@ -512,6 +587,8 @@ class HostTable:
                     if self.proxy_open.get(key, 0) >= self.per_proxy and not frees_one:
                         spare = self._proxy_idle.get(key)
                         if not spare:
+                            if slot.ip_woken is not None:
+                                self._pass_wake(slot, now)  # it waits on the proxy, not the address
                             self._park(slot, key, queued, task)
                             continue
                         if host_evict:
@@ -532,9 +609,9 @@ class HostTable:
             slot.ready_entry = None
             if self.per_proxy is not None and (slot.parked is not None or slot.woken is not None):
                 self._waited(slot, route, now)
-            if group is not None:
-                self._ip_started(slot, group, conn is None, now)
             heapq.heappop(slot.queue)
+            if by_ip:
+                self._ip_started(slot, group, conn is None, now)
             self.pending -= 1
             slot.in_flight += 1
             wait = now - task.registered_at
@@ -586,12 +663,14 @@ class HostTable:
 
     # -- addresses (module docstring, "Addresses") ------------------------------
 
-    def _locate_slot(self, slot: HostSlot, queued: QueueEntry, task: Task) -> None:
+    def _locate_slot(self, slot: HostSlot, queued: QueueEntry, task: Task, now: float) -> None:
         """``slot`` needs its address first: out of the ready heap until ``located`` (maybe at once)."""
         heapq.heappop(self._ready)
         slot.ready_entry = None
         if len(queued) != 3:
             slot.queue[0] = (queued[0], queued[1], task)  # the Task made is the one that starts
+        if slot.ip_woken is not None:
+            self._pass_wake(slot, now)  # its address may have changed: the place goes to the next
         if not slot.locating:
             slot.locating = True
             self._locate(slot)  # type: ignore[misc]
@@ -613,30 +692,133 @@ class HostTable:
         return group
 
     def _spare(self, group: IPGroup) -> Connection | None:
-        """The address's oldest idle connection, to close for a place; None if none."""
+        """An idle connection of the address a waiter may close for a place; None if none.
+
+        First the oldest of a host with nothing queued -- one whose host has work again by now is
+        held (its host takes it, or it comes back here when that work is gone: ``_out_of_work``) --
+        then the oldest handed over.
+        """
         idle, pool = group.idle, self._idle_lru
         while idle:
             conn = next(iter(idle))
+            if conn in pool and not conn.slot.queue:
+                return conn
+            del idle[conn]  # taken for a request since it went idle, or held now
+        handed = group.handed
+        while handed:
+            conn = next(iter(handed))
             if conn in pool:
                 return conn
-            del idle[conn]  # taken for a request since it went idle
+            del handed[conn]  # its host took it back: nobody else waited any more
         return None
 
-    def _park_ip(self, slot: HostSlot, group: IPGroup, queued: QueueEntry, task: Task, now: float) -> None:
-        """``slot``'s next request waits for ``group``: out of the ready heap, into its waiters."""
+    # -- turns (module docstring, "Turns") ------------------------------------
+
+    @staticmethod
+    def _others_wait(slot: HostSlot, group: IPGroup) -> bool:
+        """Some slot other than ``slot`` waits for a place on ``group``: parked, or woken and not started."""
+        return group.parked + group.woken > (slot.ip_parked is group) + (slot.ip_woken is group)
+
+    def _turn_bound(self, slot: HostSlot, group: IPGroup, task: Task) -> bool:
+        """``slot``'s idle connections on ``group`` are reused by turns: the address is full and others wait."""
+        per_ip = self.per_ip
+        return (per_ip is not None and group.open >= per_ip and not task.needs_fresh_connection
+                and self._others_wait(slot, group))
+
+    def _turn_over(self, conn: Connection, slot: HostSlot, group: IPGroup, now: float) -> bool:
+        """Idle ``conn`` of ``slot``'s, on ``group``, has had its turn while others wait for a place."""
+        per_ip = self.per_ip
+        return (conn.requests_done >= TURN_REQUESTS and now - conn.established_at >= TURN_TIME
+                and per_ip is not None and group.open >= per_ip and self._others_wait(slot, group))
+
+    def _take_own(self, slot: HostSlot, group: IPGroup, now: float) -> Connection | None:
+        """``slot``'s most recently used direct idle connection whose turn is not over, out of the idle
+        pool; those whose turn is over are handed over on the way.  None if none is left."""
+        idle, proxied = slot.idle, self._proxied
+        for index in range(len(idle) - 1, -1, -1):  # a host's few connections, not a scan of many
+            conn = idle[index]
+            if proxied and conn in proxied:
+                continue
+            if (conn.requests_done >= TURN_REQUESTS and now - conn.established_at >= TURN_TIME
+                    and self._ip_of.get(conn) is group):
+                if conn not in group.handed:
+                    group.idle.pop(conn, None)
+                    group.handed[conn] = None
+                continue
+            del idle[index]
+            del self._idle_lru[conn]
+            return conn
+        return None
+
+    def _out_of_work(self, slot: HostSlot, now: float) -> None:
+        """``slot`` has nothing queued: its held idle connections are free for whoever waits."""
+        ip_of = self._ip_of
+        for conn in slot.idle:
+            group = ip_of.get(conn)
+            if group is not None and conn not in group.idle and conn not in group.handed:
+                group.idle[conn] = None
+                self._wake_ip(group, now)
+
+    # -- waiting on an address ---------------------------------------------------
+
+    def _park_ip(
+        self, slot: HostSlot, group: IPGroup, queued: QueueEntry, task: Task, now: float, turn_over: bool = False,
+    ) -> None:
+        """``slot``'s next request waits for ``group``: out of the ready heap, into its waiters.
+
+        Last in line, unless it was woken from this line and found the place gone (taken by another,
+        or only seen for a moment between a close and an open): then where it was, with its ticket.
+        Never after its own turn (``turn_over``).
+        """
         heapq.heappop(self._ready)
         slot.ready_entry = None
         if len(queued) != 3:
             slot.queue[0] = (queued[0], queued[1], task)
-        if slot.ip_parked is not group:
+        woken = slot.ip_woken
+        if woken is not None:
+            woken.woken -= 1
+            slot.ip_woken = None
+        parked = slot.ip_parked
+        if parked is not group:
+            if parked is not None:
+                parked.parked -= 1  # its address changed: it waits on the new one
             slot.ip_parked = group
-            group.waiters.append(slot)
+            group.parked += 1
+            if woken is not group or turn_over:
+                group.tickets += 1
+                slot.ip_ticket = group.tickets
+            heapq.heappush(group.waiters, (slot.ip_ticket, id(slot), slot))
         if group.next_start_at > now:
             self._arm_ip_timer(group)
 
-    def _ip_started(self, slot: HostSlot, group: IPGroup, new_connection: bool, now: float) -> None:
-        """A request of ``slot``'s starts on ``group``'s address; room left is passed to the next waiter."""
-        slot.ip_parked = None
+    def _stop_waiting(self, slot: HostSlot) -> None:
+        """``slot`` neither waits nor was woken any more (its entry in a line is skipped when it surfaces)."""
+        parked = slot.ip_parked
+        if parked is not None:
+            parked.parked -= 1
+            slot.ip_parked = None
+        woken = slot.ip_woken
+        if woken is not None:
+            woken.woken -= 1
+            slot.ip_woken = None
+
+    def _pass_wake(self, slot: HostSlot, now: float) -> None:
+        """``slot`` was woken for a place it cannot take now: the next waiter gets it."""
+        group = slot.ip_woken
+        assert group is not None
+        group.woken -= 1
+        slot.ip_woken = None
+        self._wake_ip(group, now)
+
+    def _ip_started(self, slot: HostSlot, group: IPGroup | None, new_connection: bool, now: float) -> None:
+        """A request of ``slot``'s starts, on ``group``'s address (None: uncounted, or through a proxy);
+        room left is passed to the next waiter."""
+        if slot.ip_parked is not None or slot.ip_woken is not None:
+            self._stop_waiting(slot)
+        if self.per_ip is not None and not slot.queue and slot.idle:
+            self._out_of_work(slot, now)
+        if group is None:
+            return
         if self.ip_delay:
             group.next_start_at = now + self.ip_delay
         if group.waiters:
@@ -666,11 +848,17 @@ class HostTable:
         if not self._has_room(group, now):
             return
         while waiters:
-            slot = waiters.popleft()
-            if slot.ip_parked is not group:
-                continue  # it started, or was cancelled, since
+            ticket, _, slot = heapq.heappop(waiters)
+            if slot.ip_parked is not group or slot.ip_ticket != ticket:
+                continue  # it started, was cancelled or parked elsewhere since
             slot.ip_parked = None
+            group.parked -= 1
             if self._can_start(slot, now):
+                woken = slot.ip_woken
+                if woken is not None:
+                    woken.woken -= 1
+                slot.ip_woken = group
+                group.woken += 1
                 self.refresh(slot, now)
                 break
 
@@ -690,8 +878,8 @@ class HostTable:
         if group.open or group.timer_armed or self.ip_groups.get(group.ip) is not group:
             return
         waiters = group.waiters
-        while waiters and waiters[0].ip_parked is not group:
-            waiters.popleft()
+        while waiters and (waiters[0][2].ip_parked is not group or waiters[0][2].ip_ticket != waiters[0][0]):
+            heapq.heappop(waiters)
         if waiters:
             return
         if group.next_start_at > now:
@@ -708,6 +896,8 @@ class HostTable:
         """Put ``slot`` in the ready heap under its current best request if it can take one now."""
         if not self._can_start(slot, now):
             slot.ready_entry = None
+            if slot.ip_woken is not None:
+                self._pass_wake(slot, now)  # woken, then delayed or gated: the place goes to the next
             # A full slot comes back through connection_idle / connection_closed; a delayed one by timer.
             if slot.queue and slot.next_start_at > now and not slot.delay_timer_armed:
                 slot.delay_timer_armed = True
@@ -740,10 +930,15 @@ class HostTable:
         for slot in self.slots.values():
             slot.queue.clear()
             slot.ready_entry = None
-            slot.parked = slot.woken = slot.ip_parked = None
+            slot.parked = slot.woken = slot.ip_parked = slot.ip_woken = None
         self._ready.clear()
         self._proxy_waiters.clear()
         for group in self.ip_groups.values():
             group.waiters.clear()
+            group.parked = group.woken = 0
+        if self.per_ip is not None:
+            for conn, group in self._ip_of.items():
+                if conn in self._idle_lru and conn not in group.handed:
+                    group.idle[conn] = None  # held for work that is gone
         self.pending = 0
         return tasks

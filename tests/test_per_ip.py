@@ -8,22 +8,24 @@ or a stub ``resolver``, and every address is on loopback.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 from rawserver import ConnInfo, RawServer, get_unused_port, http_response, read_request
 
-from niofetcher import FetcherConfig, FetchResult, NIOFetcher
+from niofetcher import FetcherConfig, FetchResult, NIOFetcher, pool
 from niofetcher.cli.args import build_parser, config_from
 from niofetcher.config import Address
 from niofetcher.models import URLBean
-from niofetcher.pool import HostTable
+from niofetcher.pool import Assignment, HostTable
 from niofetcher.request import RequestDefaults, Task
 from niofetcher.urls import parse_target
 
@@ -37,6 +39,7 @@ class Watch:
         self.servers: list[RawServer] = []
         self.max_open = 0
         self.request_times: list[float] = []
+        self.hosts: list[tuple[float, str]] = []  # (time, Host header) of every request read
         self._lock = threading.Lock()
 
     def handler(self, pause: float = 0.0, gate: threading.Event | None = None) -> Callable[[socket.socket, ConnInfo], None]:
@@ -51,8 +54,10 @@ class Watch:
                 head = read_request(sock, info)
                 if head is None:
                     return
+                now = time.monotonic()
                 with self._lock:
-                    self.request_times.append(time.monotonic())
+                    self.request_times.append(now)
+                    self.hosts.append((now, host_of(head)))
                 if gate is not None:
                     for _ in range(200):
                         if gate.wait(0.05) or info.stopping:
@@ -80,6 +85,15 @@ def watch() -> Iterator[Watch]:
         yield w
     finally:
         w.stop()
+
+
+def host_of(head: bytes) -> str:
+    """The Host header's name, without its port."""
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"host":
+            return value.strip().decode().rsplit(":", 1)[0]
+    return ""
 
 
 def names(prefix: str, count: int, address: str) -> dict[str, str]:
@@ -183,6 +197,69 @@ def test_a_request_waiting_for_its_address_is_not_timed_by_its_connect_timeout(
     results = fetch_all(config, [f"http://{name}:{server.port}/" for name in resolve])
     assert [r.error_detail for r in results if not r.ok] == []
     assert len(results) == 6 and watch.max_open == 1
+
+
+# -- turns: reuse within an address's budget, fairness by turns ----------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("turns", ["on", "off"])
+def test_busy_names_on_a_full_address_keep_their_connections_for_a_turn(
+    watch: Watch, turns: str, monkeypatch: pytest.MonkeyPatch, no_leaks: object
+) -> None:
+    # 20 names with 40 requests each on one address that takes 4 connections: a name with work
+    # keeps its connection for its turn, so connections come per turn and per name, not per request.
+    if turns == "off":
+        # The negative control: turns of no length hand a connection over whenever another name
+        # waits -- first come first served, as the limit first did -- and nearly every request reconnects.
+        monkeypatch.setattr(pool, "TURN_TIME", 0.0)
+        monkeypatch.setattr(pool, "TURN_REQUESTS", 0)
+    server = watch.serve(watch.handler())
+    resolve = names("busy", 20, "127.0.0.1")
+    urls = [f"http://{name}:{server.port}/{i}" for i in range(40) for name in resolve]
+    config = FetcherConfig(max_connections_per_host=2, max_connections_per_ip=4, resolve=resolve)
+
+    results = fetch_all(config, urls)
+
+    assert [r.error_detail for r in results if not r.ok] == []
+    assert len(watch.request_times) == len(urls) == 800 and watch.max_open == 4
+    if turns == "on":
+        assert server.accepted <= 3 * len(resolve), server.accepted  # 20 to 30 measured, not 800
+        assert sum(r.connection_reused for r in results) >= len(urls) - 3 * len(resolve)
+    else:
+        assert server.accepted >= len(urls) // 2, server.accepted
+
+
+@pytest.mark.timeout(60)
+def test_every_name_waiting_for_a_full_address_is_served_within_a_few_turns(
+    watch: Watch, no_leaks: object
+) -> None:
+    # Six names that always have work, one address that takes two connections, and no service time
+    # to end a connection: without turns the first two names would keep the address to themselves
+    # until their 1,500 requests were done (seconds); by turns the last name starts after about two.
+    server = watch.serve(watch.handler(pause=0.002))
+    resolve = names("turn", 6, "127.0.0.1")
+    config = FetcherConfig(max_connections_per_host=1, max_connections_per_ip=2, connection_service_time=None,
+                           resolve=resolve)
+    with NIOFetcher(config) as fetcher:
+        started = time.monotonic()
+        assert fetcher.register_many(f"http://{name}:{server.port}/{i}" for i in range(1500) for name in resolve) == 9000
+        while time.monotonic() < started + 20 and len({host for _, host in watch.hosts}) < len(resolve):
+            time.sleep(0.02)
+        fetcher.shutdown(wait=False)  # the rest is cancelled: what matters is who was served when
+    served = sorted(watch.hosts)
+    first: dict[str, float] = {}
+    for at, host in served:
+        first.setdefault(host, at - started)
+    assert sorted(first) == sorted(resolve)
+    last = max(first.values())
+    # Two turns, and a second of slack for a loaded machine.  When a woken name that found its place
+    # gone went to the back of the line, a loaded machine made it three or four; without turns it is
+    # 1,500 * 2 ms at least.
+    assert last <= 2 * pool.TURN_TIME + 1.0, first
+    by_then = Counter(host for at, host in served if at - started <= last)
+    assert max(by_then.values()) < 1500  # the others still had work when the last one came in
+    assert server.accepted <= 3 * len(resolve) and watch.max_open == 2, server.accepted
 
 
 # -- ip_delay ------------------------------------------------------------------------------------------
@@ -339,8 +416,10 @@ def test_a_lookup_slower_than_the_connect_timeout_ends_the_request_and_nothing_e
 class FakeConn:
     proxy = None
 
-    def __init__(self, slot: Any) -> None:
+    def __init__(self, slot: Any, now: float = 0.0) -> None:
         self.slot = slot
+        self.established_at = now
+        self.requests_done = 0
 
 
 def test__a_slot_parked_on_its_address_blocks_no_other_host() -> None:
@@ -377,6 +456,158 @@ def test__options_off_make_no_groups_and_no_lookups() -> None:
     table.enqueue(Task(URLBean(url), parse_target(url), 0, 0.0, RequestDefaults({})), 0.0)
     assignment = table.next_assignment(0.0)
     assert assignment is not None and assignment.slot.ip is None and table.ip_groups == {}
+
+
+
+class Clock:
+    """The table's clock, moved by hand, and its timers, run by ``advance``."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[tuple[float, int, Callable[[Any], None], Any]] = []
+        self._seq = itertools.count()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[[Any], None], arg: Any) -> None:
+        heapq.heappush(self.timers, (when, next(self._seq), callback, arg))
+
+    def advance(self, step: float) -> None:
+        self.now = round(self.now + step, 6)
+        while self.timers and self.timers[0][0] <= self.now:
+            _, _, callback, arg = heapq.heappop(self.timers)
+            callback(arg)
+
+
+def turn_table(per_ip: int, per_host: int, clock: Clock, delay: float = 0.0) -> HostTable:
+    """A table whose every name is on 10.0.0.1, located at once."""
+    tables: list[HostTable] = []
+
+    def locate(slot: Any) -> None:
+        tables[0].located(slot, [(socket.AF_INET, ("10.0.0.1", 80))], clock.now)
+
+    table = HostTable(100, per_host, delay, 0.0, clock.call_at, clock, per_ip=per_ip, locate=locate)
+    tables.append(table)
+    return table
+
+
+def check_lines(table: HostTable) -> None:
+    """Each address's counts of waiting slots are exact: the turns are decided on them."""
+    for group in table.ip_groups.values():
+        slots = table.slots.values()
+        assert group.parked == sum(slot.ip_parked is group for slot in slots)
+        assert group.woken == sum(slot.ip_woken is group for slot in slots)
+        live = {id(slot) for ticket, _, slot in group.waiters if slot.ip_parked is group and slot.ip_ticket == ticket}
+        assert len(live) == group.parked
+
+
+def queue(table: HostTable, url: str, seq: int, now: float) -> None:
+    table.enqueue(Task(URLBean(url), parse_target(url), seq, now, RequestDefaults({})), now)
+
+
+def start_all(table: HostTable, now: float) -> list[tuple[Assignment, Any]]:
+    """Every start the table decides now, done as the engine does it: evictions closed, new connections opened."""
+    started = []
+    while (assignment := table.next_assignment(now)) is not None:
+        for evicted in (assignment.evict, assignment.evict_for_proxy):
+            if evicted is not None:
+                table.connection_closed(evicted, True, now)
+        conn: Any = assignment.conn
+        if conn is None:
+            conn = FakeConn(assignment.slot, now)
+            table.connection_opened(assignment.slot, conn)
+        table.refresh(assignment.slot, now)
+        started.append((assignment, conn))
+    return started
+
+
+def answer(table: HostTable, conn: Any, now: float) -> None:
+    conn.requests_done += 1
+    table.exchange_ended(conn.slot, True, now)
+    table.connection_idle(conn, now)
+
+
+def test__a_connection_whose_host_has_work_keeps_its_place_until_its_turn_is_over() -> None:
+    clock = Clock()
+    table = turn_table(per_ip=1, per_host=1, clock=clock)
+    for seq in range(20):
+        queue(table, "http://a.test/", seq, 0.0)
+    queue(table, "http://b.test/", 100, 0.0)
+    [(first, conn)] = start_all(table, 0.0)
+    assert first.task.url == "http://a.test/"  # b.test waits for the address's one place
+    for served in range(1, pool.TURN_REQUESTS + 3):
+        # a.test still has work: it reuses its connection, whatever b.test's older request says.
+        clock.now = served * pool.TURN_TIME / 2
+        answer(table, conn, clock.now)
+        if conn.requests_done >= pool.TURN_REQUESTS and clock.now >= pool.TURN_TIME:
+            break
+        [(again, reused)] = start_all(table, clock.now)
+        assert again.task.url == "http://a.test/" and reused is conn and again.evict is None
+    # Its turn is over (open TURN_TIME, TURN_REQUESTS served) and b.test waits: b.test closes it,
+    # a.test waits behind b.test for its next turn.
+    [(handed, _)] = start_all(table, clock.now)
+    assert handed.task.url == "http://b.test/" and handed.evict is conn
+    assert table.ip_groups["10.0.0.1"].parked == 1 and table.slot(first.slot.origin).ip_parked is not None
+
+
+def test__a_held_connection_is_free_once_its_host_has_nothing_queued() -> None:
+    table = turn_table(per_ip=2, per_host=2, clock=Clock())
+    for seq in range(3):
+        queue(table, "http://a.test/", seq, 0.0)
+    queue(table, "http://b.test/", 100, 0.0)
+    conns = [conn for _, conn in start_all(table, 0.0)]
+    assert len(conns) == 2 and {conn.slot.origin.host for conn in conns} == {"a.test"}
+    answer(table, conns[0], 0.1)
+    answer(table, conns[1], 0.1)  # both held: a.test has one request left
+    assert table.ip_groups["10.0.0.1"].idle == {}
+    # a.test's last request goes on one; the other is idle for want of work, and b.test takes its place.
+    [(last, _), (other, _)] = start_all(table, 0.1)
+    assert last.task.url == "http://a.test/" and last.conn is conns[1]
+    assert other.task.url == "http://b.test/" and other.evict is conns[0]
+
+
+@pytest.mark.parametrize("turn", ["default", "with a host delay", "never over", "always over"])
+def test__names_on_a_full_address_take_turns(turn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Six names, always with work, two places, no service time: 8 simulated seconds of 10 ms answers
+    # (and, "with a host delay", 30 ms between two starts to one name: its connection idles, held, between).
+    if turn == "never over":
+        monkeypatch.setattr(pool, "TURN_TIME", math.inf)
+    elif turn == "always over":
+        monkeypatch.setattr(pool, "TURN_TIME", 0.0)
+        monkeypatch.setattr(pool, "TURN_REQUESTS", 0)
+    clock = Clock()
+    table = turn_table(per_ip=2, per_host=1, clock=clock, delay=0.03 if turn == "with a host delay" else 0.0)
+    seq = itertools.count()
+    hosts = [f"h{i}.test" for i in range(6)]
+    for host in hosts:
+        queue(table, f"http://{host}/", next(seq), 0.0)
+    first: dict[str, float] = {}
+    opened = starts = 0
+    while clock.now < 8.0:
+        started = start_all(table, clock.now)
+        for assignment, conn in started:
+            host = assignment.slot.origin.host
+            first.setdefault(host, clock.now)
+            opened += assignment.conn is None
+            starts += 1
+            queue(table, f"http://{host}/", next(seq), clock.now)  # always more work
+        clock.advance(0.01)
+        for _, conn in started:
+            answer(table, conn, clock.now)
+        assert table.ip_groups["10.0.0.1"].open <= 2
+        check_lines(table)
+    if turn == "never over":
+        assert sorted(first) == hosts[:2]  # the negative control: the first two keep the address
+        assert opened == 2
+        return
+    assert sorted(first) == hosts
+    if turn in ("default", "with a host delay"):
+        # Three rounds of two: the last names start after two turns, one connection per turn.
+        assert max(first.values()) <= 2 * pool.TURN_TIME + 0.1, first
+        assert opened <= 2 * (8.0 / pool.TURN_TIME + 1), opened
+    else:
+        assert opened >= starts // 2  # first come first served: a connection nearly per request
 
 
 # -- validation ---------------------------------------------------------------------------------------
