@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .crawl import CrawlConfig, CrawledPage, Crawler, CrawlSummary, Frontier, FrontierError, FrontierLocked
     from .crawl import parse as parse
     from .crawl.parse import Form, PageLinks, extract
+    from .crawl.schedule import RevisitPolicy
 
 # The crawler's names load on first use: a program that only fetches does not
 # pay for importing beautifulsoup4, lxml, protego and sqlite3.  ``parse`` is the
@@ -34,6 +35,7 @@ _LAZY = {
     "CrawlConfig": "crawl", "CrawlSummary": "crawl", "CrawledPage": "crawl", "Crawler": "crawl",
     "Frontier": "crawl", "FrontierError": "crawl", "FrontierLocked": "crawl",
     "Form": "crawl.parse", "PageLinks": "crawl.parse", "extract": "crawl.parse",
+    "RevisitPolicy": "crawl.schedule",
 }
 
 
@@ -70,6 +72,7 @@ __all__ = [
     "NIOFetcher",
     "Origin",
     "PageLinks",
+    "RevisitPolicy",
     "Throttle",
     "URLBean",
     "URLRegister",

@@ -44,7 +44,7 @@ from niofetcher.testing import TestSite
 ROBOTS = "/robots.txt"
 JSONL_FIELDS = {"url", "final_url", "status", "reason", "content_type", "bytes", "sha256", "elapsed", "fetched_at",
                 "redirects", "error", "error_detail", "title", "links", "link_urls", "depth", "parent", "canonical",
-                "noindex", "lastmod", "duplicate_of"}
+                "noindex", "lastmod", "duplicate_of", "changed"}
 
 
 def niofetcher(*args: str, timeout: float = 60, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

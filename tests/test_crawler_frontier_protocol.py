@@ -64,7 +64,7 @@ def test_the_protocol_is_what_the_coordinator_calls_and_the_contract_reads() -> 
     assert sorted(set(PROTOCOL) - set(CONTRACT_READS)) == sorted([
         "__enter__", "__exit__", "add", "add_many", "batch", "checkpoint", "claim", "close", "complete_many",
         "counts", "fail", "failures", "fingerprints", "holds", "lost_hosts", "min_due_depth", "next_due", "recordable",
-        "release", "robots", "start_deadlines", "store_fingerprints", "store_robots",
+        "release", "revisits", "robots", "start_deadlines", "store_fingerprints", "store_robots", "wake",
     ])
     assert set(CONTRACT_READS) <= set(PROTOCOL)
 

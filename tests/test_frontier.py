@@ -56,16 +56,19 @@ class FakeClock:
 # The columns of the urls table, in their order: the same on every SQL store (PostgreSQL's:
 # tests/test_frontier_postgres.py), so that a user's queries work on each.
 URL_COLUMNS = ["url", "state", "attempts", "depth", "priority", "parent", "status", "error", "discovered_at",
-               "fetched_at", "next_attempt_at", "seq", "host_id", "lastmod", "duplicate_of"]
+               "fetched_at", "next_attempt_at", "seq", "host_id", "lastmod", "duplicate_of", "etag", "last_modified",
+               "digest", "visits", "changes", "next_due"]
 
 
 # -- helpers ------------------------------------------------------------------
 
 
 def same_rows_and_new_columns_empty(upgraded: list[tuple[Any, ...]], kept: list[tuple[Any, ...]]) -> bool:
-    """An upgrade keeps every value of every row; the columns it adds (at the end) start empty."""
+    """An upgrade keeps every value of every row; the columns it adds (at the end) start empty (NULL,
+    or 0 for a count: visits, changes)."""
     width = len(kept[0])
-    return [row[:width] for row in upgraded] == kept and all(value is None for row in upgraded for value in row[width:])
+    return [row[:width] for row in upgraded] == kept and all(
+        value is None or value == 0 for row in upgraded for value in row[width:])
 
 
 def read_rows(path: Path, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
@@ -796,6 +799,26 @@ def test_a_version_5_file_gets_a_place_for_robots_txt_answers(tmp_path: Path, mo
     Frontier(fresh).close()
     assert read_rows(db, hosts_columns) == read_rows(fresh, hosts_columns) == [
         ("id",), ("origin",), ("robots_status",), ("robots",), ("robots_at",)]
+
+
+@pytest.mark.timeout(30)
+def test_a_version_8_file_gets_what_a_revisit_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 9 (issue 27): the revisit columns, empty on every row kept, and the partial index of
+    the done and error rows that will be due again, which wake() and revisits() read."""
+    db = tmp_path / "old.db"
+    make_file_as(db, 8, monkeypatch)
+    kept = read_rows(db, "SELECT * FROM urls ORDER BY url")
+    with Frontier(db) as frontier:  # the upgrade
+        assert frontier.revisits() == (0, None) and frontier.wake() == 0
+        assert frontier.counts() == {"waiting": 4, "processing": 0, "done": 1, "error": 1}
+    assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    upgraded = read_rows(db, "SELECT * FROM urls ORDER BY url")
+    assert same_rows_and_new_columns_empty(upgraded, kept) and len(upgraded[0]) == len(kept[0]) + 6
+    fresh = tmp_path / "fresh.db"
+    Frontier(fresh).close()
+    assert table_shape(db) == table_shape(fresh)
+    plan = read_rows(db, "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM urls WHERE state IN ('done', 'error') AND next_due <= 1")
+    assert "urls_revisit" in str(plan)
 
 
 @pytest.mark.timeout(30)

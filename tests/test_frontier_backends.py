@@ -34,7 +34,7 @@ import pytest
 from test_frontier import FakeClock
 
 from niofetcher.crawl.frontier import Frontier, FrontierBackend, FrontierError, FrontierErrorKind, open_frontier
-from niofetcher.crawl.frontier.base import STATES, FrontierURL, StoredURL
+from niofetcher.crawl.frontier.base import STATES, FrontierURL, Revisits, StoredURL, Visit
 from niofetcher.crawl.frontier.capabilities import with_capabilities
 from niofetcher.crawl.schedule import RetrySchedule
 from niofetcher.urls import normalize_url
@@ -842,3 +842,79 @@ def test_failures_are_the_first_errors_since_a_time_with_why(frontier: FrontierB
     frontier.fail(fourth.url, "connection refused")
     assert frontier.failures(since, 5) == [(second.url, "HTTP 404 Not Found"), (fourth.url, "connection refused")]
     assert frontier.failures(since, 1) == [(second.url, "HTTP 404 Not Found")]
+
+
+# -- revisits (issue 27) --------------------------------------------------------
+
+
+def test_a_visit_is_kept_and_a_done_url_is_woken_when_due(store: Store, clock: FakeClock) -> None:
+    """complete_many(visits=...) keeps each page's validators, digest and next_due on its row (a
+    frontier opened later reads them); wake() moves the done URLs due by then back to 'waiting',
+    and their claims carry what the visit left, the interval among it.  A URL completed without a
+    visit is never due again."""
+    frontier = store.open()
+    a, b, c = "http://a.test/", "http://b.test/", "http://c.test/"
+    frontier.add([a, b, c])
+    assert len(frontier.claim(10)) == 3
+    start = clock()
+    frontier.complete_many([(a, 200), (b, 200), (c, 200)], visits={
+        a: Visit(100.0, True, '"v1"', "Tue, 01 Dec 2026 00:00:00 GMT", "ab" * 32),
+        b: Visit(300.0, True, None, None, "cd" * 32)})
+    frontier.close()
+    frontier = store.open()
+    kept = stored(frontier, a)
+    assert (kept.state, kept.etag, kept.last_modified, kept.digest) == (
+        "done", '"v1"', "Tue, 01 Dec 2026 00:00:00 GMT", "ab" * 32)
+    assert (kept.visits, kept.changes, kept.next_due, kept.fetched_at) == (1, 0, start + 100.0, start)
+    assert (stored(frontier, c).visits, stored(frontier, c).next_due) == (0, None)
+    assert frontier.revisits() == Revisits(0, start + 100.0)
+    assert frontier.wake() == 0
+    clock.advance(100.0)
+    assert frontier.revisits() == Revisits(1, start + 300.0)
+    assert frontier.wake() == 1 and frontier.wake() == 0
+    assert assert_consistent(frontier, [a, b, c]) == {"waiting": 1, "processing": 0, "done": 2, "error": 0}
+    (again,) = frontier.claim(10)
+    assert (again.url, again.attempts, again.etag, again.last_modified, again.digest, again.visits, again.interval) == (
+        a, 1, '"v1"', "Tue, 01 Dec 2026 00:00:00 GMT", "ab" * 32, 1, 100.0)
+    # An unchanged visit counts no change; a changed one does, from the second visit on.
+    frontier.complete_many([(a, 304)], visits={a: Visit(120.0, False, '"v1"', None, "ab" * 32)})
+    kept = stored(frontier, a)
+    assert (kept.status, kept.visits, kept.changes, kept.next_due) == (304, 2, 0, clock() + 120.0)
+    clock.advance(120.0)
+    assert frontier.wake() == 1
+    frontier.claim(10)
+    frontier.complete_many([(a, 200)], visits={a: Visit(96.0, True, '"v2"', None, "ef" * 32)})
+    kept = stored(frontier, a)
+    assert (kept.visits, kept.changes, kept.etag, kept.digest) == (3, 1, '"v2"', "ef" * 32)
+    clock.advance(10**9)
+    assert frontier.wake() == 2  # a and b; c, done without a visit, never
+    assert state_of(frontier, c) == "done"
+    frontier.close()
+
+
+def test_an_error_given_a_revisit_comes_round_again_with_fresh_attempts(frontier: FrontierBackend,
+                                                                       clock: FakeClock) -> None:
+    frontier.add(urls(2))
+    first, second = frontier.claim(2)
+    assert frontier.fail(first.url, "HTTP 404", 404, revisit_in=50.0) == "error"
+    assert frontier.fail(second.url, "HTTP 404", 404) == "error"
+    assert stored(frontier, first.url).next_due == clock() + 50.0
+    assert stored(frontier, second.url).next_due is None
+    assert frontier.revisits() == Revisits(0, clock() + 50.0)
+    clock.advance(50.0)
+    assert frontier.revisits() == Revisits(1, None)
+    assert frontier.wake() == 1
+    assert assert_consistent(frontier, urls(2)) == {"waiting": 1, "processing": 0, "done": 0, "error": 1}
+    (again,) = frontier.claim(2)
+    assert (again.url, again.attempts) == (first.url, 1)
+
+
+def test_without_visits_nothing_is_ever_due_again(frontier: FrontierBackend, clock: FakeClock) -> None:
+    frontier.add(urls(3))
+    claimed = frontier.claim(3)
+    frontier.complete_many([(item.url, 200) for item in claimed[:2]])
+    frontier.fail(claimed[2].url, "gone", 410)
+    clock.advance(10**9)
+    assert frontier.revisits() == Revisits(0, None)
+    assert frontier.wake() == 0
+    assert frontier.claim(3) == []

@@ -162,6 +162,25 @@ def test_a_version_2_crawl_gets_the_lastmod_column_when_opened(pg: Crawl) -> Non
     assert pg.columns("urls")[-1] == "lastmod"
 
 
+def test_a_crawl_without_the_revisit_columns_gets_them_when_opened(pg: Crawl) -> None:
+    """Issue 27: a crawl made before revisits gets their columns and index in place, its rows kept."""
+    with pg.open() as frontier:
+        frontier.add(["http://a.test/", "http://b.test/"])
+        frontier.complete_many([(frontier.claim(1)[0].url, 200)])
+    pg.rows("DROP INDEX urls_revisit")  # the crawl as a niofetcher before revisits made it
+    for column in ("etag", "last_modified", "digest", "visits", "changes", "next_due"):
+        pg.rows(f"ALTER TABLE urls DROP COLUMN {column}")
+    rows = "SELECT url, state, depth, seq, host_id, status FROM urls ORDER BY url"
+    kept = pg.rows(rows)
+    with pg.open() as frontier:
+        assert frontier.revisits() == (0, None) and frontier.wake() == 0
+    assert pg.rows(rows) == kept
+    assert pg.columns("urls")[-6:] == ["etag", "last_modified", "digest", "visits", "changes", "next_due"]
+    assert pg.rows("SELECT visits, changes, next_due FROM urls") == [(0, 0, None)] * 2
+    assert pg.rows(f"SELECT indexname FROM pg_indexes WHERE schemaname = '{pg.crawl}' AND indexname = 'urls_revisit'") == [
+        ("urls_revisit",)]
+
+
 def test_what_cannot_be_used_is_one_line_of_error(pg: Crawl) -> None:
     from niofetcher.crawl.frontier.postgres import PostgresFrontier
 

@@ -83,7 +83,9 @@ def test_fetch_and_crawl_of_the_same_pages_write_the_same_record(tmp_path: Path)
                 "error_detail", "title", "links", "link_urls")
         assert {k: crawl[k] for k in same} == {k: fetch[k] for k in same}, url
         # What only a crawl knows is null in a fetch record.
-        assert [fetch[k] for k in ("depth", "parent", "canonical", "noindex", "lastmod", "duplicate_of")] == [None] * 6
+        assert [fetch[k] for k in ("depth", "parent", "canonical", "noindex", "lastmod", "duplicate_of",
+                                   "changed")] == [None] * 7
+        assert crawl["changed"] is True  # a first visit
         assert crawl["sha256"] == hashlib.sha256(body).hexdigest() and crawl["bytes"] == len(body)
         if url == missing:
             assert (crawl["status"], crawl["reason"], crawl["error"], crawl["error_detail"]) == (404, "Not Found", None,

@@ -125,6 +125,18 @@ def build_parser() -> Parser:
                        help="a page whose text is that of a page already done on its host (exact: the same words; "
                             "near: a 64-bit simhash within 3 bits) is done as its duplicate, its links not "
                             "followed (default: no duplicate detection)")
+    crawl.add_argument("--revisit", type=_duration, default=None, metavar="DURATION",
+                       help="keep the crawl: a done URL is due again this long after its fetch (s, m, h, d: "
+                            "1d), fetched with a conditional GET; a run fetches what is due now and ends "
+                            "(run it from cron) (default: done is done)")
+    crawl.add_argument("--min-revisit", type=_duration, default=None, metavar="DURATION",
+                       help="with --revisit: the shortest interval a page that changes goes down to (default "
+                            "1h, or --revisit when shorter)")
+    crawl.add_argument("--max-revisit", type=_duration, default=None, metavar="DURATION",
+                       help="with --revisit: the longest interval a page that does not change goes up to, and "
+                            "the wait before a failed URL is tried again (default 30d, or --revisit when longer)")
+    crawl.add_argument("--fixed-revisit", action="store_true",
+                       help="with --revisit: keep every interval at --revisit, changed or not")
     crawl.add_argument("--out", metavar="FILE",
                        help="write one JSON record per page to FILE: a new crawl appends to it, a resumed one "
                             "first cuts it back to the end of the last page --db recorded in it; '-': standard "
@@ -441,6 +453,23 @@ def _size(text: str) -> int:
     if not number.isdigit() or int(number) < 1:
         raise argparse.ArgumentTypeError(f"not a positive number of bytes (K, M, G allowed): {text!r}")
     return int(number) * (unit or 1)
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(text: str) -> float:
+    """A positive duration in seconds: a number with a unit (s, m, h, d: ``90m``, ``1.5d``), or
+    without one, seconds."""
+    unit = _DURATION_UNITS.get(text[-1:].lower())
+    number = text[:-1] if unit is not None else text
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration (a number with s, m, h or d: 1d, 12h): {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive duration: {text!r}")
+    return value
 
 
 def _non_negative_int(text: str) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..crawl import CrawlConfig, CrawlSummary
 from ..crawl.frontier import FrontierError, open_frontier
+from ..crawl.schedule import RevisitPolicy
 from .args import check_frontier_options, config_from, urls_from
 from .errors import CommandFailed, UsageError
 from .output import SQLITE_SIDE_FILES, PageWriter, ResumeError, check_distinct_files, open_error, writes_to_stdout
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             parse_mode=args.parse_mode, extractor=args.extractor, fetcher=fetcher_config, sitemaps=args.sitemaps,
             lease_seconds=args.lease, follow_nofollow=args.follow_nofollow,
             retry_statuses=tuple(args.retry_status or CrawlConfig.retry_statuses),
-            **_trap_options(args), dedup=args.dedup,
+            **_trap_options(args), dedup=args.dedup, revisit=_revisit_policy(args),
             **({"frontier": args.frontier, "crawl_name": args.crawl} if args.frontier is not None else {"db_path": db}),
         )
     except ValueError as exc:
@@ -93,6 +94,23 @@ def _trap_options(args: argparse.Namespace) -> dict[str, Any]:
     if params is not None:
         options["strip_query_params"] = () if [param.lower() for param in params] == ["none"] else tuple(params)
     return options
+
+
+def _revisit_policy(args: argparse.Namespace) -> RevisitPolicy | None:
+    """``--revisit`` and its bounds as a RevisitPolicy: a bound not given is RevisitPolicy's default,
+    moved to ``--revisit`` when that is outside it.  UsageError for a bound without ``--revisit``,
+    ValueError (made a UsageError by the caller) for bounds that do not hold it."""
+    if args.revisit is None:
+        given = [name for name, value in (("--min-revisit", args.min_revisit), ("--max-revisit", args.max_revisit),
+                                          ("--fixed-revisit", args.fixed_revisit or None)) if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} goes with --revisit DURATION: give --revisit too")
+        return None
+    interval = args.revisit
+    default = RevisitPolicy()
+    low = args.min_revisit if args.min_revisit is not None else min(default.min_interval, interval)
+    high = args.max_revisit if args.max_revisit is not None else max(default.max_interval, interval)
+    return RevisitPolicy(interval, low, high, adaptive=not args.fixed_revisit)
 
 
 def _fetched_nothing(ran: CrawlRun) -> bool:

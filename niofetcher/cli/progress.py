@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import NamedTuple, TextIO
 
@@ -100,6 +101,12 @@ def print_summary(
     rows += [(f"not followed: {cause}", str(n)) for cause, n in sorted(summary.refused.items())]
     if summary.duplicates:  # done, among the states above, with their links not followed
         rows.append(("duplicates this run", str(summary.duplicates)))
+    if summary.unchanged:  # revisits that found their page unchanged: done again, not parsed
+        rows.append(("unchanged this run", str(summary.unchanged)))
+    if summary.due or summary.next_due is not None:  # a kept crawl (--revisit): when the next run has work
+        rows.append(("due again now", str(summary.due)))
+        if summary.next_due is not None:
+            rows.append(("next due (UTC)", time.strftime("%Y-%m-%d %H:%M", time.gmtime(summary.next_due))))
     rows += [
         ("pages this run", str(summary.pages)),
         ("pages/s", f"{summary.pages_per_second:.0f}"),

@@ -2,7 +2,7 @@
 
 Every record has every key, in the same order, so that one reader reads both
 files; a value that does not apply is null: the crawl's fields (``depth``,
-``parent``, ``canonical``, ``noindex``, ``lastmod``) in a ``fetch`` record,
+``parent``, ``canonical``, ``noindex``, ``lastmod``, ``duplicate_of``, ``changed``) in a ``fetch`` record,
 the page's (``title``, ``links``) when it was not parsed, ``link_urls``
 without ``--links``, what a response would have said when none came.
 
@@ -54,6 +54,7 @@ def record(
         "noindex": page.noindex if page is not None else None,
         "lastmod": page.lastmod if page is not None else None,
         "duplicate_of": page.duplicate_of if page is not None else None,
+        "changed": page.changed if page is not None else None,
     }
 
 

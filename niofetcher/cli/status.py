@@ -4,6 +4,7 @@ PostgreSQL ``--frontier``."""
 from __future__ import annotations
 
 import argparse
+import time
 from typing import TYPE_CHECKING
 
 from ..crawl.frontier import frontier_status
@@ -34,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"links not followed (traps): {sum(refused.values())}")
         for cause, n in sorted(refused.items()):
             print(f"  {cause:<18}  {n:>12}")
+    due, later = status.revisits
+    if due or later is not None:  # a kept crawl (crawl --revisit)
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(later)) if later is not None else "none"
+        print(f"revisits: {due} due now; next due {when}")
     if shared:
         _print_workers(status)
     print(f"hosts with the most URLs waiting: {len(status.busiest)}")

@@ -14,7 +14,7 @@ from ..urls import QueryCleaner, domain_host, parse_target
 from .directives import canonical_header, header_directives
 from .frontier.base import check_crawl_name
 from .frontier.locations import check_shared_location
-from .schedule import RetrySchedule
+from .schedule import RetrySchedule, RevisitPolicy
 
 if TYPE_CHECKING:  # a program that reads CrawlConfig need not load bs4 and lxml
     from .parse import PageLinks
@@ -70,6 +70,9 @@ class CrawlConfig:
     # Duplicates (crawl/dedup.py): "exact" (the same words) or "near" (a simhash within 3 bits) of a
     # page already done on its host: the page is done with duplicate_of set, its links not followed.
     dedup: str | None = None
+    # Revisits (crawl/schedule.py): a done URL is due again after the policy's interval and fetched
+    # with a conditional GET; a run claims what is due now and ends when nothing is.  None: done is done.
+    revisit: RevisitPolicy | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.seeds, str) or not self.seeds:
@@ -106,6 +109,8 @@ class CrawlConfig:
         self._check_traps()
         if self.dedup is not None and self.dedup not in DEDUP_MODES:
             raise ValueError(f"dedup must be None, 'exact' or 'near', not {self.dedup!r}")
+        if self.revisit is not None and not isinstance(self.revisit, RevisitPolicy):
+            raise TypeError(f"revisit must be a RevisitPolicy or None, not {self.revisit!r}")
 
     @property
     def retries(self) -> RetrySchedule:
@@ -166,6 +171,9 @@ class CrawledPage:
     links: PageLinks | None  # None unless the page was HTML and fetched
     # With CrawlConfig.dedup: the done page of its host whose text it repeats; its links are not followed.
     duplicate_of: str | None = None
+    # False for a revisit that found the page unchanged (a 304, or the same body): not parsed, its
+    # links not added again; True for a first visit and a changed page (CrawlConfig.revisit).
+    changed: bool = True
 
     @property
     def url(self) -> str:
@@ -239,6 +247,12 @@ class CrawlSummary:
     refused: dict[str, int] = field(default_factory=dict)
     # Pages of this run done as duplicates of a page done before on their host (CrawlConfig.dedup).
     duplicates: int = 0
+    # With CrawlConfig.revisit: pages of this run found unchanged (a 304, or the same body) ...
+    unchanged: int = 0
+    # ... and, at its end, the done and error URLs due again now, and when the next falls due
+    # (unix time; None when none will).
+    due: int = 0
+    next_due: float | None = None
 
     @property
     def pages_per_second(self) -> float:

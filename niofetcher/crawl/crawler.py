@@ -60,6 +60,14 @@ Pages fetched by then are still parsed, delivered and recorded.  A service
 manager kills a process that takes too long to stop (Docker after 10 s):
 an unanswered fetch must not hold the stop for its read timeout.
 
+Revisits: with ``CrawlConfig.revisit`` a run first moves the done and error URLs that are due
+again back to 'waiting' (``frontier.wake()``), and then crawls as any run does, ending when nothing
+waits.  Each claim carries what the last visit left (validators, digest, the interval), which
+makes its request a conditional GET; a 304, or a body of the stored digest, is *unchanged*: done
+again, not parsed, no links added.  Every completed page tells the frontier its
+:class:`~niofetcher.crawl.frontier.Visit`, with the wait the policy gives; an 'error' is due again
+after the longest interval.
+
 Credentials: a seed's ``user:pass@`` is taken out of it as the Crawler is
 made (``self.config.seeds`` are bare); every request to that seed's origin,
 robots.txt included, carries the ``Authorization`` it stands for, and no other
@@ -83,13 +91,14 @@ from ..models import URLBean
 from ..urls import Origin, parse_target, split_credentials
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
 from .dedup import Duplicates, Fingerprint
-from .frontier import FrontierBackend, FrontierError, FrontierURL, open_frontier
+from .frontier import FrontierBackend, FrontierError, FrontierURL, Visit, open_frontier
 from .frontier.traps import TrapRules
 from .inflight import InProgress, windows
 from .parsing import ParseExecutor
 from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
 from .policy import LinkScope, error_text, is_redirect, retry_after
 from .robots_gate import RobotsGate, RobotsReply
+from .schedule import RevisitPolicy
 from .sitemaps import Sitemaps
 
 log = logging.getLogger("niofetcher")
@@ -123,6 +132,7 @@ class Crawler:
         self._duplicates = None if config.dedup is None else Duplicates(
             near=config.dedup == "near", in_progress=lambda host: self._in_progress.has_host(host))
         self._duplicates_found = 0  # pages of this run done as duplicates
+        self._unchanged = 0  # revisits of this run that found their page unchanged
         self._pipeline = Pipeline(config, self._scope, self._duplicates)
         self._reports = self._pipeline.reports  # what the pipeline's threads send the coordinator
         self._active: Counter[Origin] = Counter()  # URLs of each origin in the fetcher or after it
@@ -195,6 +205,10 @@ class Crawler:
                 # not see this run's first records appended a second time after a crash.
                 frontier.complete_many([], checkpoint=self.output.commit([]))
             frontier.add(config.seeds, depth=0)
+            if config.revisit is not None:
+                # What is due now, and only that: a URL that falls due while this run goes on waits
+                # for the next run (nothing is fetched twice in one due period).
+                frontier.wake()
             if self._sitemaps is not None:
                 frontier.add_many(self._sitemaps.roots())
             # Redirects are links the crawler follows itself, through scope and robots.txt like any other.
@@ -235,11 +249,13 @@ class Crawler:
             stopped = self._counts["waiting"] > 0
             refused = {cause: n for cause, n in _not_followed(frontier).items() if n}
             self._refused_now = sum(refused.values())
+            revisits = frontier.revisits() if config.revisit is not None else None
         return CrawlSummary(
             counts=dict(self._counts), errors=dict(self._errors), pages=self._finished, bytes=self._bytes,
             seconds=time.monotonic() - self._started, stopped=stopped,
             sitemaps=dict(self._sitemaps.report) if self._sitemaps is not None else {}, responses=self._responses,
-            refused=refused, duplicates=self._duplicates_found,
+            refused=refused, duplicates=self._duplicates_found, unchanged=self._unchanged,
+            due=revisits.due if revisits is not None else 0, next_due=revisits.next_due if revisits is not None else None,
         )
 
     def _coordinate(self, frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
@@ -438,10 +454,10 @@ class Crawler:
                 refusal = rules.refuses(item.url, self.config.fetcher.user_agent)
                 if refusal:
                     self._in_progress.pop(item.url)
-                    frontier.fail(item.url, refusal)
+                    self._give_up(frontier, item.url, refusal)
                     self._errors["robots_unavailable" if rules.refusal else "robots_disallowed"] += 1
                     continue
-            beans.append(URLBean(item.url, priority=item.priority, headers=self._headers(origin),
+            beans.append(URLBean(item.url, priority=item.priority, headers=self._headers(origin, item),
                                  meta={"frontier": item, "origin": origin, "lastmod": item.lastmod}))
         if not beans:
             return
@@ -455,11 +471,18 @@ class Crawler:
                 self._in_progress.pop(bean.url)
             frontier.release([bean.url for bean in refused])  # stopping: the URLs wait for a resume
 
-    def _headers(self, origin: Origin) -> dict[str, str]:
+    def _headers(self, origin: Origin, item: FrontierURL | None = None) -> dict[str, str]:
         """The headers of a request to ``origin``: the Authorization a seed's ``user:pass@`` stands for,
-        to that seed's origin only (a redirect elsewhere is a link of another origin: it gets none)."""
+        to that seed's origin only (a redirect elsewhere is a link of another origin: it gets none);
+        for a revisit of ``item``, the conditional GET its stored validators make."""
         authorization = self._credentials.get(origin)
-        return {"Authorization": authorization} if authorization is not None else {}
+        headers = {"Authorization": authorization} if authorization is not None else {}
+        if item is not None and self.config.revisit is not None:
+            if item.etag is not None:
+                headers["If-None-Match"] = item.etag
+            if item.last_modified is not None:
+                headers["If-Modified-Since"] = item.last_modified
+        return headers
 
     @staticmethod
     def _gate(frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
@@ -487,6 +510,7 @@ class Crawler:
         lastmods: dict[str, str] = {}  # what the sitemaps among them date
         links = [entry for page in pages for entry in self._link_entries(page, lastmods)]
         completed: list[tuple[str, int | None]] = []
+        visits: dict[str, Visit] = {}  # with a revisit policy: what each completed page leaves for the next visit
         printed: list[tuple[str, bytes, int, str | None]] = []  # what duplicate detection keeps of them
         active = self._active
         # One commit for the batch: a failure committed alone, before the checkpoint that covers its
@@ -520,9 +544,11 @@ class Crawler:
                     self._responses += page.result.status is not None
                     self._bytes += len(page.result.body)
                 if page.final and not page.failure and (
-                    page.result.ok or is_redirect(page.result) or self._no_sitemap_there(page)
+                    page.result.ok or is_redirect(page.result) or not page.changed or self._no_sitemap_there(page)
                 ):
                     completed.append((page.item.url, page.result.status))
+                    if self.config.revisit is not None:
+                        visits[page.item.url] = self._visit(page, self.config.revisit)
                     if page.fingerprint is not None:
                         printed.append((page.item.url, *page.fingerprint, page.duplicate_of))
                         self._duplicates_found += page.duplicate_of is not None
@@ -531,15 +557,32 @@ class Crawler:
                     self._in_progress.pop(page.item.url)
             if printed:
                 frontier.store_fingerprints(printed)
-            frontier.complete_many(completed, checkpoint=offsets)
+            if visits:
+                frontier.complete_many(completed, checkpoint=offsets, visits=visits)
+            else:
+                frontier.complete_many(completed, checkpoint=offsets)
         # Only now: should recording them fail, they are still in progress, and run() gives them back.
         for url, _ in completed:
             self._in_progress.pop(url)
 
+    def _visit(self, page: Page, policy: RevisitPolicy) -> Visit:
+        """What a completed ``page`` leaves for its next visit, and when that is due: a page found
+        unchanged keeps the validators and digest stored before, unless the server sent new ones."""
+        item, result = page.item, page.result
+        etag, last_modified = result.header("etag"), result.header("last-modified")
+        if not page.changed:
+            self._unchanged += 1
+            etag = etag if etag is not None else item.etag
+            last_modified = last_modified if last_modified is not None else item.last_modified
+        digest = page.digest if page.digest is not None else (None if page.changed else item.digest)
+        revisit_in = policy.revisit_in(item.interval if item.visits else None, page.changed)
+        return Visit(revisit_in, page.changed, etag, last_modified, digest)
+
     def _link_entries(self, page: Page, lastmods: dict[str, str]) -> list[tuple[str, int, str | None, int]]:
         """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority);
-        a sitemap's ``<lastmod>`` of them goes in ``lastmods``."""
-        if not page.final or page.failure:
+        a sitemap's ``<lastmod>`` of them goes in ``lastmods``.  A page found unchanged adds none:
+        its links are those its visit before added."""
+        if not page.final or page.failure or not page.changed:
             return []
         if self._sitemaps is not None and self._sitemaps.is_sitemap(page.item):
             return self._sitemaps.entries(page.item, page.result, self.config.max_depth, lastmods)
@@ -563,10 +606,20 @@ class Crawler:
                               self.config.retries.retry_in(page.item.attempts, retry_after(result)))
         elif page.failure:
             self._errors["on_page_failed"] += 1
-            frontier.fail(url, page.failure, result.status)
+            self._give_up(frontier, url, page.failure, result.status)
         else:
             self._errors[result.error.value if result.error is not None else f"http_{result.status}"] += 1
-            frontier.fail(url, error_text(result), result.status)
+            self._give_up(frontier, url, error_text(result), result.status)
+
+
+    def _give_up(self, frontier: FrontierBackend, url: str, error: str, status: int | None = None) -> None:
+        """A claimed URL ends 'error': with a revisit policy, due again after its longest interval
+        (a site that was down may be back)."""
+        policy = self.config.revisit
+        if policy is None:
+            frontier.fail(url, error, status)
+        else:
+            frontier.fail(url, error, status, revisit_in=policy.error_revisit_in())
 
 
 def _take_credentials(seeds: Sequence[str]) -> tuple[list[str], dict[Origin, str]]:

@@ -3,7 +3,8 @@
 - the *pump* takes every result the fetcher has finished, in one go, and sends each on its way:
   robots.txt answers and fetches to retry go straight to the coordinator, HTML pages to the parse
   executor in a few chunks (one job per chunk, so that every parse worker gets a share), redirects
-  and other final pages on without parsing;
+  and other final pages on without parsing; with a revisit policy, it hashes each 2xx body, and a
+  page found unchanged (a 304, or the digest of the visit before) goes on unparsed too;
 - as a parse job comes back, with duplicate detection on, each page is checked against its host's
   index (``dedup.Duplicates``): a duplicate keeps its fingerprint and the URL it duplicates, and
   loses the links it would have added;
@@ -17,6 +18,7 @@ fetch, a batch of pages, or the news that a crawl thread died.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import queue
 import threading
@@ -59,6 +61,10 @@ class Page:
     failure: str = ""  # parsing or on_page raised: the URL ends in 'error' with this reason
     fingerprint: Fingerprint | None = None  # with duplicate detection: its text's, kept by the frontier
     duplicate_of: str | None = None  # the done page of its host it duplicates: its links are not followed
+    # With a revisit policy: False for a revisit that found the page unchanged (a 304, or the body
+    # whose digest the frontier kept), which is done again, not parsed, its links not added ...
+    changed: bool = True
+    digest: str | None = None  # ... and the sha256 of a 2xx body (hex), which the frontier keeps
 
 
 @dataclass(slots=True)
@@ -188,8 +194,12 @@ class Pipeline:
                 continue
             item: FrontierURL = result.bean.meta["frontier"]
             page = Page(item, result, final=is_final(result, item.attempts, config.retry_statuses, config.max_attempts))
+            if config.revisit is not None and page.final:
+                _check_change(page)
             if not page.final:
                 again.append(page)
+            elif not page.changed:
+                ready.append(page)  # nothing to parse: its links are those of the visit before
             elif is_redirect(result):
                 target = absolute_url(result.header("location") or "", result.url)
                 page.links = PageLinks([target] if target else [], [], [], [], [], [], None, frozenset())
@@ -242,7 +252,8 @@ class Pipeline:
                     break  # the batch is not reported: run() gives its URLs back
                 if page.failure:
                     continue
-                crawled = CrawledPage(page.result, page.item.depth, page.item.parent, page.links, page.duplicate_of)
+                crawled = CrawledPage(page.result, page.item.depth, page.item.parent, page.links, page.duplicate_of,
+                                      page.changed)
                 if on_page is not None:
                     try:
                         on_page(crawled)
@@ -254,6 +265,24 @@ class Pipeline:
                     output.prepare(crawled)
             else:
                 self.reports.put(pages)
+
+
+def _check_change(page: Page) -> None:
+    """Whether a final fetch found its page changed since the visit before (a revisit policy): a
+    304 (the answer to the conditional GET the stored validators made; never an error) is
+    unchanged, and so is a 2xx whose body has the digest the frontier kept, or a redirect to the
+    same place; a first visit is a change.  A 2xx and a redirect get their digest."""
+    result, item = page.result, page.item
+    if result.error is not None:
+        return
+    if result.status == 304:
+        page.changed = False
+    elif result.ok:
+        page.digest = hashlib.sha256(result.body).hexdigest()
+        page.changed = page.digest != item.digest
+    elif is_redirect(result):  # what a redirect says is where it leads
+        page.digest = hashlib.sha256(b"Location: " + (result.header("location") or "").encode()).hexdigest()
+        page.changed = page.digest != item.digest
 
 
 def _drop_all(batches: queue.SimpleQueue[list[Page] | None]) -> None:

@@ -12,11 +12,11 @@ and is the one place outside the backends that names them: nothing above this pa
 backend or its driver.
 """
 
-from .base import STATES, FrontierBackend, FrontierError, FrontierErrorKind, FrontierURL
+from .base import STATES, FrontierBackend, FrontierError, FrontierErrorKind, FrontierURL, Revisits, Visit
 from .locations import frontier_status, open_frontier
 from .sqlite import Frontier, FrontierLocked
 
 __all__ = [
     "STATES", "Frontier", "FrontierBackend", "FrontierError", "FrontierErrorKind", "FrontierLocked", "FrontierURL",
-    "frontier_status", "open_frontier",
+    "Revisits", "Visit", "frontier_status", "open_frontier",
 ]

@@ -20,6 +20,14 @@ can take now (``host_room``), so that a claim never hands out URLs the
 fetcher could not start -- a host at its connection limit, inside its
 politeness delay -- while another host's URLs could be.
 
+*Revisits.*  A crawl with a revisit policy (``crawl/schedule.py``) tells ``complete_many()`` each
+page's :class:`Visit`: its validators, its digest, whether it changed, and how long until it is due
+again.  A done URL (or an 'error' one that ``fail()`` gave a ``revisit_in``) keeps them on its row,
+``next_due`` among them, and :meth:`FrontierBackend.wake` moves those whose ``next_due`` has come
+back to 'waiting' (through an index of the due rows alone: the other done rows are never read);
+their claims carry the validators for a conditional GET.  Without a policy none of this is written,
+and done stays done.
+
 *Crashes.*  Opening a frontier moves leftover 'processing' rows back to
 'waiting'.  Their attempt stays counted: the request may well have reached
 the server, and a URL that kills the crawler every time it is fetched runs
@@ -51,8 +59,10 @@ __all__ = [
     "FrontierError",
     "FrontierErrorKind",
     "FrontierURL",
+    "Revisits",
     "StoredRobots",
     "StoredURL",
+    "Visit",
     "WorkerStatus",
     "check_checkpoint",
     "check_crawl_name",
@@ -105,6 +115,15 @@ class StoredURL:
     fetched_at: float | None
     next_attempt_at: float | None
     lastmod: str | None
+    # What a revisit needs (see "Revisits" above): the validators and the digest (sha256 of the
+    # decoded body, hex) of the last visit, visits so far, those that found the page changed, and
+    # when it is due again (None: never -- no revisit policy).
+    etag: str | None = None
+    last_modified: str | None = None
+    digest: str | None = None
+    visits: int = 0
+    changes: int = 0
+    next_due: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +136,46 @@ class FrontierURL:
     attempts: int  # including this one
     parent: str | None
     lastmod: str | None = None  # the <lastmod> a sitemap listed it with, as written there
+    # A revisit's (see "Revisits" above): what the last visit left, for a conditional GET and the
+    # change check, and the interval that led to this visit (next_due - fetched_at); None, None,
+    # None, 0, None for a URL never visited under a revisit policy.
+    etag: str | None = None
+    last_modified: str | None = None
+    digest: str | None = None
+    visits: int = 0
+    interval: float | None = None
 
     @property
     def host(self) -> str:
         """The host whose queue it came from (:func:`~niofetcher.urls.host_key`), as ``claim()``'s
         ``host_room`` is asked about it."""
         return host_key(self.url)
+
+
+class Visit(NamedTuple):
+    """What a visit of a claimed URL leaves for the next one (``complete_many(visits=...)``).
+
+    ``etag``, ``last_modified`` and ``digest`` replace the stored ones (the crawler keeps the
+    stored ones of an unchanged page); ``changed`` counts a change when the URL was visited before;
+    the URL is due again ``revisit_in`` seconds from now by the frontier's clock.
+    """
+
+    revisit_in: float
+    changed: bool
+    etag: str | None
+    last_modified: str | None
+    digest: str | None
+
+
+class Revisits(NamedTuple):
+    """The done and error URLs of a crawl that are due again: how many now, and when the next one
+    not due yet falls due (unix time; None when none will)."""
+
+    due: int
+    next_due: float | None
+
+
+_NO_REVISITS = Revisits(0, None)
 
 
 class FrontierErrorKind(str, enum.Enum):
@@ -291,13 +344,25 @@ class FrontierBackend(Protocol):
         turn, each no more than ``host_room(host)`` says it can take now."""
 
     def complete_many(
-        self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None
+        self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None,
+        visits: Mapping[str, Visit] | None = None,
     ) -> None:
-        """``(url, status)`` pairs to 'done', all or none, with ``checkpoint`` in the same transaction."""
+        """``(url, status)`` pairs to 'done', all or none, with ``checkpoint`` in the same transaction;
+        ``visits`` (by the URLs of ``outcomes``, a crawl with a revisit policy) kept on their rows."""
 
-    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None) -> str:
+    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None,
+             revisit_in: float | None = None) -> str:
         """A failed attempt: the URL waits again, due ``retry_in`` seconds from now by the frontier's
-        clock (the crawl's schedule says how long), or, with None, ends 'error'; its new state."""
+        clock (the crawl's schedule says how long), or, with None, ends 'error' -- due again
+        ``revisit_in`` seconds from now when given (a revisit policy); its new state."""
+
+    def wake(self) -> int:
+        """Done and error URLs whose ``next_due`` has come, by the frontier's clock, back to
+        'waiting' (their attempts start again from 0); how many.  A crawl with a revisit policy
+        calls it when a run starts: what falls due during the run waits for the next one."""
+
+    def revisits(self) -> Revisits:
+        """How many done and error URLs are due again now, and when the next one falls due."""
 
     def release(self, urls: Iterable[str]) -> None:
         """Claimed URLs back to 'waiting', the attempt not counted (they were not fetched)."""
@@ -388,8 +453,9 @@ class WorkerStatus:
 
 @dataclass(frozen=True, slots=True)
 class CrawlStatus:
-    """Where a crawl stands: its URLs per state, its live workers, its busiest hosts."""
+    """Where a crawl stands: its URLs per state, its live workers, its busiest hosts, its revisits."""
 
     counts: dict[str, int]
     workers: list[WorkerStatus]
     busiest: list[tuple[str, int, str | None]]  # (host, URLs waiting, owner) by URLs waiting
+    revisits: Revisits = _NO_REVISITS  # done and error URLs due again now, and when the next is

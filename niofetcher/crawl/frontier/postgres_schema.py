@@ -50,6 +50,7 @@ __all__ = [
     "REGISTER",
     "RELEASE",
     "RENEW",
+    "REVISITS",
     "ROBOTS_OF",
     "SAVE_CHECKPOINT",
     "SCHEMA_VERSION",
@@ -62,6 +63,8 @@ __all__ = [
     "STORE_REFUSALS",
     "STORE_ROBOTS",
     "TAKE",
+    "VISITED",
+    "WAKE",
     "check_crawl_name",
     "create_or_check",
 ]
@@ -73,6 +76,7 @@ __all__ = [
 #: them gets them when opened, filled from its rows, and a niofetcher that predates them leaves them
 #: alone (its crawl then counts what it adds from the next open of a newer one on).  So did duplicate
 #: detection's (``urls.duplicate_of``, ``fingerprints``): a crawl without them gets them when opened.
+#: So did what a revisit needs (``urls.etag`` ... ``next_due`` and the index ``urls_revisit``).
 SCHEMA_VERSION = 3
 
 # The server's clock in unix seconds: every lease is measured by it, never by a worker's.
@@ -166,6 +170,7 @@ CREATE TABLE {schema}.state_counts (
 
 {admitted}
 {dedup}
+{revisit}
 """
 
 # The trap rules' tables: the URLs admitted per host, for CrawlConfig.max_pages_per_host, and the links
@@ -199,6 +204,16 @@ CREATE TABLE {schema}.fingerprints (
     simhash  BIGINT NOT NULL,
     PRIMARY KEY (host_id, url)
 );
+"""
+
+# What a revisit needs (crawl/frontier/schema.py's version 9): the validators, digest, visits and
+# changes of the last visits, and when a done (or error) URL is due again, with the partial index
+# through which wake() finds the due ones without reading the other done rows.
+_REVISIT_COLUMNS = """
+ALTER TABLE {schema}.urls ADD COLUMN etag TEXT, ADD COLUMN last_modified TEXT, ADD COLUMN digest TEXT,
+    ADD COLUMN visits INTEGER NOT NULL DEFAULT 0, ADD COLUMN changes INTEGER NOT NULL DEFAULT 0,
+    ADD COLUMN next_due DOUBLE PRECISION;
+CREATE INDEX urls_revisit ON {schema}.urls (next_due) WHERE state IN ('done', 'error') AND next_due IS NOT NULL;
 """
 
 # An upgraded crawl's URLs, counted to their hosts as one worker's ('', which no worker is).
@@ -401,12 +416,15 @@ WHERE origin = %(host)s AND (owner = %(me)s OR (NOT %(fenced)s AND owner IS NULL
 # -- claims and outcomes -------------------------------------------------------------------
 
 # The first %(share)s due rows after the first %(skip)s of each host's queue, for the hosts of
-# %(hosts)s, no deeper than %(deepest)s: [host, url, depth, priority, attempts + 1, parent, seq, lastmod].
+# %(hosts)s, no deeper than %(deepest)s: [host, url, depth, priority, attempts + 1, parent, seq, lastmod,
+# etag, last_modified, digest, visits, interval].
 CLAIM_ROWS = """
-SELECT a.origin, q.url, q.depth, q.priority, q.attempts + 1, q.parent, q.seq, q.lastmod
+SELECT a.origin, q.url, q.depth, q.priority, q.attempts + 1, q.parent, q.seq, q.lastmod,
+       q.etag, q.last_modified, q.digest, q.visits, q.next_due - q.fetched_at
 FROM unnest(%(hosts)s::text[]) AS a(origin) JOIN hosts ON hosts.origin = a.origin
 CROSS JOIN LATERAL (
-    SELECT url, depth, priority, attempts, parent, seq, lastmod FROM urls
+    SELECT url, depth, priority, attempts, parent, seq, lastmod, etag, last_modified, digest, visits, next_due,
+           fetched_at FROM urls
     WHERE urls.host_id = hosts.id AND state = 'waiting' AND next_attempt_at <= %(now)s AND depth <= %(deepest)s
     ORDER BY priority DESC, depth, seq LIMIT %(share)s OFFSET %(skip)s
 ) AS q
@@ -484,13 +502,39 @@ FROM unnest(%(urls)s::text[], %(statuses)s::int[], %(epochs)s::bigint[]) AS v(ur
 WHERE urls.url = v.url AND urls.state = 'processing' AND {_FENCE.format(epoch="v.epoch")}
 """
 
+# After COMPLETE_MANY, what each visit leaves (a revisit policy), for the rows it made done.
+VISITED = """
+UPDATE urls SET etag = v.etag, last_modified = v.last_modified, digest = v.digest, visits = urls.visits + 1,
+    changes = urls.changes + CASE WHEN urls.visits > 0 AND v.changed THEN 1 ELSE 0 END,
+    next_due = %(now)s + v.revisit_in
+FROM unnest(%(urls)s::text[], %(etags)s::text[], %(last_modifieds)s::text[], %(digests)s::text[],
+            %(changed)s::bool[], %(revisit_in)s::float8[]) AS v(url, etag, last_modified, digest, changed, revisit_in)
+WHERE urls.url = v.url AND urls.state = 'done' AND urls.fetched_at = %(now)s
+"""
+
+# wake(): the done and error rows due again at %(now)s (urls_revisit) back to waiting, due since
+# next_due, their attempts from 0: what they were, and their hosts and priorities.
+WAKE = """
+UPDATE urls SET state = 'waiting', attempts = 0, next_attempt_at = urls.next_due
+FROM (SELECT url, state FROM urls WHERE state IN ('done', 'error') AND next_due <= %(now)s FOR UPDATE SKIP LOCKED) AS d
+WHERE urls.url = d.url
+RETURNING d.state, (SELECT origin FROM hosts WHERE hosts.id = urls.host_id), urls.priority
+"""
+
+# revisits(): how many done and error rows are due at %(now)s, and the earliest due after it.
+REVISITS = """
+SELECT (SELECT count(*) FROM urls WHERE state IN ('done', 'error') AND next_due <= %(now)s),
+       (SELECT min(next_due) FROM urls WHERE state IN ('done', 'error') AND next_due > %(now)s)
+"""
+
 # A failed attempt, in one statement: waiting again, due %(wait)s seconds from %(now)s, or an error
 # when %(wait)s is NULL (the crawl's schedule decides which: crawl/schedule.py).
 FAIL = f"""
 UPDATE urls SET
     state = CASE WHEN %(wait)s::float8 IS NULL THEN 'error' ELSE 'waiting' END,
     status = %(status)s, error = %(error)s, fetched_at = %(now)s,
-    next_attempt_at = %(now)s + %(wait)s::float8
+    next_attempt_at = %(now)s + %(wait)s::float8,
+    next_due = CASE WHEN %(wait)s::float8 IS NULL THEN %(now)s + %(revisit)s::float8 ELSE next_due END
 WHERE urls.url = %(url)s AND urls.state = 'processing' AND {_FENCE.format(epoch="%(epoch)s")}
 RETURNING urls.state, (SELECT origin FROM hosts WHERE hosts.id = urls.host_id), urls.priority
 """
@@ -581,7 +625,8 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
     if not tables:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
         conn.execute(sql.SQL(_TABLES).format(schema=schema, admitted=sql.SQL(_TRAP_TABLES).format(schema=schema),
-                                             dedup=sql.SQL(_DEDUP_TABLES).format(schema=schema)))
+                                             dedup=sql.SQL(_DEDUP_TABLES).format(schema=schema),
+                                             revisit=sql.SQL(_REVISIT_COLUMNS).format(schema=schema)))
         conn.execute(sql.SQL("INSERT INTO {}.meta (key, value) VALUES ('schema_version', %s), ('created_at', %s)")
                      .format(schema), (str(SCHEMA_VERSION), repr(clock())))
         return
@@ -599,6 +644,10 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
         conn.execute(sql.SQL(_FILL_TRAP_TABLES).format(schema=schema))
     if version == str(SCHEMA_VERSION) and "urls" in tables and "fingerprints" not in tables:  # see SCHEMA_VERSION
         conn.execute(sql.SQL(_DEDUP_TABLES).format(schema=schema))
+    if version == str(SCHEMA_VERSION) and "urls" in tables and not conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = 'urls'"
+            " AND column_name = 'next_due'", (crawl,)).fetchone():  # see SCHEMA_VERSION
+        conn.execute(sql.SQL(_REVISIT_COLUMNS).format(schema=schema))
     if version != str(SCHEMA_VERSION):
         raise FrontierError(f"{name} has frontier schema version {version or 'none'}; "
                             f"this niofetcher reads version {SCHEMA_VERSION}", FrontierErrorKind.NOT_A_FRONTIER)

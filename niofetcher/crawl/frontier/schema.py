@@ -23,6 +23,7 @@ __all__ = [
     "COMPLETE_MANY",
     "COUNTS",
     "COUNT_ROWS",
+    "DUE_AGAIN",
     "EMPTY_HOSTS",
     "FAILURES",
     "FINGERPRINTS_OF",
@@ -38,6 +39,7 @@ __all__ = [
     "RELEASE",
     "RELEASED_HOSTS",
     "RETRY",
+    "REVISITS",
     "ROBOTS_OF",
     "SAVE_CHECKPOINT",
     "SCHEMA_VERSION",
@@ -50,6 +52,8 @@ __all__ = [
     "STORE_ROBOTS",
     "TOO_DEEP_HOSTS",
     "TOP_PRIORITIES",
+    "VISITED",
+    "WAKE",
     "check_schema",
     "create_or_upgrade",
 ]
@@ -60,11 +64,12 @@ __all__ = [
 #: counted the states by reading the whole table; version 3 had no lastmod
 #: column; version 4 kept an index of the waiting rows by due time; version 5
 #: kept no robots.txt answers; version 6 no count of each host's URLs nor of the links the trap
-#: rules refused; version 7 no duplicate detection's fingerprints nor duplicate_of); a newer
+#: rules refused; version 7 no duplicate detection's fingerprints nor duplicate_of; version 8 nothing
+#: a revisit needs: validators, digest, visits, changes, next_due); a newer
 #: one is refused rather than misread.  An older niofetcher refuses this
 #: version in turn, which is the point: it would not keep the hosts, the
 #: counts and the lastmods up to date, nor find the next due time.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _SCHEMA = """
 CREATE TABLE meta (
@@ -204,6 +209,20 @@ CREATE TABLE fingerprints (
 ) WITHOUT ROWID;
 """
 
+# What version 9 adds to version 8: what a revisit needs (CrawlConfig.revisit, crawl/schedule.py), on
+# each URL's row, and the done and error rows that will be due again, by when (a partial index: the
+# rows of a crawl without revisits are not in it, and wake() reads only those due, never the other
+# done rows).  Only a crawl with a revisit policy writes them; an upgraded file's rows have none.
+_SCHEMA_9 = """
+ALTER TABLE urls ADD COLUMN etag TEXT;                         -- the ETag of the last visit
+ALTER TABLE urls ADD COLUMN last_modified TEXT;                -- its Last-Modified, as sent
+ALTER TABLE urls ADD COLUMN digest TEXT;                       -- sha256 of its decoded body, hex
+ALTER TABLE urls ADD COLUMN visits INTEGER NOT NULL DEFAULT 0;   -- visits under a revisit policy
+ALTER TABLE urls ADD COLUMN changes INTEGER NOT NULL DEFAULT 0;  -- of those after the first, the ones that found it changed
+ALTER TABLE urls ADD COLUMN next_due REAL;                     -- unix time a done (or error) URL is due again; NULL: never
+CREATE INDEX urls_revisit ON urls (next_due) WHERE state IN ('done', 'error') AND next_due IS NOT NULL;
+"""
+
 # Statements that take many URLs take them as one JSON array (json_each), so that a whole
 # batch is one sqlite3 call: see "The GIL" in sqlite/frontier.py.  json_extract() rather than ->>, which
 # needs SQLite 3.38.
@@ -280,7 +299,7 @@ LAST_ROW = "SELECT rowid, seq FROM urls ORDER BY rowid DESC LIMIT 1"
 # order (the IN list is sorted by rowid, so claim() puts them back in order).
 CLAIM_ROWS = """
 SELECT json_group_array(json_array(u.rowid, u.url, u.depth, u.priority, u.attempts + 1, u.parent, u.seq, hosts.origin,
-                                   u.lastmod))
+                                   u.lastmod, u.etag, u.last_modified, u.digest, u.visits, u.next_due - u.fetched_at))
 FROM json_each(?2) AS h JOIN hosts ON hosts.origin = h.value JOIN urls AS u ON u.rowid IN (
     SELECT rowid FROM urls
     WHERE host_id = hosts.id AND state = 'waiting' AND next_attempt_at <= ?1 AND depth <= ?3
@@ -382,9 +401,40 @@ UPDATE urls SET state = 'waiting', status = ?, error = ?, fetched_at = ?, next_a
 WHERE url = ? AND state = 'processing'
 """
 
+# ?5 is when it is due again (a revisit policy), NULL: never.
 GIVE_UP = """
-UPDATE urls SET state = 'error', status = ?, error = ?, fetched_at = ?, next_attempt_at = NULL
-WHERE url = ? AND state = 'processing'
+UPDATE urls SET state = 'error', status = ?1, error = ?2, fetched_at = ?3, next_attempt_at = NULL, next_due = ?5
+WHERE url = ?4 AND state = 'processing'
+"""
+
+# After COMPLETE_MANY, what each page's visit leaves (a revisit policy): each element of ?2 is
+# [url, etag, last_modified, digest, changed, revisit_in]; a change counts from the second visit on.
+VISITED = """
+UPDATE urls SET etag = json_extract(j.value, '$[1]'), last_modified = json_extract(j.value, '$[2]'),
+                digest = json_extract(j.value, '$[3]'), visits = visits + 1,
+                changes = changes + (visits > 0 AND json_extract(j.value, '$[4]')),
+                next_due = ?1 + json_extract(j.value, '$[5]')
+FROM json_each(?2) AS j
+WHERE urls.url = json_extract(j.value, '$[0]') AND urls.state = 'done'
+"""
+
+# wake(): the done and error rows due again at ?1 (urls_revisit), with their hosts and priorities ...
+DUE_AGAIN = """
+SELECT json_group_array(json_array(u.rowid, u.state, hosts.origin, u.priority))
+FROM urls AS u INDEXED BY urls_revisit JOIN hosts ON hosts.id = u.host_id
+WHERE u.state IN ('done', 'error') AND u.next_due <= ?1
+"""
+
+# ... back to waiting (?1 a JSON array of their rowids), due since next_due, their attempts from 0.
+WAKE = """
+UPDATE urls SET state = 'waiting', attempts = 0, next_attempt_at = next_due
+WHERE rowid IN (SELECT value FROM json_each(?1)) AND state IN ('done', 'error')
+"""
+
+# revisits(): how many done and error rows are due at ?1, and the earliest due after it.
+REVISITS = """
+SELECT (SELECT COUNT(*) FROM urls INDEXED BY urls_revisit WHERE state IN ('done', 'error') AND next_due <= ?1),
+       (SELECT MIN(next_due) FROM urls INDEXED BY urls_revisit WHERE state IN ('done', 'error') AND next_due > ?1)
 """
 
 # A host's robots.txt answer fetched at ?2 or later: (status, body, when).
@@ -432,7 +482,7 @@ WHERE true ON CONFLICT (state) DO NOTHING;
 
 # Each version's additions, by the version they make.
 _ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3, 4: _SCHEMA_4, 5: _SCHEMA_5, 6: _SCHEMA_6, 7: _SCHEMA_7 + _FILL_7,
-              8: _SCHEMA_8}
+              8: _SCHEMA_8, 9: _SCHEMA_9}
 
 
 def create_or_upgrade(conn: sqlite3.Connection, path: str, clock: Callable[[], float]) -> None:

@@ -282,10 +282,12 @@ class FrontierService:
             row = conn.execute(self._LOOKUP, (key,)).fetchone()
             if row is None:
                 return None
-            url, state, attempts, depth, priority, parent, status, error, discovered, fetched, due, lastmod = row
+            (url, state, attempts, depth, priority, parent, status, error, discovered, fetched, due, lastmod,
+             etag, last_modified, digest, visits, changes, next_due) = row
             return StoredURL(url, state, attempts, depth, priority, parent, status, error, float(discovered),
                              None if fetched is None else float(fetched), None if due is None else float(due),
-                             lastmod)
+                             lastmod, etag, last_modified, digest, int(visits), int(changes),
+                             None if next_due is None else float(next_due))
 
     # -- closing -------------------------------------------------------------
 

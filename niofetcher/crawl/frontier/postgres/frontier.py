@@ -41,7 +41,9 @@ from ..base import (
     FrontierError,
     FrontierErrorKind,
     FrontierURL,
+    Revisits,
     StoredRobots,
+    Visit,
     check_checkpoint,
     check_crawl_name,
     check_int,
@@ -67,6 +69,7 @@ from ..postgres_schema import (
     MARK_CLAIMED,
     REGISTER,
     RELEASE,
+    REVISITS,
     ROBOTS_OF,
     SAVE_CHECKPOINT,
     SET_DUPLICATES,
@@ -75,6 +78,8 @@ from ..postgres_schema import (
     STORE_FINGERPRINTS,
     STORE_REFUSALS,
     STORE_ROBOTS,
+    VISITED,
+    WAKE,
     create_or_check,
 )
 from ..service import Additions, FrontierService, fit_host_budget, prepare_additions
@@ -329,8 +334,10 @@ class PostgresFrontier(CrawlReads, FrontierService):
                 raise
             self._move("waiting", "processing", len(rows))
             self._commit(conn)
-        return [FrontierURL(url, depth, priority, attempts, parent, lastmod)
-                for _host, url, depth, priority, attempts, parent, _seq, lastmod in rows]
+        return [FrontierURL(url, depth, priority, attempts, parent, lastmod, etag, last_modified, digest, visits,
+                            None if interval is None else float(interval))
+                for (_host, url, depth, priority, attempts, parent, _seq, lastmod, etag, last_modified, digest, visits,
+                     interval) in rows]
 
     def _claim_pass(self, conn: psycopg.Connection[tuple[Any, ...]], turns: list[Turn], limit: int, deepest: int,
                     now: float, found: dict[str, list[_Row]]) -> list[_Row]:
@@ -439,10 +446,11 @@ class PostgresFrontier(CrawlReads, FrontierService):
         self.complete_many([(url, status)])
 
     def complete_many(
-        self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None
+        self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None,
+        visits: Mapping[str, Visit] | None = None,
     ) -> None:
         """``(url, status)`` pairs of claimed URLs to 'done', all or none, with ``checkpoint`` (names
-        and ints >= 0) stored in the same transaction -- the SQLite Frontier's complete_many().
+        and ints >= 0) and ``visits`` stored in the same transaction -- the SQLite Frontier's complete_many().
         An outcome whose host changed hands since its claim is refused (counted in :attr:`refused`).
 
         Raises:
@@ -450,18 +458,28 @@ class PostgresFrontier(CrawlReads, FrontierService):
             TypeError, ValueError: for a bad checkpoint, before anything is recorded.
         """
         entries = None if checkpoint is None else check_checkpoint(checkpoint)
+        visited = {url: visit._replace(revisit_in=check_time("revisit_in", visit.revisit_in))
+                   for url, visit in visits.items()} if visits else None
         rows = list(outcomes)
         if not rows and entries is None:
             return
         with self._db() as conn:
             seen: set[str] = set()
             owned = [self._own(conn, url, "complete", seen) for url, _status in rows]
+            now = self._clock()
             with conn.pipeline():  # one round trip for all of it
                 self._lock_mine(conn, [host for _key, host, _epoch in owned])
                 done = conn.execute(COMPLETE_MANY, {
-                    "now": self._clock(), "urls": [key for key, _host, _epoch in owned],
+                    "now": now, "urls": [key for key, _host, _epoch in owned],
                     "statuses": [status for _, status in rows], "epochs": [epoch for _key, _host, epoch in owned],
                     "me": self.worker_id, "fenced": self._fenced})
+                if visited:
+                    stored = {url: key for (url, _status), (key, _host, _epoch) in zip(rows, owned, strict=True)}
+                    kept = [(stored[url], visit) for url, visit in visited.items() if url in stored]
+                    conn.execute(VISITED, {
+                        "now": now, "urls": [key for key, _ in kept], "etags": [v.etag for _, v in kept],
+                        "last_modifieds": [v.last_modified for _, v in kept], "digests": [v.digest for _, v in kept],
+                        "changed": [bool(v.changed) for _, v in kept], "revisit_in": [v.revisit_in for _, v in kept]})
                 if entries:
                     conn.execute(SAVE_CHECKPOINT, {"names": list(entries), "values": list(entries.values())})
             for _key, host, _epoch in owned:
@@ -481,9 +499,11 @@ class PostgresFrontier(CrawlReads, FrontierService):
 
         return processing_key(url, action, state_of)
 
-    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None) -> str:
+    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None,
+             revisit_in: float | None = None) -> str:
         """A failed attempt of a claimed URL: with ``retry_in`` it waits again, due that many
-        seconds from now, with None it is an 'error' -- the SQLite Frontier's fail().  Returns its
+        seconds from now, with None it is an 'error' (due again ``revisit_in`` from now when given)
+        -- the SQLite Frontier's fail().  Returns its
         new state, or 'refused' when its host changed hands since its claim (nothing recorded,
         counted in :attr:`refused`).
 
@@ -492,13 +512,14 @@ class PostgresFrontier(CrawlReads, FrontierService):
             TypeError, ValueError: for a ``retry_in`` that is no number of seconds >= 0.
         """
         wait = None if retry_in is None else check_time("retry_in", retry_in)
+        again = None if revisit_in is None else check_time("revisit_in", revisit_in)
         with self._db() as conn:
             key, host, epoch = self._own(conn, url, "fail", set())
             self._unclaim(host)
             with conn.pipeline():
                 self._lock_mine(conn, [host])
                 failed = conn.execute(FAIL, {
-                    "wait": wait, "status": status, "error": error, "now": self._clock(), "url": key,
+                    "wait": wait, "revisit": again, "status": status, "error": error, "now": self._clock(), "url": key,
                     "epoch": epoch, "me": self.worker_id, "fenced": self._fenced,
                 })
             row = failed.fetchone()
@@ -512,6 +533,28 @@ class PostgresFrontier(CrawlReads, FrontierService):
             self._move("processing", new_state)
             self._commit(conn)
             return str(new_state)
+
+    def wake(self) -> int:
+        """Done and error URLs of the crawl whose ``next_due`` has come (by this worker's clock) back
+        to 'waiting' -- the SQLite Frontier's wake(); rows another worker is waking are skipped.
+        Those of hosts this worker holds go in line; the others wait for whoever takes their host."""
+        with self._db() as conn:
+            woken = conn.execute(WAKE, {"now": self._clock()}).fetchall()
+            for state, _host, _priority in woken:
+                self._move(state, "waiting")
+            if woken:
+                self._take_soon = True
+            self._commit(conn)
+            for _state, host, priority in woken:
+                self._offer(host, priority)
+            return len(woken)
+
+    def revisits(self) -> Revisits:
+        """How many done and error URLs of the crawl are due again now, and when the next one falls due."""
+        with self._db() as conn:
+            due, later = single(conn.execute(REVISITS, {"now": self._clock()}))
+            self._commit(conn)
+            return Revisits(int(due), None if later is None else float(later))
 
     def release(self, urls: Iterable[str]) -> None:
         """Claimed URLs back to 'waiting', the attempt not counted (they were not fetched); URLs

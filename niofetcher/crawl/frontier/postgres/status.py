@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, WorkerStatus, check_crawl_name
+from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, Revisits, WorkerStatus, check_crawl_name
 from ..postgres_schema import (
     BUSIEST_HOSTS,
     COUNTS,
@@ -19,6 +19,7 @@ from ..postgres_schema import (
     LIVE_WORKERS,
     MIN_DUE_DEPTH,
     NEXT_DUE,
+    REVISITS,
     STATE_OF,
     create_or_check,
 )
@@ -32,7 +33,7 @@ _POLL_SECONDS = 1.0
 
 # The columns of StoredURL, in its order (the SQLite frontier's statement, with psycopg's placeholder).
 _LOOKUP = ("SELECT url, state, attempts, depth, priority, parent, status, error, discovered_at, fetched_at,"
-           " next_attempt_at, lastmod FROM urls WHERE url = %s")
+           " next_attempt_at, lastmod, etag, last_modified, digest, visits, changes, next_due FROM urls WHERE url = %s")
 
 
 class CrawlReads(HostLeases):
@@ -107,8 +108,10 @@ def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float 
             counts.update((state, int(n)) for state, n in conn.execute(COUNTS))
             workers = [WorkerStatus(*row) for row in conn.execute(LIVE_WORKERS)]
             busiest = [(host, int(n), owner) for host, n, owner in conn.execute(BUSIEST_HOSTS, {"top": top})]
+            due, later = single(conn.execute(REVISITS, {"now": time.time()}))
+            revisits = Revisits(int(due), None if later is None else float(later))
     except psycopg.Error as exc:
         raise FrontierError(f"cannot read crawl {crawl!r} at {where}: {first_line(exc)}",
                             FrontierErrorKind.UNAVAILABLE) from None
-    return CrawlStatus(counts, workers, busiest)
+    return CrawlStatus(counts, workers, busiest, revisits)
 

@@ -34,7 +34,8 @@ DEEPEST = 1 << 62
 # A claim asks its hosts again for more while it is short, at most this many times in all.
 _CLAIM_ROUNDS = 4
 
-#: A claimed row, as CLAIM_ROWS gives it: [rowid, url, depth, priority, attempts, parent, seq, host, lastmod].
+#: A claimed row, as CLAIM_ROWS gives it: [rowid, url, depth, priority, attempts, parent, seq, host, lastmod,
+#: etag, last_modified, digest, visits, interval].
 Row = list[Any]
 
 

@@ -88,7 +88,9 @@ from ..base import (
     FrontierError,
     FrontierErrorKind,
     FrontierURL,
+    Revisits,
     StoredRobots,
+    Visit,
     check_checkpoint,
     check_int,
     check_time,
@@ -106,6 +108,7 @@ from ..schema import (
     COMPLETE_MANY,
     COUNT_ROWS,
     COUNTS,
+    DUE_AGAIN,
     FINGERPRINTS_OF,
     GIVE_UP,
     INSERT,
@@ -116,6 +119,7 @@ from ..schema import (
     RELEASE,
     RELEASED_HOSTS,
     RETRY,
+    REVISITS,
     ROBOTS_OF,
     SAVE_CHECKPOINT,
     SET_ADMITTED_THROUGH,
@@ -125,6 +129,8 @@ from ..schema import (
     STORE_FINGERPRINT,
     STORE_REFUSALS,
     STORE_ROBOTS,
+    VISITED,
+    WAKE,
     create_or_upgrade,
 )
 from ..service import Additions, FrontierService, fit_host_budget, prepare_additions
@@ -425,8 +431,9 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
             if rows:  # with the outcomes still pending; a claim of nothing leaves them to their batch
                 self._commit(conn)
         return [
-            FrontierURL(url, depth, priority, attempts, parent, lastmod)
-            for _rowid, url, depth, priority, attempts, parent, _seq, _host, lastmod in rows
+            FrontierURL(url, depth, priority, attempts, parent, lastmod, etag, last_modified, digest, visits, interval)
+            for (_rowid, url, depth, priority, attempts, parent, _seq, _host, lastmod, etag, last_modified, digest,
+                 visits, interval) in rows
         ]
 
     def complete(self, url: str, status: int | None) -> None:
@@ -453,7 +460,8 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
             conn.execute(COMPLETE, (status, now, key))
 
     def complete_many(
-        self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None
+        self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None,
+        visits: Mapping[str, Visit] | None = None,
     ) -> None:
         """:meth:`complete` for many ``(url, status)`` pairs, all or none: one statement for all of
         them when every URL is a claimed one in stored form, the way a crawler records a batch of pages.
@@ -465,6 +473,10 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
         name; :meth:`checkpoint` reads them.  Committed in batches like :meth:`complete` (a lone
         checkpoint counts as one outcome).
 
+        ``visits`` (a crawl with a revisit policy), by the URLs of ``outcomes`` as given: what each
+        visit leaves on its row for the next (:class:`~niofetcher.crawl.frontier.Visit`), in the
+        same transaction; ``next_due`` is ``revisit_in`` from now.
+
         Raises:
             ValueError: like :meth:`complete`, for the first URL that is not in 'processing'; then
                 nothing of this call is recorded, neither the outcomes nor the checkpoint.
@@ -472,6 +484,9 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
                 not an int >= 0, before anything is recorded.
         """
         entries = None if checkpoint is None else json.dumps(check_checkpoint(checkpoint))
+        visited = json.dumps([[url, visit.etag, visit.last_modified, visit.digest, bool(visit.changed),
+                               check_time("revisit_in", visit.revisit_in)]
+                              for url, visit in visits.items()]) if visits else None
         with self._db() as conn:
             rows = list(outcomes)
             if not rows and entries is None:
@@ -484,6 +499,8 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
                     conn.execute("ROLLBACK TO frontier_call")
                     for url, status in rows:
                         self._complete_one(conn, url, status, now)
+                if visited is not None:
+                    conn.execute(VISITED, (now, visited))
                 if entries is not None:
                     conn.execute(SAVE_CHECKPOINT, (entries,))
             self._move("processing", "done", len(rows))
@@ -527,13 +544,15 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
             conn.executemany(STORE_FINGERPRINT, [(url, digest, signed64(simhash))
                                                  for url, digest, simhash, original in rows if original is None])
 
-    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None) -> str:
+    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None,
+             revisit_in: float | None = None) -> str:
         """Record a failed attempt of a claimed URL: it waits again, or it ends 'error'.
 
         With ``retry_in`` (seconds >= 0, which the crawl's schedule gave:
         :meth:`~niofetcher.crawl.schedule.RetrySchedule.retry_in`), the URL waits again and is
         due that long from now by the frontier's clock; with None it becomes an 'error'.
-        ``status`` and ``error`` are recorded either way.  Committed in batches, like :meth:`complete`.
+        ``status`` and ``error`` are recorded either way.  An 'error' given ``revisit_in`` (a revisit
+        policy) is due again that long from now (:meth:`wake`).  Committed in batches, like :meth:`complete`.
 
         Returns:
             The URL's new state, 'waiting' or 'error'.
@@ -543,6 +562,7 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
             TypeError, ValueError: for a ``retry_in`` that is no number of seconds >= 0.
         """
         wait = None if retry_in is None else check_time("retry_in", retry_in)
+        again = None if revisit_in is None else check_time("revisit_in", revisit_in)
         with self._db() as conn:
             self._begin(conn)
             claimed = "SELECT priority FROM urls WHERE url = ? AND state = 'processing'"
@@ -557,7 +577,7 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
                 self._queues.offer(host_key(url), priority)
                 new_state = "waiting"
             else:
-                conn.execute(GIVE_UP, (status, error, now, url))
+                conn.execute(GIVE_UP, (status, error, now, url, None if again is None else now + again))
                 new_state = "error"
             self._move("processing", new_state)
             self._outcome_recorded(conn)
@@ -571,6 +591,31 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
             return None if row is None else str(row[0])
 
         return processing_key(url, action, state_of)
+
+    def wake(self) -> int:
+        """Done and error URLs whose ``next_due`` has come (by the frontier's clock) back to 'waiting',
+        due since then, their attempts from 0, their hosts in line; how many.  One range of the
+        partial index ``urls_revisit``: the done rows that are not due are not read."""
+        with self._db() as conn:
+            (due,) = conn.execute(DUE_AGAIN, (self._clock(),)).fetchone()
+            rows = json.loads(due)
+            if not rows:
+                return 0
+            self._begin(conn)
+            conn.execute(WAKE, (json.dumps([row[0] for row in rows]),))
+            for _rowid, state, _host, _priority in rows:
+                self._move(state, "waiting")
+            self._commit(conn)
+            for _rowid, _state, host, priority in rows:
+                self._queues.offer(host, priority)
+            return len(rows)
+
+    def revisits(self) -> Revisits:
+        """How many done and error URLs are due again now, and when the next one falls due."""
+        with self._db() as conn:
+            self._commit(conn)
+            due, later = conn.execute(REVISITS, (self._clock(),)).fetchone()
+            return Revisits(int(due), None if later is None else float(later))
 
     def release(self, urls: Iterable[str]) -> None:
         """Put claimed URLs back to 'waiting' without counting the attempt:

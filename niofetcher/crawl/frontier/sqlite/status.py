@@ -14,11 +14,12 @@ import contextlib
 import json
 import os
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Callable
 
-from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, check_int
-from ..schema import BUSIEST_HOSTS, COUNTS, FAILURES, MIN_DUE_DEPTH, NEXT_DUE, SCHEMA_VERSION, check_schema
+from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, Revisits, check_int
+from ..schema import BUSIEST_HOSTS, COUNTS, FAILURES, MIN_DUE_DEPTH, NEXT_DUE, REVISITS, SCHEMA_VERSION, check_schema
 from .transactions import Transactions, database_error
 
 __all__ = ["CrawlReads", "crawl_status"]
@@ -29,7 +30,7 @@ _STATUS_SINCE_VERSION = 3
 
 # The columns of StoredURL, in its order: the same statement on both backends but for the placeholder.
 _LOOKUP = ("SELECT url, state, attempts, depth, priority, parent, status, error, discovered_at, fetched_at,"
-           " next_attempt_at, lastmod FROM urls WHERE url = ?")
+           " next_attempt_at, lastmod, etag, last_modified, digest, visits, changes, next_due FROM urls WHERE url = ?")
 
 
 class CrawlReads(Transactions):
@@ -116,7 +117,11 @@ def crawl_status(path: str | os.PathLike[str], *, top: int = 10) -> CrawlStatus:
             stored = json.loads(counts)
             busiest: list[tuple[str, int, str | None]] = [
                 (str(host), int(n), None) for host, n in conn.execute(BUSIEST_HOSTS, (top,))]
+            revisits = Revisits(0, None)
+            if version >= 9:  # a file from before revisits has none (status upgrades nothing)
+                due, later = conn.execute(REVISITS, (time.time(),)).fetchone()
+                revisits = Revisits(int(due), None if later is None else float(later))
     except sqlite3.DatabaseError as exc:  # "file is not a database", "unable to open database file", ...
         what = "is not a SQLite database" if "not a database" in str(exc) else f"cannot be read: {exc}"
         raise database_error(exc, f"{path} {what}") from None
-    return CrawlStatus({state: int(stored.get(state, 0)) for state in STATES}, [], busiest)
+    return CrawlStatus({state: int(stored.get(state, 0)) for state in STATES}, [], busiest, revisits)
