@@ -12,16 +12,21 @@ jar locks itself: a program may read or change it (``NIOFetcher.cookie_jar``) fr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-__all__ = ["CookieJar", "cookie_header", "new_jar", "store_cookies"]
+if TYPE_CHECKING:  # http.cookiejar imports urllib.request, http.client and email: only a fetcher with cookies pays
+    from http.cookiejar import CookieJar
+
+__all__ = ["cookie_header", "new_jar", "store_cookies"]
 
 
 def new_jar() -> CookieJar:
     """A jar that keeps RFC 6265's host-only rule: a cookie set without ``Domain`` goes back to
     its host alone (the standard library's default policy would send it to subdomains too, as
     Netscape's old rule did)."""
+    from http.cookiejar import CookieJar, DefaultCookiePolicy
+
     return CookieJar(DefaultCookiePolicy(strict_ns_domain=DefaultCookiePolicy.DomainStrictNonDomain))
 
 

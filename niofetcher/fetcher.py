@@ -16,13 +16,16 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from .config import FetcherConfig
-from .cookies import CookieJar
 from .engine import Engine, InboxEntry
 from .models import FetcherStats, FetchResult, HostStats, URLBean
 from .request import bean_proxy
 from .urls import Origin, parse_target
+
+if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
 
 _METHOD_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 

@@ -44,13 +44,17 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .config import FetcherConfig
 from .content import ACCEPT_ENCODING
-from .cookies import CookieJar, cookie_header
+from .cookies import cookie_header
 from .http11 import RequestHeaders, validated_headers
 from .models import Exchange, URLBean
 from .urls import NoProxy, Origin, Proxy, Target, parse_proxy, split_credentials
+
+if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
 
 IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
 # Methods that give request content a meaning (RFC 9110 9.3.3-4, RFC 5789): an empty body is announced.
