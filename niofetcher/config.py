@@ -80,6 +80,7 @@ class FetcherConfig:
     max_connections_per_ip: int | None = None
     ip_delay: float = 0.0
     throttle: Throttle | None = None
+    cookies: bool = False  # one RFC 6265 jar for the fetcher (niofetcher/cookies.py), NIOFetcher.cookie_jar
 
     def __post_init__(self) -> None:
         _positive_int(self, "max_connections")
@@ -101,6 +102,8 @@ class FetcherConfig:
         _positive_time(self, "dns_cache_ttl", allow_zero=True)
         if not 0.0 <= self.host_delay_jitter <= 1.0:
             raise ValueError(f"host_delay_jitter must be within [0, 1], not {self.host_delay_jitter!r}")
+        if not isinstance(self.cookies, bool):
+            raise ValueError(f"cookies must be True or False, not {self.cookies!r}")
         if self.throttle is not None and not isinstance(self.throttle, Throttle):
             raise ValueError(f"throttle must be a Throttle or None, not {self.throttle!r}")
         if self.resolver is not None and not callable(self.resolver):

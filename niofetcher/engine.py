@@ -29,6 +29,7 @@ from typing import Any
 
 from .config import Address, FetcherConfig
 from .connection import Connection, ConnectionState
+from .cookies import new_jar, store_cookies
 from .errors import ErrorKind, FetchFailure
 from .http11 import REDIRECT_STATUSES, Response, header_value
 from .loop import Loop
@@ -129,7 +130,9 @@ class Engine:
         self.failure: BaseException | None = None  # what ended the loop thread, if not a shutdown
         self._inbox: collections.deque[InboxEntry] = collections.deque()
         self._seq = itertools.count()
-        self._request_defaults = RequestDefaults.from_config(config)
+        # FetcherConfig.cookies: the jar each hop's request asks and each hop's response fills.
+        self.cookie_jar = new_jar() if config.cookies else None
+        self._request_defaults = RequestDefaults.from_config(config, self.cookie_jar)
         self._deliver = deliver
         self._completed_backlog = completed_backlog
         self._close_intake = close_intake
@@ -426,6 +429,8 @@ class Engine:
         if throttle is not None:
             self._throttle(throttle, conn.slot, task, status, response.headers)
         self._keep_or_close(conn)
+        if self.cookie_jar is not None:  # before the next hop asks for its Cookie header
+            store_cookies(self.cookie_jar, task.url, response.headers)
         location = header_value(response.headers, "location") if status in REDIRECT_STATUSES else None
         if location is not None and self.config.follow_redirects:
             self._redirect(task, status, location, conn)

@@ -16,12 +16,16 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from .config import FetcherConfig
 from .engine import Engine, InboxEntry
 from .models import FetcherStats, FetchResult, HostStats, URLBean
 from .request import bean_proxy
 from .urls import Origin, parse_target
+
+if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
 
 _METHOD_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
@@ -86,6 +90,14 @@ class NIOFetcher:
         ``cancelled`` and ``register()`` returns False.
         """
         return self._engine.failure
+
+    @property
+    def cookie_jar(self) -> CookieJar | None:
+        """With ``FetcherConfig(cookies=True)``, the fetcher's one ``http.cookiejar.CookieJar``:
+        the cookies responses set, sent on the requests (redirect hops included) their domain,
+        path, ``Secure`` and expiry let them go to.  It locks itself: read it, add to it or clear
+        it from any thread.  None without cookies."""
+        return self._engine.cookie_jar
 
     def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
         """Stop accepting URLs; finish them (``wait=True``, at most ``timeout`` s) or cancel them at once.

@@ -44,12 +44,17 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .config import FetcherConfig
 from .content import ACCEPT_ENCODING
+from .cookies import cookie_header
 from .http11 import RequestHeaders, validated_headers
 from .models import Exchange, URLBean
 from .urls import NoProxy, Origin, Proxy, Target, parse_proxy, split_credentials
+
+if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
 
 IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
 # Methods that give request content a meaning (RFC 9110 9.3.3-4, RFC 5789): an empty body is announced.
@@ -183,6 +188,11 @@ class Task:
             defaults = self._defaults
             host_header = self.target.host_header
             headers = self._headers
+            jar = defaults.cookie_jar
+            if jar is not None and "cookie" not in headers:  # a Cookie of the caller's own goes as it is
+                cookie = cookie_header(jar, self.url)
+                if cookie is not None:
+                    headers = {**headers, "cookie": ("Cookie", cookie)}
             proxy = self.proxy
             if (proxy is not None and proxy.authorization is not None and self.target.origin.scheme == "http"
                     and "proxy-authorization" not in headers):
@@ -219,18 +229,20 @@ MakeTask = Callable[[PendingURL, Origin], Task]  # the Task of a PendingURL, mad
 class RequestDefaults:
     """The headers every request carries, and their validated wire form per Host, built once."""
 
-    __slots__ = ("_by_host", "_no_proxy", "headers", "proxy")
+    __slots__ = ("_by_host", "_no_proxy", "cookie_jar", "headers", "proxy")
 
     def __init__(
         self, headers: dict[str, tuple[str, str]], proxy: Proxy | None = None, no_proxy: NoProxy | None = None,
+        cookie_jar: CookieJar | None = None,
     ) -> None:
         self.headers = headers
+        self.cookie_jar = cookie_jar  # FetcherConfig.cookies: each hop asks it for its Cookie header
         self.proxy = proxy  # the configuration's proxy, for the hosts no_proxy leaves to it
         self._no_proxy = no_proxy if no_proxy else None
         self._by_host: dict[str, RequestHeaders] = {}
 
     @classmethod
-    def from_config(cls, config: FetcherConfig) -> RequestDefaults:
+    def from_config(cls, config: FetcherConfig, cookie_jar: CookieJar | None = None) -> RequestDefaults:
         """User-Agent, Accept and (when decoding) Accept-Encoding, then the configuration's own headers;
         one of those given an empty value is left out."""
         headers = {
@@ -244,7 +256,7 @@ class RequestDefaults:
                 headers[name.lower()] = (name, value)
             else:
                 headers.pop(name.lower(), None)
-        return cls(headers, *config.proxy_route())
+        return cls(headers, *config.proxy_route(), cookie_jar=cookie_jar)
 
     def route(self, host: str) -> Proxy | None:
         """The configuration's proxy for ``host`` (an Origin's host), or None: direct."""

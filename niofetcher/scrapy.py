@@ -160,6 +160,7 @@ EXCEPTIONS: dict[ErrorKind, type[Exception]] = {
 FIXED = {
     "follow_redirects": "redirects are Scrapy's RedirectMiddleware's",
     "decode_content": "Content-Encoding is decoded by Scrapy's HttpCompressionMiddleware",
+    "cookies": "cookies are Scrapy's CookiesMiddleware's (a jar here too would send them twice)",
 }
 
 _PROXY_AUTHORIZATION = b"Proxy-Authorization"

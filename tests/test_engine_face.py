@@ -24,6 +24,7 @@ from niofetcher.http11 import Response
 FACE = {
     "run", "close_unstarted", "failure", "submit", "pending", "wake", "post", "stats", "host_stats",
     "finish_up", "stop", "cancel_pending", "set_host_delay", "set_host_gates",
+    "cookie_jar",  # made once, never rebound, and a jar locks itself: any thread may read it
 }
 
 
@@ -46,7 +47,7 @@ def test_the_fetcher_uses_only_the_engine_face() -> None:
     used = engine_attributes(ast.parse((PACKAGE / "fetcher.py").read_text()))
     assert "submit" in used and "stats" in used, used  # the walk finds what it should
     assert used <= FACE, f"fetcher.py reaches past the engine's face: {sorted(used - FACE)}"
-    missing = {name for name in FACE if not hasattr(Engine, name) and name not in ("failure", "wake")}
+    missing = {name for name in FACE if not hasattr(Engine, name) and name not in ("failure", "wake", "cookie_jar")}
     assert not missing, missing
 
 

@@ -255,6 +255,9 @@ def _add_fetcher_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--user-agent", default=None, metavar="UA",
                         help="the User-Agent header, and the name robots.txt rules are read for "
                              "(default niofetcher/VERSION)")
+    parser.add_argument("--cookies", action="store_true",
+                        help="keep the cookies responses set (one RFC 6265 jar for the run) and send them where "
+                             "their domain, path and Secure flag allow, redirect hops included")
     parser.add_argument("--throttle", action="store_true",
                         help="per-host delays that follow the server: toward its latency / "
                              "--target-concurrency while answers are good, at least doubled by a 429 or "
@@ -391,6 +394,7 @@ def config_from(args: argparse.Namespace, **extra: object) -> FetcherConfig:
         "max_connections_per_host": args.per_host,
         "max_connections_per_ip": args.per_ip,
         "ip_delay": args.ip_delay,
+        "cookies": args.cookies,
         "resolve": resolve,
         "connect_timeout": args.connect_timeout,
         "read_timeout": args.read_timeout,
