@@ -54,6 +54,7 @@ class Request:
     if_none_match: str | None
     if_modified_since: str | None
     status: int
+    at: float = field(default_factory=time.time)  # when it was answered, by the wall clock
 
 
 @dataclass

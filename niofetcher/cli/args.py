@@ -137,6 +137,9 @@ def build_parser() -> Parser:
                             "the wait before a failed URL is tried again (default 30d, or --revisit when longer)")
     crawl.add_argument("--fixed-revisit", action="store_true",
                        help="with --revisit: keep every interval at --revisit, changed or not")
+    crawl.add_argument("--keep-running", action="store_true",
+                       help="with --revisit: do not end when nothing is due; sleep until the next URL falls "
+                            "due and fetch it, until stopped (Ctrl-C, SIGTERM)")
     crawl.add_argument("--out", metavar="FILE",
                        help="write one JSON record per page to FILE: a new crawl appends to it, a resumed one "
                             "first cuts it back to the end of the last page --db recorded in it; '-': standard "

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             parse_mode=args.parse_mode, extractor=args.extractor, fetcher=fetcher_config, sitemaps=args.sitemaps,
             lease_seconds=args.lease, follow_nofollow=args.follow_nofollow,
             retry_statuses=tuple(args.retry_status or CrawlConfig.retry_statuses),
-            **_trap_options(args), dedup=args.dedup, revisit=_revisit_policy(args),
+            **_trap_options(args), dedup=args.dedup, revisit=_revisit_policy(args), keep_running=args.keep_running,
             **({"frontier": args.frontier, "crawl_name": args.crawl} if args.frontier is not None else {"db_path": db}),
         )
     except ValueError as exc:
@@ -98,11 +98,12 @@ def _trap_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _revisit_policy(args: argparse.Namespace) -> RevisitPolicy | None:
     """``--revisit`` and its bounds as a RevisitPolicy: a bound not given is RevisitPolicy's default,
-    moved to ``--revisit`` when that is outside it.  UsageError for a bound without ``--revisit``,
+    moved to ``--revisit`` when that is outside it.  UsageError for a bound (or ``--keep-running``) without ``--revisit``,
     ValueError (made a UsageError by the caller) for bounds that do not hold it."""
     if args.revisit is None:
         given = [name for name, value in (("--min-revisit", args.min_revisit), ("--max-revisit", args.max_revisit),
-                                          ("--fixed-revisit", args.fixed_revisit or None)) if value is not None]
+                                          ("--fixed-revisit", args.fixed_revisit or None),
+                                          ("--keep-running", args.keep_running or None)) if value is not None]
         if given:
             raise UsageError(f"{given[0]} goes with --revisit DURATION: give --revisit too")
         return None

@@ -73,6 +73,9 @@ class CrawlConfig:
     # Revisits (crawl/schedule.py): a done URL is due again after the policy's interval and fetched
     # with a conditional GET; a run claims what is due now and ends when nothing is.  None: done is done.
     revisit: RevisitPolicy | None = None
+    # With a revisit policy: instead of ending when nothing is due, sleep until the next URL falls
+    # due and fetch it, until stopped; URLs that fall due while the run goes on are fetched in it.
+    keep_running: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.seeds, str) or not self.seeds:
@@ -111,6 +114,10 @@ class CrawlConfig:
             raise ValueError(f"dedup must be None, 'exact' or 'near', not {self.dedup!r}")
         if self.revisit is not None and not isinstance(self.revisit, RevisitPolicy):
             raise TypeError(f"revisit must be a RevisitPolicy or None, not {self.revisit!r}")
+        if not isinstance(self.keep_running, bool):
+            raise TypeError(f"keep_running must be a bool, not {self.keep_running!r}")
+        if self.keep_running and self.revisit is None:
+            raise ValueError("keep_running needs a revisit policy: without one a crawl has nothing to wait for")
 
     @property
     def retries(self) -> RetrySchedule:

@@ -62,7 +62,8 @@ an unanswered fetch must not hold the stop for its read timeout.
 
 Revisits: with ``CrawlConfig.revisit`` a run first moves the done and error URLs that are due
 again back to 'waiting' (``frontier.wake()``), and then crawls as any run does, ending when nothing
-waits.  Each claim carries what the last visit left (validators, digest, the interval), which
+waits -- or, with ``keep_running``, waking what falls due every half second and sleeping between
+revisits until stopped.  Each claim carries what the last visit left (validators, digest, the interval), which
 makes its request a conditional GET; a 304, or a body of the stored digest, is *unchanged*: done
 again, not parsed, no links added.  Every completed page tells the frontier its
 :class:`~niofetcher.crawl.frontier.Visit`, with the wait the policy gives; an 'error' is due again
@@ -305,6 +306,10 @@ class Crawler:
                 self._give_back(self._robots.retry_due(fetcher), frontier)
             robots_due = self._robots.next_retry()
             if time.monotonic() - counted_at > 0.5:  # counts() commits pending outcomes: not per report
+                if config.keep_running:
+                    # What fell due while this run goes on is fetched in it.  A URL is woken once a
+                    # due period: done again, it is due an interval later.
+                    frontier.wake()
                 self._counts = frontier.counts()
                 self._refused_now = sum(_not_followed(frontier).values())
                 counted_at = time.monotonic()
@@ -312,9 +317,17 @@ class Crawler:
                 if self._stop.is_set() or budget == 0:
                     return
                 due = frontier.next_due()
-                if due is None:
+                if due is not None:
+                    wait = min(1.0, max(0.0, due - time.time()))
+                elif not config.keep_running:
                     return  # nothing waiting, nothing in progress: the crawl is complete
-                wait = min(1.0, max(0.0, due - time.time()))
+                elif frontier.wake():
+                    wait = 0.0  # claimed in the next round
+                else:
+                    # Asleep until the next revisit: a second at most, for stop() and a worker's
+                    # leases; never a spin, should PostgreSQL's clock (the frontier's) lag ours.
+                    due = frontier.revisits().next_due
+                    wait = 1.0 if due is None else min(1.0, max(0.05, due - time.time()))
             elif self._grace_over():
                 return  # run() cancels what is still in flight and gives it back, no attempt counted
             else:
