@@ -264,10 +264,13 @@ class Engine:
         self.table.set_delay(origin, seconds, self.loop.now)
 
     def set_host_gates(self, gates: list[tuple[Origin, float | None]]) -> None:
-        """From now on, no request to each ``origin`` starts at or after its time (None: no such bound)."""
+        """From now on, no request to each ``origin`` starts at or after its time (None: no such bound);
+        the idle connections of an origin whose gate is lifted or closed now close at once."""
         table, now = self.table, self.loop.now
         for origin, start_until in gates:
-            table.set_gate(origin, start_until, now)
+            for conn in table.set_gate(origin, start_until, now):
+                self.counters.closed_idle += 1
+                conn.close()
 
     def cancel_pending(self, detail: str = "cancelled before it started") -> None:
         """Cancel what waits in the inbox and the host queues; in-flight work goes on."""

@@ -239,7 +239,9 @@ class NIOFetcher:
         reopens it; ``cancel_pending()`` takes them back), fetches in flight go on -- and
         ``shutdown(wait=True)`` waits for them too: cancel or lift first.  For a crawler
         that holds hosts by a lease it may fail to renew: its requests stop in time even when
-        the process was stopped and its loop runs before anything else can react.  Any thread;
+        the process was stopped and its loop runs before anything else can react.  An origin
+        whose gate is lifted (its host given back) or set to a time already past (lost) has its
+        idle connections closed at once: another worker may own that server now.  Any thread;
         one call for many origins, which take their gates together.
         """
         gates = []

@@ -362,17 +362,24 @@ class HostTable:
             slot.next_start_at = until
             self.refresh(slot, now)
 
-    def set_gate(self, origin: Origin, start_until: float | None, now: float) -> None:
-        """From now on, no request to ``origin`` starts at or after ``start_until``; None lifts its gate."""
+    def set_gate(self, origin: Origin, start_until: float | None, now: float) -> list[Connection]:
+        """From now on, no request to ``origin`` starts at or after ``start_until``; None lifts its gate.
+
+        Returns the idle connections the caller is to close: all of the origin's when its gate is
+        lifted (its lease given back) or closed now (lost).  A lease holder that kept them would hold
+        sockets to a server that another worker now owns, past every limit both promise."""
+        lifted = start_until is None
         if start_until is None:
             self._gates.pop(origin, None)
             start_until = math.inf
         else:
             self._gates[origin] = start_until
         slot = self.slots.get(origin) or self.recent.get(origin)  # no slot made for it, as in set_delay
-        if slot is not None:
-            slot.start_until = start_until
-            self.refresh(slot, now)
+        if slot is None:
+            return []
+        slot.start_until = start_until
+        self.refresh(slot, now)
+        return list(slot.idle) if lifted or start_until <= time.monotonic() else []
 
     def connection_opened(self, slot: HostSlot, conn: Connection | None = None) -> None:
         """A connection of ``slot``'s began (it counts from its name lookup on); ``conn`` tells its route."""

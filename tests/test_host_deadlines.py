@@ -48,14 +48,34 @@ def test_a_kept_alive_connection_takes_no_request_past_the_deadline(no_leaks: ob
         assert fetcher.register(page(site, 0, 0))
         first = fetcher.get(timeout=10)
         assert first is not None and first.ok and site.counters().requests == 1
-        fetcher.set_host_deadlines({site.base_urls[0]: time.monotonic()})
+        fetcher.set_host_deadlines({site.base_urls[0]: time.monotonic() + SETTLE / 2})
+        time.sleep(SETTLE)  # past the deadline, set while it was still ahead: the connection stays
         assert fetcher.register(page(site, 0, 1))
         time.sleep(SETTLE)
         assert site.counters().requests == 1 and fetcher.stats().open_connections == 1  # it idles, unused
-        fetcher.set_host_deadlines({site.base_urls[0]: None})  # lifted
+        fetcher.set_host_deadlines({site.base_urls[0]: time.monotonic() + 60})  # renewed
         second = fetcher.get(timeout=10)
         assert second is not None and second.ok and second.connection_reused
         assert site.counters().requests == 2 and site.counters().accepted == 1
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("gate", ["lifted", "closed"])
+def test_a_host_given_back_or_lost_has_its_idle_connections_closed_at_once(no_leaks: object, gate: str) -> None:
+    """A lease holder that gives a host back (None) or loses it (a deadline already passed) keeps no
+    socket to that server: another worker owns it now.  The other host keeps its idle connection
+    (the control: the server's count of open connections does show one that stays)."""
+    with TestSite(hosts=2, pages=4, max_seconds=30) as site, NIOFetcher() as fetcher:
+        gated, kept = site.ports
+        assert fetcher.register_many([page(site, 0, 0), page(site, 1, 0)]) == 2
+        assert all(r is not None and r.ok for r in (fetcher.get(timeout=10), fetcher.get(timeout=10)))
+        assert site.counters(gated).open_now == 1 and site.counters(kept).open_now == 1
+        fetcher.set_host_deadlines({site.base_urls[0]: None if gate == "lifted" else -math.inf})
+        deadline = time.monotonic() + 10
+        while site.counters(gated).open_now and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert site.counters(gated).open_now == 0 and site.counters(kept).open_now == 1
+        assert fetcher.stats().open_connections == 1 and fetcher.stats().closed_idle == 1
 
 
 @pytest.mark.timeout(30)

@@ -304,6 +304,10 @@ class Crawler:
                             budget -= len(claimed)
                         self._start(claimed, frontier, fetcher)
                 self._give_back(self._robots.retry_due(fetcher), frontier)
+                # Again as this round changed them, before its commit: a host it gives back has its
+                # idle connections closed before another worker can take it (not after this
+                # coordinator's next wait), and the hosts it took get their gates.
+                self._gate(frontier, fetcher)
             robots_due = self._robots.next_retry()
             if time.monotonic() - counted_at > 0.5:  # counts() commits pending outcomes: not per report
                 if config.keep_running:
