@@ -94,10 +94,8 @@ class Workers:
             return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
 
     def worker_id(self, proc: subprocess.Popen[bytes], timeout: float = 30) -> str:
-        """The id under which ``proc`` crawls: its row of ``workers`` that holds a host or has counted
-        a change.  Before crawling, ``crawl --frontier`` opens the crawl once to check it
-        (cli/crawl.py's _check_shared) under another id of the same pid, gone a moment later: that
-        one must never be taken for the worker (a loop waiting for its pages then waits for ever)."""
+        """The id under which ``proc`` crawls: its row of ``workers``, once it holds a host or has
+        counted a change (a worker that has done neither yet may still fail to start)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:

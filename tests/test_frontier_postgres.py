@@ -21,7 +21,7 @@ import pytest
 from test_frontier import URL_COLUMNS, FakeClock
 from test_frontier_backends import PostgresStore, clustered, urls
 
-from niofetcher.crawl.frontier import STATES, FrontierError, FrontierLocked
+from niofetcher.crawl.frontier import STATES, FrontierError, FrontierLocked, frontier_failures, prepare_frontier
 from niofetcher.testing import PostgresCluster
 
 pytest_plugins = ["pg_cluster"]
@@ -179,6 +179,31 @@ def test_a_crawl_without_the_revisit_columns_gets_them_when_opened(pg: Crawl) ->
     assert pg.rows("SELECT visits, changes, next_due FROM urls") == [(0, 0, None)] * 2
     assert pg.rows(f"SELECT indexname FROM pg_indexes WHERE schemaname = '{pg.crawl}' AND indexname = 'urls_revisit'") == [
         ("urls_revisit",)]
+
+
+def test_crawl_checks_and_reads_a_shared_crawl_without_joining_it(pg: Crawl) -> None:
+    """What ``crawl --frontier`` asks before its run (prepare_frontier: make or check the crawl) and
+    after it (frontier_failures) takes no host and registers no worker: a worker that opened the
+    crawl for it took the free hosts with work for that moment (each take moves a host's epoch),
+    and was a second worker of the same pid in ``workers`` while it did.  The control: a worker's
+    open and close does take them."""
+    prepare_frontier(pg.dsn, crawl=pg.crawl)  # a new crawl: made, as its first worker would
+    assert "next_due" in pg.columns("urls") and pg.rows("SELECT COUNT(*) FROM workers") == [(0,)]
+    with pg.open() as frontier:
+        frontier.add(["http://a.test/", "http://a.test/2", "http://b.test/", "http://b.test/2"])
+        assert "http://a.test/" in [item.url for item in frontier.claim(4)]
+        frontier.fail("http://a.test/", "dns_error")  # final: an 'error' to report
+        frontier.release(["http://a.test/2", "http://b.test/", "http://b.test/2"])
+    hosts = "SELECT origin, owner, epoch FROM hosts ORDER BY origin"
+    free = pg.rows(hosts)
+    assert [owner for _origin, owner, _epoch in free] == [None, None]  # free, with URLs waiting
+    prepare_frontier(pg.dsn, crawl=pg.crawl)
+    assert frontier_failures(pg.dsn, 0.0, 10, crawl=pg.crawl) == [("http://a.test/", "dns_error")]
+    assert pg.rows(hosts) == free and pg.rows("SELECT COUNT(*) FROM workers") == [(0,)]
+    pg.open().close()
+    assert [epoch for _o, _w, epoch in pg.rows(hosts)] > [epoch for _o, _w, epoch in free]
+    with pytest.raises(FrontierError, match="there is no crawl"):
+        frontier_failures(pg.dsn, 0.0, 10, crawl=f"{pg.crawl}_none")
 
 
 def test_what_cannot_be_used_is_one_line_of_error(pg: Crawl) -> None:

@@ -55,5 +55,8 @@ def test_every_name_the_repository_takes_from_the_test_site_is_there() -> None:
     # The scan itself works: names known to be imported by tests, benchmarks and the command line.
     assert {"TestSite", "PortCounters", "tls_context_from_files", "LISTEN_BACKLOG",
             "_SO_TIMESTAMPNS"} <= set(used)
-    missing = {name: files for name, files in used.items() if not hasattr(niofetcher.testing, name)}
+    # A module of the package (``niofetcher.testing.webshaped``) is there as a file, an attribute of the
+    # package only once something imported it.
+    missing = {name: files for name, files in used.items()
+               if not hasattr(niofetcher.testing, name) and not (PACKAGE / f"{name}.py").is_file()}
     assert missing == {}

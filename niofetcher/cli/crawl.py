@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..crawl import CrawlConfig, CrawlSummary
-from ..crawl.frontier import FrontierError, open_frontier
+from ..crawl.frontier import FrontierError, frontier_failures, open_frontier, prepare_frontier
 from ..crawl.schedule import RevisitPolicy
 from .args import check_frontier_options, config_from, urls_from
 from .errors import CommandFailed, UsageError
@@ -162,19 +162,17 @@ def _remove_frontier(path: str) -> None:
 def _check_shared(url: str, crawl: str) -> None:
     """One clear line for a --frontier that cannot be reached or used, before anything starts."""
     try:
-        open_frontier(url, crawl=crawl).close()
+        prepare_frontier(url, crawl=crawl)
     except FrontierError as exc:  # it names the crawl and host:port/db, never a password
         raise UsageError(f"cannot use --frontier: {exc}") from None
 
 
 def _first_failures(args: argparse.Namespace, db: str, since: float) -> list[tuple[str, str]]:
     """The first URLs that ended in 'error' since ``since`` (this run), with why, as the frontier
-    recorded them (with --frontier: any worker's); none when it cannot be opened again.  A shared
-    frontier is opened as a worker, as _check_shared does: it may take free hosts with work for
-    the moment it is open, and gives them back as it closes."""
+    recorded them (with --frontier: any worker's, read without joining the crawl); none when it
+    cannot be opened again."""
     options: dict[str, Any] = {} if args.frontier is None else {"crawl": args.crawl}
     try:
-        with open_frontier(db if args.frontier is None else args.frontier, **options) as frontier:
-            return frontier.failures(since, FAILURES_SHOWN)
+        return frontier_failures(db if args.frontier is None else args.frontier, since, FAILURES_SHOWN, **options)
     except (FrontierError, OSError):
         return []

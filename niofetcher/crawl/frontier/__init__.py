@@ -13,10 +13,10 @@ backend or its driver.
 """
 
 from .base import STATES, FrontierBackend, FrontierError, FrontierErrorKind, FrontierURL, Revisits, Visit
-from .locations import frontier_status, open_frontier
+from .locations import frontier_failures, frontier_status, open_frontier, prepare_frontier
 from .sqlite import Frontier, FrontierLocked
 
 __all__ = [
     "STATES", "Frontier", "FrontierBackend", "FrontierError", "FrontierErrorKind", "FrontierLocked", "FrontierURL",
-    "Revisits", "Visit", "frontier_status", "open_frontier",
+    "Revisits", "Visit", "frontier_failures", "frontier_status", "open_frontier", "prepare_frontier",
 ]

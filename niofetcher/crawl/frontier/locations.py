@@ -1,6 +1,9 @@
 """Where a frontier is kept, and the one place that names the backends: :func:`open_frontier` and
 :func:`frontier_status`.
 
+:func:`prepare_frontier` and :func:`frontier_failures` are what ``crawl --frontier`` asks before and
+after its run, without joining the crawl.
+
 A location is a filesystem path -- a SQLite file, or ``":memory:"`` -- or a URL: ``postgresql://``
 (or ``postgres://``) is a crawl in a PostgreSQL database, shared by workers; any other scheme is a
 backend that an installed package declares as an entry point of the group ``niofetcher.frontiers``,
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +28,8 @@ from .capabilities import with_capabilities
 if TYPE_CHECKING:
     from .base import FrontierBackend
 
-__all__ = ["ENTRY_POINT_GROUP", "check_shared_location", "frontier_status", "open_frontier"]
+__all__ = ["ENTRY_POINT_GROUP", "check_shared_location", "frontier_failures", "frontier_status", "open_frontier",
+           "prepare_frontier"]
 
 #: The entry point group where a package declares a frontier backend, by URL scheme.
 ENTRY_POINT_GROUP = "niofetcher.frontiers"
@@ -67,10 +73,8 @@ def open_frontier(location: str | os.PathLike[str], **options: Any) -> FrontierB
     if scheme in _POSTGRES_SCHEMES:
         from .postgres import PostgresFrontier
 
-        try:
+        with _driver_needed():
             return PostgresFrontier(dsn, **options)
-        except ImportError as exc:  # the driver, which only this backend needs
-            raise FrontierError(str(exc), FrontierErrorKind.UNAVAILABLE) from exc
     entry = _plugins().get(scheme)
     if entry is None:
         raise FrontierError(f"no frontier backend takes {scheme}:// URLs (known: a path, postgresql://, "
@@ -96,12 +100,53 @@ def frontier_status(location: str | os.PathLike[str], *, top: int = 10, **option
     if scheme in _POSTGRES_SCHEMES:
         from .postgres import crawl_status as postgres_status
 
-        try:
+        with _driver_needed():
             return postgres_status(os.fspath(location), top=top, **options)
-        except ImportError as exc:
-            raise FrontierError(str(exc), FrontierErrorKind.UNAVAILABLE) from exc
     raise FrontierError(f"status reads SQLite and PostgreSQL frontiers, not {scheme}:// ones",
                         FrontierErrorKind.UNAVAILABLE)
+
+
+def prepare_frontier(location: str, **options: Any) -> None:
+    """Make sure the shared frontier at ``location`` can be used before a worker starts on it: a
+    PostgreSQL crawl's tables made or checked without joining it (a worker that joined would take
+    free hosts for that moment); another backend's opened and closed.
+
+    Raises:
+        FrontierError: one line, as :func:`open_frontier`.
+    """
+    if _scheme(location) in _POSTGRES_SCHEMES:
+        from .postgres import prepare_crawl
+
+        with _driver_needed():
+            prepare_crawl(location, **options)
+        return
+    open_frontier(location, **options).close()
+
+
+def frontier_failures(location: str | os.PathLike[str], since: float, limit: int,
+                      **options: Any) -> list[tuple[str, str]]:
+    """The first ``limit`` URLs that ended in 'error' at or after ``since``, with why; a PostgreSQL
+    crawl's read without joining it (see :func:`prepare_frontier`).
+
+    Raises:
+        FrontierError: one line, as :func:`open_frontier`.
+    """
+    if _scheme(location) in _POSTGRES_SCHEMES:
+        from .postgres import crawl_failures
+
+        with _driver_needed():
+            return crawl_failures(os.fspath(location), since=since, limit=limit, **options)
+    with open_frontier(location, **options) as frontier:
+        return frontier.failures(since, limit)
+
+
+@contextmanager
+def _driver_needed() -> Iterator[None]:
+    """An ImportError of a backend's driver (psycopg) as the FrontierError ``unavailable``."""
+    try:
+        yield
+    except ImportError as exc:
+        raise FrontierError(str(exc), FrontierErrorKind.UNAVAILABLE) from exc
 
 
 def _scheme(location: str | os.PathLike[str] | object) -> str | None:

@@ -606,11 +606,16 @@ ORDER BY fetched_at, seq LIMIT %(limit)s
 MIN_DUE_DEPTH = "SELECT depth FROM urls WHERE state = 'waiting' AND next_attempt_at <= %s ORDER BY depth LIMIT 1"
 
 
+# Names the lock that serializes creating a crawl's tables, with the hash of its name ('niof').
+_CREATE_LOCK_CLASS = 0x6E696F66
+
+
 def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, where: str,
                     clock: Callable[[], float]) -> None:
     """Inside the caller's transaction: create the crawl's schema and tables, or check that the
     schema there holds a frontier of this version (upgrading one of version 2, and one without
-    the trap rules' tables).
+    the trap rules' tables).  One connection at a time per crawl, till the caller's commit:
+    workers started together must not both create or upgrade the tables.
 
     Raises:
         FrontierError: for a schema that holds other tables, a damaged frontier, or one of a
@@ -618,6 +623,7 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
     """
     from psycopg import sql
 
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_CREATE_LOCK_CLASS, crawl))
     schema = sql.Identifier(crawl)
     tables = {name for (name,) in conn.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (crawl,))}

@@ -10,6 +10,6 @@ changes commit), ``leases.py`` (the hosts a worker holds: leases, renewal, takeo
 from ..base import CrawlStatus, WorkerStatus
 from .frontier import PostgresFrontier
 from .leases import NO_HOST_LEASES
-from .status import crawl_status
+from .status import crawl_failures, crawl_status, prepare_crawl
 
-__all__ = ["NO_HOST_LEASES", "CrawlStatus", "PostgresFrontier", "WorkerStatus", "crawl_status"]
+__all__ = ["NO_HOST_LEASES", "CrawlStatus", "PostgresFrontier", "WorkerStatus", "crawl_failures", "crawl_status", "prepare_crawl"]

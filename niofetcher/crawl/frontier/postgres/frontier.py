@@ -93,8 +93,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresFrontier"]
 
-# Names the lock that serializes creating a crawl's tables, with the hash of its name ('niof').
-_LOCK_CLASS = 0x6E696F66
 # A claim asks the hosts of a pass again for more while it is short, at most this many times.
 _CLAIM_ROUNDS = 4
 # The shortest statement_timeout derived from the lease (see PostgresFrontier).
@@ -199,8 +197,6 @@ class PostgresFrontier(CrawlReads, FrontierService):
         conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
                      (f"{max(1000, round(self.lease_seconds * 1000))}ms",))
         conn.commit()  # the settings are the session's, and outlive this transaction
-        # Workers started together must not both create the tables: one at a time (till the commit).
-        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, self.crawl))
         create_or_check(conn, self.crawl, self.where, self._clock)
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.crawl)))
         conn.commit()  # SET is transactional: committed, it holds for the session

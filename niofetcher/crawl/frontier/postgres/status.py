@@ -10,6 +10,9 @@ the whole crawl has.  A host another worker added URLs to is taken (or kept) by 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from ..base import STATES, CrawlStatus, FrontierError, FrontierErrorKind, Revisits, WorkerStatus, check_crawl_name
 from ..postgres_schema import (
@@ -26,7 +29,10 @@ from ..postgres_schema import (
 from .leases import HostLeases
 from .session import first_line, single, where_of
 
-__all__ = ["CrawlReads", "crawl_status"]
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["CrawlReads", "crawl_failures", "crawl_status", "prepare_crawl"]
 
 # What next_due() says when nothing of this worker's waits but the crawl goes on elsewhere: look again in a second.
 _POLL_SECONDS = 1.0
@@ -92,6 +98,51 @@ def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float 
         FrontierError: the server cannot be reached, or holds no frontier of that name and version.
         ImportError: when psycopg is not installed.
     """
+    with _reading(dsn, crawl, connect_timeout) as conn:
+        counts = dict.fromkeys(STATES, 0)
+        counts.update((state, int(n)) for state, n in conn.execute(COUNTS))
+        workers = [WorkerStatus(*row) for row in conn.execute(LIVE_WORKERS)]
+        busiest = [(host, int(n), owner) for host, n, owner in conn.execute(BUSIEST_HOSTS, {"top": top})]
+        due, later = single(conn.execute(REVISITS, {"now": time.time()}))
+        return CrawlStatus(counts, workers, busiest, Revisits(int(due), None if later is None else float(later)))
+
+
+def crawl_failures(dsn: str, crawl: str, since: float, limit: int, *,
+                   connect_timeout: float = 10.0) -> list[tuple[str, str]]:
+    """What :meth:`CrawlReads.failures` answers, read as no worker (``crawl --frontier``'s summary
+    after its run): a worker that opened the crawl for it would take free hosts for that moment.
+
+    Raises:
+        FrontierError, ImportError: as :func:`crawl_status`.
+    """
+    with _reading(dsn, crawl, connect_timeout) as conn:
+        return [(str(url), str(why)) for url, why in conn.execute(FAILURES, {"since": since, "limit": limit})]
+
+
+def prepare_crawl(dsn: str, crawl: str, *, connect_timeout: float = 10.0) -> None:
+    """Create crawl ``crawl``'s tables at ``dsn`` when it is new, or check (and upgrade) them, as the
+    first worker would, but as no worker: none registers, no host is taken (``crawl --frontier``
+    checks its frontier so before it starts).
+
+    Raises:
+        FrontierError, ImportError: as :func:`crawl_status`, but a crawl that does not exist yet is made.
+    """
+    import psycopg
+
+    crawl = check_crawl_name(crawl)
+    where = where_of(psycopg, dsn)
+    try:
+        with psycopg.connect(dsn, connect_timeout=max(1, round(connect_timeout))) as conn:  # commits on the way out
+            create_or_check(conn, crawl, where, time.time)
+    except psycopg.Error as exc:
+        raise FrontierError(f"cannot open crawl {crawl!r} at {where}: {first_line(exc)}",
+                            FrontierErrorKind.UNAVAILABLE) from None
+
+
+@contextmanager
+def _reading(dsn: str, crawl: str, connect_timeout: float) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+    """A connection that reads crawl ``crawl`` (its schema first on the search path), as no worker;
+    FrontierError for a crawl that is not there and for any error of the server's."""
     import psycopg
     from psycopg import sql
 
@@ -104,14 +155,8 @@ def crawl_status(dsn: str, crawl: str, *, top: int = 10, connect_timeout: float 
                 raise FrontierError(f"there is no crawl {crawl!r} at {where}", FrontierErrorKind.NOT_A_FRONTIER)
             create_or_check(conn, crawl, where, time.time)  # it has tables: this only checks them
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(crawl)))
-            counts = dict.fromkeys(STATES, 0)
-            counts.update((state, int(n)) for state, n in conn.execute(COUNTS))
-            workers = [WorkerStatus(*row) for row in conn.execute(LIVE_WORKERS)]
-            busiest = [(host, int(n), owner) for host, n, owner in conn.execute(BUSIEST_HOSTS, {"top": top})]
-            due, later = single(conn.execute(REVISITS, {"now": time.time()}))
-            revisits = Revisits(int(due), None if later is None else float(later))
+            yield conn
     except psycopg.Error as exc:
         raise FrontierError(f"cannot read crawl {crawl!r} at {where}: {first_line(exc)}",
                             FrontierErrorKind.UNAVAILABLE) from None
-    return CrawlStatus(counts, workers, busiest, revisits)
 
