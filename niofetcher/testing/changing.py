@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, BinaryIO
 
@@ -185,7 +186,7 @@ class ChangingSite:
 
     # -- answers (in the server's threads)
 
-    def _answer(self, path: str, headers: Any) -> tuple[int, list[tuple[str, str]], bytes, float, int | None]:
+    def _answer(self, path: str, headers: Message) -> tuple[int, list[tuple[str, str]], bytes, float, int | None]:
         """``(status, headers, body, day, version)`` for a GET of ``path`` with request ``headers``."""
         day = self.today()
         if path == "/robots.txt":
@@ -232,7 +233,7 @@ def _page_number(path: str, pages: int) -> int | None:
     return i if i < pages else None
 
 
-def _not_modified(headers: Any, etag: str, modified: int) -> bool:
+def _not_modified(headers: Message, etag: str, modified: int) -> bool:
     """Whether a GET with these request ``headers`` gets a 304 (RFC 9110, 13.1.2 and 13.1.3)."""
     if_none_match = headers.get("If-None-Match")
     if if_none_match is not None:
