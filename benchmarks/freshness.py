@@ -15,12 +15,15 @@ for ``--days`` simulated days:
 - ``adaptive``: ``RevisitPolicy`` with its defaults scaled to the simulated clock (interval 1 day,
   between 1 hour and 30 days, Nutch's rates), run first;
 - ``fixed``: one interval for every page, chosen so that it makes as many requests as
-  ``adaptive`` made over the measured window: ``pages x window / adaptive's requests`` (the same
-  budget, by the expected count; the requests each really made are reported).
+  ``adaptive`` made over the measured window on paper: ``pages x window / adaptive's requests``;
+- ``fixed-matched``: ``fixed``'s interval scaled by the requests ``fixed`` really made over
+  adaptive's, so that it makes as many, measured (each fetch comes a little after it falls due,
+  and ``fixed`` makes fewer than on paper).  The goal "adaptive above fixed at the same budget"
+  is judged on this one.
 
 Runs are cron-style (:func:`keep_crawl`): ``Crawler(config).run()`` on the same SQLite file again
-whenever the last summary's ``next_due`` comes, until the span ends.  robots.txt is off: it is
-not a page that changes.
+whenever the last summary's ``next_due`` comes (at once when its ``due`` says URLs fell due during
+the run), until the span ends.  robots.txt is off: it is not a page that changes.
 
 Reported per policy, over the window after ``--warmup`` simulated days (the adaptive intervals
 start at 1 day and move 20 % a visit): average freshness (the share of time a stored copy equals
@@ -31,7 +34,8 @@ the bytes of unchanged pages saved by 304s (a request finding the version it fet
 full size is the mean size of that page's 200s); then the theory of Cho and Garcia-Molina
 ("Effective page refresh policies for Web crawlers", TODS 2003) at the same budget: the expected
 freshness of a page of rate L fetched every I is (1 - e^(-L I)) / (L I); the uniform allocation
-gives every page the same I, the optimal one solves the Lagrange condition (:func:`optimal_rates`).
+gives every page the same I, the proportional one fetches each page as often as its rate says,
+the optimal one solves the Lagrange condition (:func:`optimal_rates`).
 Last, where each policy spends its requests, by fifths of the pages ordered by rate.
 """
 
@@ -128,8 +132,8 @@ def mean_freshness(rates: Sequence[float], per_day: Sequence[float]) -> float:
 
 
 def keep_crawl(config: CrawlConfig, until: float) -> list[CrawlSummary]:
-    """Keep a crawl as cron would: run it, then again whenever its summary's ``next_due`` comes,
-    until unix time ``until``; the summary of every run.
+    """Keep a crawl as cron would: run it, then again whenever its summary's ``next_due`` comes (at
+    once while its ``due`` counts URLs due now), until unix time ``until``; the summary of every run.
 
     The one place the benchmark runs the crawler, so that a crawl that keeps running by itself
     (``--keep-running``, a run stopped at ``until``) can take its place.
@@ -238,8 +242,8 @@ def measure(site: ChangingSite, log: Sequence[LoggedRequest], crawler_pages: int
 
 def bands(rates: Sequence[float], window: float, figures: dict[str, dict[str, Any]],
           optimal: Sequence[float]) -> list[dict[str, Any]]:
-    """Fifths of the pages by rate: mean rate, and per policy requests a page a day and freshness;
-    the optimal allocation's the same, by the theory."""
+    """Fifths of the pages by rate: their lowest and highest rate, and per policy the requests a
+    page a day and the freshness; the optimal allocation's the same, by the theory."""
     order = sorted(range(len(rates)), key=rates.__getitem__)
     rows = []
     for band in range(BANDS):
