@@ -21,6 +21,8 @@ docstring holding its part of the theory:
 ``web``       ``SyntheticWeb``: many host names on a few ports, for broad crawls
 ``traps``     ``TrapSite``: real pages and a crawler trap behind each door, with
               server-side counts of real and trap fetches
+``changing``  ``ChangingSite``: pages that change at known rates on an
+              accelerated clock, answering conditional GETs (freshness)
 ``postgres``  ``PostgresCluster``: a throwaway PostgreSQL server (the PostgreSQL
               frontier's tests and benchmarks)
 ``proxy``     ``ForwardProxy``: an HTTP forward proxy (CONNECT too), or its faults
@@ -34,6 +36,7 @@ patches that module (``niofetcher.testing.server.RECV_SIZE``).
 
 from __future__ import annotations
 
+from .changing import ChangingSite, LoggedRequest
 from .postgres import PostgresCluster, PostgresUnavailable, death_signal, find_bindir, free_port
 from .proxy import ForwardProxy, ProxyCounters
 from .server import _SO_TIMESTAMPNS as _SO_TIMESTAMPNS
@@ -45,6 +48,6 @@ from .traps import TRAPS, TrapSite
 from .web import SyntheticWeb
 
 __all__ = [
-    "TRAPS", "ForwardProxy", "PortCounters", "PostgresCluster", "PostgresUnavailable", "ProxyCounters", "SyntheticWeb",
+    "TRAPS", "ChangingSite", "ForwardProxy", "LoggedRequest", "PortCounters", "PostgresCluster", "PostgresUnavailable", "ProxyCounters", "SyntheticWeb",
     "TestSite", "TrapSite", "death_signal", "find_bindir", "free_port", "peer_closed", "tls_context_from_files",
 ]
