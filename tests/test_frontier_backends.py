@@ -933,7 +933,7 @@ def test_a_sitemap_date_after_the_last_fetch_makes_a_done_or_error_url_due_at_on
     frontier.add(page[:6])
     claimed = {item.url: item for item in frontier.claim(10)}
     assert set(claimed) == set(page[:6])
-    fetched = clock()  # 1_700_000_000: 2023-11-14T22:13:20Z
+    assert clock() == 1_700_000_000.0  # 2023-11-14T22:13:20Z: the time of the fetches, which the dates below face
     frontier.complete_many([(url, 200) for url in (new, old, future, junk)], visits={
         url: Visit(86400.0, True, None, None, "ab" * 32) for url in (new, old, future, junk)})
     frontier.complete_many([(due, 200)])  # done without a visit: no next due time

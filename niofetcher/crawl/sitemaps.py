@@ -299,8 +299,7 @@ class Sitemaps:
         redirect's target (a sitemap still).  A 404 or another failure leads nowhere.  The
         ``<lastmod>`` of the URLs listed goes in ``lastmods``, for the frontier's ``add_many()``."""
         url = item.url
-        # Unknown: left waiting by an earlier run, which knew who named it; its own host vouches.
-        level, vouched = self._known.get(url, (MAX_NESTING, (_directory(host_key(url) + "/"),)))
+        level, vouched = self._known.get(url) or self._standing(item)
         probe = url in self._probes
         if is_redirect(result):
             target = absolute_url(result.header("location") or "", result.url)
@@ -340,6 +339,21 @@ class Sitemaps:
                 lastmods[page] = lastmod
         self.report["urls"] += len(found)
         return found
+
+    @staticmethod
+    def _standing(item: FrontierURL) -> tuple[int, tuple[str, ...]]:
+        """The nesting and the vouchers of a sitemap that this run did not add (left waiting by an
+        earlier run, or due again under a revisit policy, while robots.txt is read back from the
+        frontier and its ``Sitemap:`` lines are not added again), by who added it, its parent: one
+        that a robots.txt named (or none did) is a root, a robots.txt's site vouching for what it
+        lists; one that an index listed or a redirect led to is a level down.  Its own host vouches."""
+        vouched = (_directory(host_key(item.url) + "/"),)
+        parent = item.parent
+        if parent is None:
+            return 0, vouched
+        if parent == f"{host_key(parent)}/robots.txt":
+            return 0, tuple(dict.fromkeys((*vouched, _directory(parent))))
+        return 1, vouched
 
     def _listed(self, sitemap: Sitemap, base: str, url: str, allowed: tuple[str, ...]) -> list[tuple[str, str | None]]:
         """The entries of ``sitemap`` (fetched at ``url``) in the crawl's scope, as absolute URLs in
