@@ -57,6 +57,14 @@ the sitemaps an index lists go through both too.  Every URL is kept in the front
 form, the form a claimed URL has.  ``<lastmod>`` is kept, as written, in the frontier with the
 URL (``add_many()``'s ``lastmods``), which hands it back with each claim of it
 (``CrawledPage.lastmod`` and the JSONL record), in a resumed run too.
+
+*Revisits.*  Under a revisit policy a sitemap file is a URL like any other: due again after its
+interval, fetched with a conditional GET, and when unchanged (a 304, the same body) not read, so
+the URLs it lists are not added again.  A changed one is read, and its ``<lastmod>`` later than a
+listed URL's last fetch makes that URL due at once (the crawler asks ``add_many(...,
+wake_modified=True)``; the rule is the frontier's ``service.py``).  A sitemap that this run did not
+add -- due again while robots.txt is read back from the frontier, whose ``Sitemap:`` lines are then
+not added again -- is placed by its stored parent (:meth:`Sitemaps._standing`).
 """
 
 from __future__ import annotations
