@@ -5,6 +5,8 @@ moves.  What the server was asked for is the proof.
 - run 1 crawls the pages with a long revisit interval (a day); a sitemap read in a later run that
   dates one page after that visit has it fetched in that run, and only it: the pages it dates
   before the visit, in the future or not at all are not due and are not fetched;
+- the same on PostgreSQL;
+- the dates read: every form of a W3C datetime, nothing else, nothing in the future;
 - the negative controls: without a revisit policy the dated page stays done, and a run after that
   fetches nothing;
 - sitemap files come round under the policy like pages (a robots.txt ``Sitemap:`` index, the
@@ -17,15 +19,20 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_revisits import POLICY, KeptSite, later, links, rows, run
 
+from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler
+from niofetcher.crawl.frontier.service import lastmod_time, modified_times
 from niofetcher.crawl.schedule import RevisitPolicy
 from niofetcher.crawl.sitemaps import SITEMAP_PRIORITY
 
+pytest_plugins = ["pg_cluster"]
 pytestmark = pytest.mark.timeout(60)
 
 # Every page fetched in run 1 is due again in a day: nothing of it is due in the runs of a test.
@@ -151,3 +158,45 @@ def test_a_changed_index_that_robots_txt_named_is_followed_when_it_comes_round(t
         assert statuses == {"/maps/index.xml": 200, "/maps/pages.xml": 304, "/maps/more.xml": 200, "/d": 200,
                             "/sitemap.xml": 404, "/": 304, **dict.fromkeys(PAGES, 304)}
         assert second.sitemaps == {"read": 2, "urls": 1, "missing": 1}
+
+
+def test_on_postgresql_a_sitemap_date_has_the_page_fetched_in_that_run(postgres_dsn: str) -> None:
+    options: dict[str, Any] = {"frontier": postgres_dsn, "crawl_name": f"lastmod_{int(time.time() * 1000)}",
+                               "parse_mode": "thread", "revisit": DAY}
+    with site_of().running() as site:
+        Crawler(CrawlConfig(seeds=[site.base_url], **options)).run()
+        site.pages["/sitemap.xml"] = urlset(a=now_w3c(), b="2020-01-01")
+        mark = len(site.requests)
+        seen: list[CrawledPage] = []
+        second = Crawler(CrawlConfig(seeds=[site.base_url], sitemaps=True, **options), on_page=seen.append).run()
+        assert fetched(site, mark) == ["/a", "/sitemap.xml"]
+        assert second.counts == {"waiting": 0, "processing": 0, "done": 5, "error": 0}
+        assert [page.result.status for page in seen if page.url.endswith("/a")] == [304]
+
+
+@pytest.mark.parametrize(("lastmod", "iso"), [
+    ("2026", "2026-01-01T00:00:00+00:00"),
+    ("2026-12", "2026-12-01T00:00:00+00:00"),
+    ("2026-12-03", "2026-12-03T00:00:00+00:00"),  # a date alone: midnight UTC
+    ("2026-12-03T10:20Z", "2026-12-03T10:20:00+00:00"),
+    ("2026-12-03T10:20:30+01:00", "2026-12-03T09:20:30+00:00"),
+    (" 2026-12-03T10:20:30-05:30\n", "2026-12-03T15:50:30+00:00"),
+    ("2026-12-03T10:20:30.25Z", "2026-12-03T10:20:30.250000+00:00"),
+])
+def test_every_form_of_a_w3c_datetime_is_read(lastmod: str, iso: str) -> None:
+    assert lastmod_time(lastmod) == datetime.fromisoformat(iso).timestamp()
+
+
+@pytest.mark.parametrize("lastmod", [
+    "", "yesterday", "2026-13-01", "2026-12-32", "2026-12-03T10:20:30",  # a time needs its zone
+    "03/12/2026", "2026-12-03 10:20:30Z", "1733220000",
+])
+def test_what_is_no_w3c_datetime_is_ignored(lastmod: str) -> None:
+    assert lastmod_time(lastmod) is None
+
+
+def test_only_dates_up_to_now_are_evidence() -> None:
+    now = datetime(2026, 12, 3, 12, tzinfo=timezone.utc).timestamp()
+    dated = {"http://a.test/1": "2026-12-03T12:00:00Z", "http://a.test/2": "2026-12-03T12:00:01Z",
+             "http://a.test/3": "2026-12-04", "http://a.test/4": "soon", "http://a.test/5": "2026-12-03"}
+    assert modified_times(dated, now) == {"http://a.test/1": now, "http://a.test/5": now - 12 * 3600}
