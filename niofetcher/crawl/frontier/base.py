@@ -28,7 +28,7 @@ back to 'waiting' (through an index of the due rows alone: the other done rows a
 their claims carry the validators for a conditional GET.  A sitemap can bring one sooner: told so
 (``add_many(..., wake_modified=True)``), a frontier moves a done or error URL whose sitemap
 ``<lastmod>`` is later than its last fetch back to 'waiting' at once, in the same transaction, with
-one statement for the batch (the rule: ``service.MODIFIED_SINCE_FETCH``).  Without a policy none of
+a statement or two for the whole batch, never one per URL (the rule: ``service.MODIFIED_SINCE_FETCH``).  Without a policy none of
 this is written or asked, and done stays done.
 
 *Crashes.*  Opening a frontier moves leftover 'processing' rows back to

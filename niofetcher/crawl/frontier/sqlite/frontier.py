@@ -634,6 +634,7 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
             self._move(state, "waiting")
 
     def _line_up(self, rows: list[list[Any]]) -> None:
+        """The hosts of rows :meth:`_wake_rows` moved, in line for claims."""
         for _rowid, _state, host, priority in rows:
             self._queues.offer(host, priority)
 
