@@ -20,17 +20,21 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_crawler_sitemaps import SCOPE, fetched
 from test_revisits import POLICY, KeptSite, later, links, rows, run
 
 from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler
+from niofetcher.crawl.frontier import FrontierURL
 from niofetcher.crawl.frontier.service import lastmod_time, modified_times
 from niofetcher.crawl.schedule import RevisitPolicy
-from niofetcher.crawl.sitemaps import SITEMAP_PRIORITY
+from niofetcher.crawl.sitemaps import SITEMAP_PRIORITY, Sitemaps
+from niofetcher.testing import pages
 
 pytest_plugins = ["pg_cluster"]
 pytestmark = pytest.mark.timeout(60)
@@ -63,7 +67,7 @@ def site_of() -> KeptSite:
     return KeptSite(pages={"/": links(*PAGES), **{path: links("/") for path in PAGES}})
 
 
-def fetched(site: KeptSite, since: int) -> list[str]:
+def asked(site: KeptSite, since: int) -> list[str]:
     return sorted(request.path for request in site.served(since))
 
 
@@ -75,14 +79,14 @@ def test_a_sitemap_dating_a_page_after_its_visit_has_it_fetched_in_that_run_and_
     db = tmp_path / "crawl.db"
     with site_of().running() as site:
         first, _ = run(site, db, DAY)
-        assert first.counts["done"] == 4 and fetched(site, 0) == ["/", *PAGES]
+        assert first.counts["done"] == 4 and asked(site, 0) == ["/", *PAGES]
         # The site publishes a sitemap after run 1: /a changed since, /b long before, /c says a
         # date to come (no evidence), / has none.
         changed = now_w3c()
         site.pages["/sitemap.xml"] = urlset(a=changed, b="2020-01-01", c="2999-01-01T00:00:00Z", **{"": None})
         mark = len(site.requests)
         second, seen = run(site, db, DAY, sitemaps=True)
-        assert fetched(site, mark) == ["/a", "/sitemap.xml"]
+        assert asked(site, mark) == ["/a", "/sitemap.xml"]
         assert second.counts == {"waiting": 0, "processing": 0, "done": 5, "error": 0}
         (page,) = [page for page in seen if page.url.endswith("/a")]
         assert page.result.status == 304 and page.lastmod == changed  # a conditional GET, as any revisit
@@ -90,7 +94,7 @@ def test_a_sitemap_dating_a_page_after_its_visit_has_it_fetched_in_that_run_and_
         # Fetched since its date: another run does not fetch it again (nothing is due).
         mark = len(site.requests)
         third, _ = run(site, db, DAY, sitemaps=True)
-        assert fetched(site, mark) == [] and third.pages == 0
+        assert asked(site, mark) == [] and third.pages == 0
 
 
 def test_without_a_revisit_policy_a_sitemap_date_wakes_nothing(tmp_path: Path) -> None:
@@ -100,12 +104,12 @@ def test_without_a_revisit_policy_a_sitemap_date_wakes_nothing(tmp_path: Path) -
         site.pages["/sitemap.xml"] = urlset(a=now_w3c())
         mark = len(site.requests)
         second, _ = run(site, db, None, sitemaps=True)
-        assert fetched(site, mark) == ["/sitemap.xml"]  # new, so fetched; /a stays done
+        assert asked(site, mark) == ["/sitemap.xml"]  # new, so fetched; /a stays done
         assert second.counts["done"] == 5 and visits(db) == {"/": 0, "/a": 0, "/b": 0, "/c": 0}
         assert rows(db)["/a"][:2] == ("done", 200)
         mark = len(site.requests)
         third, _ = run(site, db, None, sitemaps=True)
-        assert fetched(site, mark) == [] and third.pages == 0
+        assert asked(site, mark) == [] and third.pages == 0
 
 
 def test_sitemaps_come_round_under_the_policy_and_a_changed_one_wakes_what_it_dates(tmp_path: Path) -> None:
@@ -120,7 +124,7 @@ def test_sitemaps_come_round_under_the_policy_and_a_changed_one_wakes_what_it_da
                            "/maps/pages.xml": urlset(a="2020-01-01", b="2020-01-01", c=None)})
         mark = len(site.requests)
         second, _ = run(site, db, POLICY, sitemaps=True)
-        assert fetched(site, mark) == ["/maps/pages.xml", "/sitemap.xml"]  # the pages, dated before their visit: not
+        assert asked(site, mark) == ["/maps/pages.xml", "/sitemap.xml"]  # the pages, dated before their visit: not
         assert second.sitemaps == {"read": 2, "urls": 3}
         site.change("/maps/pages.xml", urlset(a="2020-01-01", b=now_w3c(), c=None))
         later()
@@ -169,7 +173,7 @@ def test_on_postgresql_a_sitemap_date_has_the_page_fetched_in_that_run(postgres_
         mark = len(site.requests)
         seen: list[CrawledPage] = []
         second = Crawler(CrawlConfig(seeds=[site.base_url], sitemaps=True, **options), on_page=seen.append).run()
-        assert fetched(site, mark) == ["/a", "/sitemap.xml"]
+        assert asked(site, mark) == ["/a", "/sitemap.xml"]
         assert second.counts == {"waiting": 0, "processing": 0, "done": 5, "error": 0}
         assert [page.result.status for page in seen if page.url.endswith("/a")] == [304]
 
@@ -200,3 +204,25 @@ def test_only_dates_up_to_now_are_evidence() -> None:
     dated = {"http://a.test/1": "2026-12-03T12:00:00Z", "http://a.test/2": "2026-12-03T12:00:01Z",
              "http://a.test/3": "2026-12-04", "http://a.test/4": "soon", "http://a.test/5": "2026-12-03"}
     assert modified_times(dated, now) == {"http://a.test/1": now, "http://a.test/5": now - 12 * 3600}
+
+
+def test_a_sitemap_this_run_did_not_add_is_placed_by_its_parent() -> None:
+    """What the crawler does with a sitemap that comes round in a run that did not add it: one that
+    robots.txt named is a root (an index is followed) that may list what robots.txt's host has; one
+    an index listed is a level down (an index it is may list sitemaps, one those list may not)."""
+    maps = Sitemaps(SCOPE, ["http://h.test/"], Counter())
+    named = FrontierURL("http://cdn.test/h/map.xml", 0, SITEMAP_PRIORITY, 1, "http://h.test/robots.txt")
+    listed = ["http://h.test/a", "http://cdn.test/h/b", "http://cdn.test/other/c", "http://x.test/d"]
+    found = maps.entries(named, fetched(named.url, pages.urlset(listed)), None, {})
+    assert [url for url, *_ in found] == ["http://h.test/a", "http://cdn.test/h/b"]
+    root = FrontierURL("http://h.test/maps/index.xml", 0, SITEMAP_PRIORITY, 1, "http://h.test/robots.txt")
+    [child] = maps.entries(root, fetched(root.url, pages.sitemap_index(["http://h.test/maps/1.xml"])), None, {})
+    assert child == ("http://h.test/maps/1.xml", 0, root.url, SITEMAP_PRIORITY)
+    after = Sitemaps(SCOPE, ["http://h.test/"], Counter())  # a run after: the child comes round alone
+    nested = FrontierURL(child[0], 0, SITEMAP_PRIORITY, 1, root.url)
+    [grandchild] = after.entries(nested, fetched(nested.url, pages.sitemap_index(["http://h.test/maps/2.xml"])),
+                                 None, {})
+    deepest = FrontierURL(grandchild[0], 0, SITEMAP_PRIORITY, 1, nested.url)
+    assert after.entries(deepest, fetched(deepest.url, pages.sitemap_index(["http://h.test/maps/3.xml"])),
+                         None, {}) == []
+    assert after.report["too_deep"] == 1 and maps.report["too_deep"] == 0

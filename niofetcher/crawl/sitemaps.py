@@ -353,15 +353,13 @@ class Sitemaps:
         """The nesting and the vouchers of a sitemap that this run did not add (left waiting by an
         earlier run, or due again under a revisit policy, while robots.txt is read back from the
         frontier and its ``Sitemap:`` lines are not added again), by who added it, its parent: one
-        that a robots.txt named (or none did) is a root, a robots.txt's site vouching for what it
-        lists; one that an index listed or a redirect led to is a level down.  Its own host vouches."""
-        vouched = (_directory(host_key(item.url) + "/"),)
+        that a robots.txt named is a root that may list what the robots.txt's site has, as in the run
+        that read robots.txt; one that an index listed or a redirect led to is a level down, and one
+        of none (a probe) a root, each vouched for by its own host."""
         parent = item.parent
-        if parent is None:
-            return 0, vouched
-        if parent == f"{host_key(parent)}/robots.txt":
-            return 0, tuple(dict.fromkeys((*vouched, _directory(parent))))
-        return 1, vouched
+        if parent is not None and "//" in parent and parent == f"{host_key(parent)}/robots.txt":
+            return 0, (_directory(parent),)
+        return 0 if parent is None else 1, (_directory(host_key(item.url) + "/"),)
 
     def _listed(self, sitemap: Sitemap, base: str, url: str, allowed: tuple[str, ...]) -> list[tuple[str, str | None]]:
         """The entries of ``sitemap`` (fetched at ``url``) in the crawl's scope, as absolute URLs in
