@@ -926,8 +926,9 @@ def test_a_sitemap_date_after_the_last_fetch_makes_a_done_or_error_url_due_at_on
     URL whose sitemap <lastmod> (any W3C datetime form) is later than its last fetch goes back to
     'waiting' in that call, due now, its attempts from 0 -- whether or not a visit gave it a next
     due time.  One dated before its fetch, in the future or not at all, and one waiting or
-    processing, is left alone; without wake_modified nothing moves.  Fetched again, it is not
-    woken again by the same date."""
+    processing, is left alone; without wake_modified nothing moves.  Only what was fetched before
+    the due period began (the last wake(), as a run begins) is woken: fetched again in it, a URL is
+    not woken again, by the same date nor by a later one, until the next period."""
     page = [f"http://a.test/{name}" for name in ("new", "old", "error", "future", "junk", "due", "waiting", "busy")]
     new, old, error, future, junk, due, waiting, busy = page
     frontier.add(page[:6])
@@ -942,6 +943,7 @@ def test_a_sitemap_date_after_the_last_fetch_makes_a_done_or_error_url_due_at_on
     assert [item.url for item in frontier.claim(10)] == [busy]
     frontier.add([waiting])
     clock.advance(3600.0)
+    assert frontier.wake() == 0  # a run begins: nothing due by its interval
     lastmods = {
         new: "2023-11-14T23:14:20+01:00",  # 22:14:20Z, a minute after the fetch
         old: "2023-11-14",  # midnight, before it
@@ -972,5 +974,9 @@ def test_a_sitemap_date_after_the_last_fetch_makes_a_done_or_error_url_due_at_on
     frontier.complete_many([(busy, 200)])
     clock.advance(60.0)
     assert frontier.add_many(listed, lastmods, wake_modified=True) == 0  # fetched since: not again
+    later = {new: "2023-11-14T23:13:50Z"}  # 30 s after its second fetch: a sitemap written as served
+    assert frontier.add_many([(new, 1, sitemap, 0)], later, wake_modified=True) == 0
     assert frontier.counts() == {"waiting": 0, "processing": 0, "done": 8, "error": 0}
-    assert frontier.wake() == 0
+    assert frontier.wake() == 0  # the next run
+    assert frontier.add_many([(new, 1, sitemap, 0)], later, wake_modified=True) == 0
+    assert [item.url for item in frontier.claim(10)] == [new]

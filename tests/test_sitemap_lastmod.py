@@ -199,11 +199,14 @@ def test_what_is_no_w3c_datetime_is_ignored(lastmod: str) -> None:
     assert lastmod_time(lastmod) is None
 
 
-def test_only_dates_up_to_now_are_evidence() -> None:
+def test_only_dates_up_to_now_are_evidence_against_fetches_before_the_due_period() -> None:
     now = datetime(2026, 12, 3, 12, tzinfo=timezone.utc).timestamp()
     dated = {"http://a.test/1": "2026-12-03T12:00:00Z", "http://a.test/2": "2026-12-03T12:00:01Z",
              "http://a.test/3": "2026-12-04", "http://a.test/4": "soon", "http://a.test/5": "2026-12-03"}
-    assert modified_times(dated, now) == {"http://a.test/1": now, "http://a.test/5": now - 12 * 3600}
+    assert modified_times(dated, now, now) == {"http://a.test/1": now, "http://a.test/5": now - 12 * 3600}
+    # A period that began at 6:00: a URL fetched since is not due again by a later date.
+    assert modified_times(dated, now, now - 6 * 3600) == {"http://a.test/1": now - 6 * 3600,
+                                                          "http://a.test/5": now - 12 * 3600}
 
 
 def test_a_sitemap_this_run_did_not_add_is_placed_by_its_parent() -> None:

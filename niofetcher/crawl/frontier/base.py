@@ -28,7 +28,9 @@ back to 'waiting' (through an index of the due rows alone: the other done rows a
 their claims carry the validators for a conditional GET.  A sitemap can bring one sooner: told so
 (``add_many(..., wake_modified=True)``), a frontier moves a done or error URL whose sitemap
 ``<lastmod>`` is later than its last fetch back to 'waiting' at once, in the same transaction, with
-a statement or two for the whole batch, never one per URL (the rule: ``service.MODIFIED_SINCE_FETCH``).  Without a policy none of
+a statement or two for the whole batch, never one per URL -- unless that fetch was in the current
+due period (since the last ``wake()``): nothing is fetched twice in one for a date (the rule:
+``service.modified_times`` and ``MODIFIED_SINCE_FETCH``).  Without a policy none of
 this is written or asked, and done stays done.
 
 *Crashes.*  Opening a frontier moves leftover 'processing' rows back to
@@ -341,7 +343,8 @@ class FrontierBackend(Protocol):
         """Add ``(url, depth, parent, priority)`` entries in one transaction, storing the sitemap
         ``<lastmod>`` of those in ``lastmods`` (``{url: lastmod}``, new or known); how many were new.
         With ``wake_modified`` (a revisit policy), the done and error URLs of ``lastmods`` dated
-        after their last fetch go back to 'waiting', due now (see "Revisits" above)."""
+        after their last fetch, made before the last ``wake()``, go back to 'waiting', due now (see
+        "Revisits" above)."""
 
     def claim(
         self, limit: int, max_depth: int | None = None, host_room: Callable[[str], int] | None = None

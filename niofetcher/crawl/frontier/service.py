@@ -161,8 +161,8 @@ def fit_host_budget(
 
 #: The rule of a sitemap's ``<lastmod>`` under a revisit policy, in the SQL of every store: a URL is
 #: due again at once when it is done or an error (``u``, its row of urls) and its last fetch came
-#: before the time its sitemap dates it (``{modified}``, the statement's name for what
-#: :func:`modified_times` gave).  A waiting or processing URL is left alone: it will be fetched, or is.
+#: before the time :func:`modified_times` gave it (``{modified}``, the statement's name for it).  A
+#: waiting or processing URL is left alone: it will be fetched, or is.
 MODIFIED_SINCE_FETCH = "u.state IN ('done', 'error') AND u.fetched_at < {modified}"
 
 # The forms of a W3C datetime (www.w3.org/TR/NOTE-datetime), which sitemaps.org asks of a <lastmod>:
@@ -184,16 +184,22 @@ def lastmod_time(lastmod: str) -> float | None:
     return None
 
 
-def modified_times(lastmods: Mapping[str, str], now: float) -> dict[str, float]:
+def modified_times(lastmods: Mapping[str, str], now: float, woke_at: float) -> dict[str, float]:
     """``lastmods`` (``{stored URL: lastmod}``) as the times the stores compare with each URL's last
-    fetch (:data:`MODIFIED_SINCE_FETCH`): those that are W3C datetimes no later than ``now``.  A date
-    in the future is no evidence of a change (a wrong clock, a template's): believed, it would have
-    the URL fetched again at every listing."""
+    fetch (:data:`MODIFIED_SINCE_FETCH`), for those that are W3C datetimes no later than ``now``:
+    the date, or ``woke_at`` when that is earlier.
+
+    A date in the future is no evidence of a change (a wrong clock, a template's): believed, it would
+    have the URL fetched again at every listing.  ``woke_at`` is when the frontier began the due
+    period it is in (its last ``wake()``, or its opening): a URL fetched since then was fetched in
+    this period, by its due time or by a date, and a later date (a sitemap written as it is served,
+    or a second sitemap listing the URL) does not have it fetched twice in one period -- as ``wake()``
+    does not."""
     times = {}
     for url, lastmod in lastmods.items():
         when = lastmod_time(lastmod)
         if when is not None and when <= now:
-            times[url] = when
+            times[url] = min(when, woke_at)
     return times
 
 
@@ -223,6 +229,7 @@ class FrontierService:
     _batching: int  # open batch() blocks: while there are any, no commit happens
     _commit_deferred: bool  # a commit was asked for inside a batch
     _clock: Callable[[], float]
+    _woke_at: float  # the start of the due period (modified_times): the last wake(), or the opening
 
     if TYPE_CHECKING:  # the backend's layers provide these
 

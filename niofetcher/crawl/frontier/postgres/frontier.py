@@ -267,7 +267,7 @@ class PostgresFrontier(CrawlReads, FrontierService):
                 dated = additions.lastmods
                 conn.execute(SET_LASTMODS, {"urls": list(dated), "lastmods": list(dated.values())})
                 now = self._clock()
-                modified = modified_times(dated, now) if wake_modified else None
+                modified = modified_times(dated, now, self._woke_at) if wake_modified else None
                 if modified:
                     woken = conn.execute(WAKE_MODIFIED, {"urls": list(modified), "modified": list(modified.values()),
                                                          "now": now}).fetchall()
@@ -551,7 +551,8 @@ class PostgresFrontier(CrawlReads, FrontierService):
         to 'waiting' -- the SQLite Frontier's wake(); rows another worker is waking are skipped.
         Those of hosts this worker holds go in line; the others wait for whoever takes their host."""
         with self._db() as conn:
-            woken = conn.execute(WAKE, {"now": self._clock()}).fetchall()
+            self._woke_at = self._clock()
+            woken = conn.execute(WAKE, {"now": self._woke_at}).fetchall()
             for state, _host, _priority in woken:
                 self._move(state, "waiting")
             if woken:

@@ -190,6 +190,7 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
         self._counting_admitted = self.traps is not None and self.traps.max_pages_per_host is not None
         super().__init__(os.fspath(path), commit_every, commit_interval)
         self._clock = clock
+        self._woke_at = clock()  # the first due period begins at the opening (service.modified_times)
         self._counts = dict.fromkeys(STATES, 0)
         self._stored_counts = dict(self._counts)  # what state_counts holds
         self._next_seq = 1
@@ -343,10 +344,11 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
         and handed back with its claims (:attr:`FrontierURL.lastmod`).
 
         ``wake_modified`` (a crawl with a revisit policy): a done or error URL of ``lastmods`` whose
-        lastmod is a W3C datetime later than its last fetch (and not in the future) goes back to
-        'waiting', due now, its attempts from 0, as :meth:`wake` moves one due again
-        (service.MODIFIED_SINCE_FETCH has the rule).  Two statements for the whole batch, however
-        many URLs: the rows found through the URL key, then the move.
+        lastmod is a W3C datetime later than its last fetch (and not in the future), fetched before
+        the due period began (the last :meth:`wake`, or the opening), goes back to 'waiting', due
+        now, its attempts from 0, as :meth:`wake` moves one due again (service.modified_times and
+        MODIFIED_SINCE_FETCH have the rule).  Two statements for the whole batch, however many
+        URLs: the rows found through the URL key, then the move.
 
         Returns:
             How many URLs were new.
@@ -372,7 +374,7 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
             woken: list[list[Any]] = []
             if additions.lastmods:
                 conn.execute(SET_LASTMODS, (json.dumps(additions.lastmods),))
-                modified = modified_times(additions.lastmods, now) if wake_modified else None
+                modified = modified_times(additions.lastmods, now, self._woke_at) if wake_modified else None
                 if modified:
                     (found,) = conn.execute(MODIFIED_ROWS, (json.dumps(modified),)).fetchone()
                     woken = json.loads(found)
@@ -614,7 +616,7 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
         due since then, their attempts from 0, their hosts in line; how many.  One range of the
         partial index ``urls_revisit``: the done rows that are not due are not read."""
         with self._db() as conn:
-            now = self._clock()
+            now = self._woke_at = self._clock()
             (due,) = conn.execute(DUE_AGAIN, (now,)).fetchone()
             rows = json.loads(due)
             if not rows:
