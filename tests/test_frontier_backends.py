@@ -918,3 +918,65 @@ def test_without_visits_nothing_is_ever_due_again(frontier: FrontierBackend, clo
     assert frontier.revisits() == Revisits(0, None)
     assert frontier.wake() == 0
     assert frontier.claim(3) == []
+
+
+def test_a_sitemap_date_after_the_last_fetch_makes_a_done_or_error_url_due_at_once(frontier: FrontierBackend,
+                                                                                   clock: FakeClock) -> None:
+    """add_many(..., wake_modified=True), what a crawl with a revisit policy asks: a done or error
+    URL whose sitemap <lastmod> (any W3C datetime form) is later than its last fetch goes back to
+    'waiting' in that call, due now, its attempts from 0 -- whether or not a visit gave it a next
+    due time.  One dated before its fetch, in the future or not at all, and one waiting or
+    processing, is left alone; without wake_modified nothing moves.  Only what was fetched before
+    the due period began (the last wake(), as a run begins) is woken: fetched again in it, a URL is
+    not woken again, by the same date nor by a later one, until the next period."""
+    page = [f"http://a.test/{name}" for name in ("new", "old", "error", "future", "junk", "due", "waiting", "busy")]
+    new, old, error, future, junk, due, waiting, busy = page
+    frontier.add(page[:6])
+    claimed = {item.url: item for item in frontier.claim(10)}
+    assert set(claimed) == set(page[:6])
+    assert clock() == 1_700_000_000.0  # 2023-11-14T22:13:20Z: the time of the fetches, which the dates below face
+    frontier.complete_many([(url, 200) for url in (new, old, future, junk)], visits={
+        url: Visit(86400.0, True, None, None, "ab" * 32) for url in (new, old, future, junk)})
+    frontier.complete_many([(due, 200)])  # done without a visit: no next due time
+    frontier.fail(error, "HTTP 503", 503)
+    frontier.add([busy])
+    assert [item.url for item in frontier.claim(10)] == [busy]
+    frontier.add([waiting])
+    clock.advance(3600.0)
+    assert frontier.wake() == 0  # a run begins: nothing due by its interval
+    lastmods = {
+        new: "2023-11-14T23:14:20+01:00",  # 22:14:20Z, a minute after the fetch
+        old: "2023-11-14",  # midnight, before it
+        error: "2023-11-14T22:30Z",
+        future: "2030-01-01T00:00:00Z",  # later than now: no evidence
+        junk: "yesterday",
+        due: "2023-11-14T22:13:20.5Z",  # half a second after the fetch
+        waiting: "2023-11-14T23:00:00Z",
+        busy: "2023-11-14T23:00:00Z",
+    }
+    sitemap = "http://a.test/sitemap.xml"
+    listed = [(url, 1, sitemap, 0) for url in page]
+    assert frontier.add_many(listed, lastmods) == 0
+    assert [state_of(frontier, url) for url in page] == ["done"] * 2 + ["error"] + ["done"] * 3 + [
+        "waiting", "processing"]
+    assert frontier.add_many(listed, lastmods, wake_modified=True) == 0
+    assert {url: state_of(frontier, url) for url in page} == {
+        new: "waiting", old: "done", error: "waiting", future: "done", junk: "done", due: "waiting",
+        waiting: "waiting", busy: "processing"}
+    assert stored(frontier, new).next_attempt_at == clock() and stored(frontier, new).lastmod == lastmods[new]
+    assert stored(frontier, waiting).attempts == 0 and stored(frontier, busy).attempts == 1
+    assert assert_consistent(frontier, page) == {"waiting": 4, "processing": 1, "done": 3, "error": 0}
+    again = {item.url: item for item in claim_all(frontier)}
+    assert set(again) == {new, error, due, waiting}
+    assert [again[url].attempts for url in (new, error, due)] == [1, 1, 1]
+    assert again[new].interval == 86400.0 and again[new].visits == 1  # what the visit before left
+    frontier.complete_many([(url, 200) for url in again])
+    frontier.complete_many([(busy, 200)])
+    clock.advance(60.0)
+    assert frontier.add_many(listed, lastmods, wake_modified=True) == 0  # fetched since: not again
+    later = {new: "2023-11-14T23:13:50Z"}  # 30 s after its second fetch: a sitemap written as served
+    assert frontier.add_many([(new, 1, sitemap, 0)], later, wake_modified=True) == 0
+    assert frontier.counts() == {"waiting": 0, "processing": 0, "done": 8, "error": 0}
+    assert frontier.wake() == 0  # the next run
+    assert frontier.add_many([(new, 1, sitemap, 0)], later, wake_modified=True) == 0
+    assert [item.url for item in frontier.claim(10)] == [new]

@@ -534,7 +534,10 @@ class Crawler:
         # record, would have that record cut away on resume and never written again; and one commit
         # rather than two writes each page of the frontier's indexes that both touch once.
         with frontier.batch():
-            if links:
+            if links and lastmods and self.config.revisit is not None:
+                # A page its sitemap dates after its last visit is due now, in this run.
+                frontier.add_many(links, lastmods, wake_modified=True)
+            elif links:
                 frontier.add_many(links, lastmods or None)
             # The records first, durable, then the outcomes with the files' lengths: a crash in between
             # leaves records past the stored lengths, which the next run cuts away.

@@ -57,6 +57,14 @@ the sitemaps an index lists go through both too.  Every URL is kept in the front
 form, the form a claimed URL has.  ``<lastmod>`` is kept, as written, in the frontier with the
 URL (``add_many()``'s ``lastmods``), which hands it back with each claim of it
 (``CrawledPage.lastmod`` and the JSONL record), in a resumed run too.
+
+*Revisits.*  Under a revisit policy a sitemap file is a URL like any other: due again after its
+interval, fetched with a conditional GET, and when unchanged (a 304, the same body) not read, so
+the URLs it lists are not added again.  A changed one is read, and its ``<lastmod>`` later than a
+listed URL's last fetch makes that URL due at once (the crawler asks ``add_many(...,
+wake_modified=True)``; the rule is the frontier's ``service.py``).  A sitemap that this run did not
+add -- due again while robots.txt is read back from the frontier, whose ``Sitemap:`` lines are then
+not added again -- is placed by its stored parent (:meth:`Sitemaps._standing`).
 """
 
 from __future__ import annotations
@@ -299,8 +307,7 @@ class Sitemaps:
         redirect's target (a sitemap still).  A 404 or another failure leads nowhere.  The
         ``<lastmod>`` of the URLs listed goes in ``lastmods``, for the frontier's ``add_many()``."""
         url = item.url
-        # Unknown: left waiting by an earlier run, which knew who named it; its own host vouches.
-        level, vouched = self._known.get(url, (MAX_NESTING, (_directory(host_key(url) + "/"),)))
+        level, vouched = self._known.get(url) or self._standing(item)
         probe = url in self._probes
         if is_redirect(result):
             target = absolute_url(result.header("location") or "", result.url)
@@ -340,6 +347,19 @@ class Sitemaps:
                 lastmods[page] = lastmod
         self.report["urls"] += len(found)
         return found
+
+    @staticmethod
+    def _standing(item: FrontierURL) -> tuple[int, tuple[str, ...]]:
+        """The nesting and the vouchers of a sitemap that this run did not add (left waiting by an
+        earlier run, or due again under a revisit policy, while robots.txt is read back from the
+        frontier and its ``Sitemap:`` lines are not added again), by who added it, its parent: one
+        that a robots.txt named is a root that may list what the robots.txt's site has, as in the run
+        that read robots.txt; one that an index listed or a redirect led to is a level down, and one
+        of none (a probe) a root, each vouched for by its own host."""
+        parent = item.parent
+        if parent is not None and "//" in parent and parent == f"{host_key(parent)}/robots.txt":
+            return 0, (_directory(parent),)
+        return 0 if parent is None else 1, (_directory(host_key(item.url) + "/"),)
 
     def _listed(self, sitemap: Sitemap, base: str, url: str, allowed: tuple[str, ...]) -> list[tuple[str, str | None]]:
         """The entries of ``sitemap`` (fetched at ``url``) in the crawl's scope, as absolute URLs in

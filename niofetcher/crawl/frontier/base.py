@@ -25,8 +25,13 @@ page's :class:`Visit`: its validators, its digest, whether it changed, and how l
 again.  A done URL (or an 'error' one that ``fail()`` gave a ``revisit_in``) keeps them on its row,
 ``next_due`` among them, and :meth:`FrontierBackend.wake` moves those whose ``next_due`` has come
 back to 'waiting' (through an index of the due rows alone: the other done rows are never read);
-their claims carry the validators for a conditional GET.  Without a policy none of this is written,
-and done stays done.
+their claims carry the validators for a conditional GET.  A sitemap can bring one sooner: told so
+(``add_many(..., wake_modified=True)``), a frontier moves a done or error URL whose sitemap
+``<lastmod>`` is later than its last fetch back to 'waiting' at once, in the same transaction, with
+a statement or two for the whole batch, never one per URL -- unless that fetch was in the current
+due period (since the last ``wake()``): nothing is fetched twice in one for a date (the rule:
+``service.modified_times`` and ``MODIFIED_SINCE_FETCH``).  Without a policy none of
+this is written or asked, and done stays done.
 
 *Crashes.*  Opening a frontier moves leftover 'processing' rows back to
 'waiting'.  Their attempt stays counted: the request may well have reached
@@ -332,10 +337,14 @@ class FrontierBackend(Protocol):
         """Add URLs found at one depth on one page (or seeds); how many were new."""
 
     def add_many(
-        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None
+        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None,
+        wake_modified: bool = False,
     ) -> int:
         """Add ``(url, depth, parent, priority)`` entries in one transaction, storing the sitemap
-        ``<lastmod>`` of those in ``lastmods`` (``{url: lastmod}``, new or known); how many were new."""
+        ``<lastmod>`` of those in ``lastmods`` (``{url: lastmod}``, new or known); how many were new.
+        With ``wake_modified`` (a revisit policy), the done and error URLs of ``lastmods`` dated
+        after their last fetch, made before the last ``wake()``, go back to 'waiting', due now (see
+        "Revisits" above)."""
 
     def claim(
         self, limit: int, max_depth: int | None = None, host_room: Callable[[str], int] | None = None

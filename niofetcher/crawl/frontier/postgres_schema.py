@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .base import FrontierError, FrontierErrorKind, check_crawl_name  # its home is base; named here as it always was
+from .service import MODIFIED_SINCE_FETCH
 
 if TYPE_CHECKING:  # psycopg is loaded by postgres/ only, when a PostgreSQL frontier is opened
     import psycopg
@@ -65,6 +66,7 @@ __all__ = [
     "TAKE",
     "VISITED",
     "WAKE",
+    "WAKE_MODIFIED",
     "check_crawl_name",
     "create_or_check",
 ]
@@ -517,6 +519,19 @@ WHERE urls.url = v.url AND urls.state = 'done' AND urls.fetched_at = %(now)s
 WAKE = """
 UPDATE urls SET state = 'waiting', attempts = 0, next_attempt_at = urls.next_due
 FROM (SELECT url, state FROM urls WHERE state IN ('done', 'error') AND next_due <= %(now)s FOR UPDATE SKIP LOCKED) AS d
+WHERE urls.url = d.url
+RETURNING d.state, (SELECT origin FROM hosts WHERE hosts.id = urls.host_id), urls.priority
+"""
+
+# add_many(..., wake_modified=True): the done and error rows that a sitemap dates after their last fetch
+# (%(urls)s with %(modified)s, the times service.modified_times gave; the rule is service.py's) back to
+# waiting, due at %(now)s, their attempts from 0, as WAKE moves them; rows another worker is moving
+# are skipped.
+WAKE_MODIFIED = f"""
+UPDATE urls SET state = 'waiting', attempts = 0, next_attempt_at = %(now)s
+FROM (SELECT u.url, u.state FROM unnest(%(urls)s::text[], %(modified)s::float8[]) AS v(url, modified)
+      JOIN urls AS u ON u.url = v.url
+      WHERE {MODIFIED_SINCE_FETCH.format(modified="v.modified")} FOR UPDATE OF u SKIP LOCKED) AS d
 WHERE urls.url = d.url
 RETURNING d.state, (SELECT origin FROM hosts WHERE hosts.id = urls.host_id), urls.priority
 """

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 from ...urls import host_key
 from .base import FrontierError, FrontierErrorKind
+from .service import MODIFIED_SINCE_FETCH
 
 __all__ = [
     "ADD_ADMITTED",
@@ -34,6 +35,7 @@ __all__ = [
     "LAST_ROW",
     "MARK_CLAIMED",
     "MIN_DUE_DEPTH",
+    "MODIFIED_ROWS",
     "NEXT_DUE",
     "QUEUED_HOSTS",
     "RELEASE",
@@ -425,9 +427,18 @@ FROM urls AS u INDEXED BY urls_revisit JOIN hosts ON hosts.id = u.host_id
 WHERE u.state IN ('done', 'error') AND u.next_due <= ?1
 """
 
-# ... back to waiting (?1 a JSON array of their rowids), due since next_due, their attempts from 0.
+# ... or those that a sitemap of add_many(..., wake_modified=True) dates after their last fetch (?1
+# a JSON object {url: the time it dates it}, service.modified_times; the rule is service.py's) ...
+MODIFIED_ROWS = f"""
+SELECT json_group_array(json_array(u.rowid, u.state, hosts.origin, u.priority))
+FROM json_each(?1) AS j JOIN urls AS u ON u.url = j.key JOIN hosts ON hosts.id = u.host_id
+WHERE {MODIFIED_SINCE_FETCH.format(modified="j.value")}
+"""
+
+# ... back to waiting (?1 a JSON array of their rowids), their attempts from 0, due since next_due
+# or, for one dated before that, since ?2 (now).
 WAKE = """
-UPDATE urls SET state = 'waiting', attempts = 0, next_attempt_at = next_due
+UPDATE urls SET state = 'waiting', attempts = 0, next_attempt_at = MIN(COALESCE(next_due, ?2), ?2)
 WHERE rowid IN (SELECT value FROM json_each(?1)) AND state IN ('done', 'error')
 """
 

@@ -13,8 +13,10 @@ page's links are checked once, its parent normalised once).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -26,7 +28,10 @@ from .traps import RefusedURLs, TrapRules
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing's own from Python 3.11
 
-__all__ = ["Additions", "FrontierService", "fit_host_budget", "prepare_additions"]
+__all__ = [
+    "MODIFIED_SINCE_FETCH", "Additions", "FrontierService", "fit_host_budget", "lastmod_time", "modified_times",
+    "prepare_additions",
+]
 
 
 class Additions(NamedTuple):
@@ -152,6 +157,52 @@ def fit_host_budget(
     return additions._replace(refused=causes)
 
 
+# -- a sitemap's date (add_many(..., wake_modified=True)) -----------------------------------------
+
+#: The rule of a sitemap's ``<lastmod>`` under a revisit policy, in the SQL of every store: a URL is
+#: due again at once when it is done or an error (``u``, its row of urls) and its last fetch came
+#: before the time :func:`modified_times` gave it (``{modified}``, the statement's name for it).  A
+#: waiting or processing URL is left alone: it will be fetched, or is.
+MODIFIED_SINCE_FETCH = "u.state IN ('done', 'error') AND u.fetched_at < {modified}"
+
+# The forms of a W3C datetime (www.w3.org/TR/NOTE-datetime), which sitemaps.org asks of a <lastmod>:
+# a day with a time to the second (the commonest), a day, a time to a fraction of a second or to the
+# minute, a month, a year.  A time has its zone (Z or +hh:mm); a date alone is taken in UTC.
+_W3C_FORMATS = ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d", "%Y-%m-%dT%H:%M:%S.%f%z", "%Y-%m-%dT%H:%M%z", "%Y-%m", "%Y")
+
+
+@functools.lru_cache(maxsize=4096)  # a sitemap dates many of its URLs alike
+def lastmod_time(lastmod: str) -> float | None:
+    """The unix time a sitemap's ``<lastmod>`` says, None for one that is no W3C datetime."""
+    text = lastmod.strip()
+    for form in _W3C_FORMATS:
+        try:
+            when = datetime.strptime(text, form)
+        except ValueError:
+            continue
+        return (when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)).timestamp()
+    return None
+
+
+def modified_times(lastmods: Mapping[str, str], now: float, woke_at: float) -> dict[str, float]:
+    """``lastmods`` (``{stored URL: lastmod}``) as the times the stores compare with each URL's last
+    fetch (:data:`MODIFIED_SINCE_FETCH`), for those that are W3C datetimes no later than ``now``:
+    the date, or ``woke_at`` when that is earlier.
+
+    A date in the future is no evidence of a change (a wrong clock, a template's): believed, it would
+    have the URL fetched again at every listing.  ``woke_at`` is when the frontier began the due
+    period it is in (its last ``wake()``, or its opening): a URL fetched since then was fetched in
+    this period, by its due time or by a date, and a later date (a sitemap written as it is served,
+    or a second sitemap listing the URL) does not have it fetched twice in one period -- as ``wake()``
+    does not."""
+    times = {}
+    for url, lastmod in lastmods.items():
+        when = lastmod_time(lastmod)
+        if when is not None and when <= now:
+            times[url] = min(when, woke_at)
+    return times
+
+
 class FrontierService:
     """What a frontier class does the same way whatever its backend, above the backend's own
     connection and transactions: the base last in a backend class's bases, so that the backend's
@@ -178,6 +229,7 @@ class FrontierService:
     _batching: int  # open batch() blocks: while there are any, no commit happens
     _commit_deferred: bool  # a commit was asked for inside a batch
     _clock: Callable[[], float]
+    _woke_at: float  # the start of the due period (modified_times): the last wake(), or the opening
 
     if TYPE_CHECKING:  # the backend's layers provide these
 
@@ -189,7 +241,8 @@ class FrontierService:
             """The backend's: commit what is pending and let go of the frontier."""
 
         def add_many(
-            self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None
+            self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None,
+            wake_modified: bool = False,
         ) -> int:
             """The backend's: add ``(url, depth, parent, priority)`` entries; how many were new."""
 

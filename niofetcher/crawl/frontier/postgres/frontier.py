@@ -80,9 +80,10 @@ from ..postgres_schema import (
     STORE_ROBOTS,
     VISITED,
     WAKE,
+    WAKE_MODIFIED,
     create_or_check,
 )
-from ..service import Additions, FrontierService, fit_host_budget, prepare_additions
+from ..service import Additions, FrontierService, fit_host_budget, modified_times, prepare_additions
 from ..traps import TrapRules
 from .leases import DEEPEST
 from .session import first_line, keepalives, single, where_of
@@ -213,10 +214,13 @@ class PostgresFrontier(CrawlReads, FrontierService):
     # -- adding ------------------------------------------------------------
 
     def add_many(
-        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None
+        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None,
+        wake_modified: bool = False,
     ) -> int:
         """Add ``(url, depth, parent, priority)`` entries in one statement; how many were new.
-        ``lastmods`` as in the SQLite Frontier's add_many() (one more statement when given).
+        ``lastmods`` and ``wake_modified`` as in the SQLite Frontier's add_many() (one more statement
+        for each when given).  The URLs a sitemap's date wakes go in line if this worker holds their
+        hosts; the others wait for whoever takes their host, as :meth:`wake`'s do.
 
         A URL given twice keeps its first place and priority, and the smallest depth with the
         parent that gave it (PostgreSQL's upsert may not touch a row twice in one statement, so
@@ -254,20 +258,28 @@ class PostgresFrontier(CrawlReads, FrontierService):
                     n += again
                 added += n
                 fresh += new_hosts
+            woken: list[tuple[Any, ...]] = []
             if additions.lastmods:
                 dated = additions.lastmods
                 conn.execute(SET_LASTMODS, {"urls": list(dated), "lastmods": list(dated.values())})
+                now = self._clock()
+                modified = modified_times(dated, now, self._woke_at) if wake_modified else None
+                if modified:
+                    woken = conn.execute(WAKE_MODIFIED, {"urls": list(modified), "modified": list(modified.values()),
+                                                         "now": now}).fetchall()
+                    for state, _host, _priority in woken:
+                        self._move(state, "waiting")
             refused = additions.refused
             if refused:
                 conn.execute(STORE_REFUSALS, {"me": self.worker_id, "causes": list(refused),
                                               "counts": list(refused.values())})
             self._delta["waiting"] += added
-            if fresh:
+            if fresh or woken:
                 self._take_soon = True
             self._commit(conn)
             for key, row in rows.items():
                 self._recent.added(key, row[0])
-            for host, top in hosts.items():
+            for host, top in (*hosts.items(), *((host, priority) for _state, host, priority in woken)):
                 self._offer(host, top)
             self.not_followed.update(refused)
             return int(added)
@@ -535,7 +547,8 @@ class PostgresFrontier(CrawlReads, FrontierService):
         to 'waiting' -- the SQLite Frontier's wake(); rows another worker is waking are skipped.
         Those of hosts this worker holds go in line; the others wait for whoever takes their host."""
         with self._db() as conn:
-            woken = conn.execute(WAKE, {"now": self._clock()}).fetchall()
+            self._woke_at = self._clock()
+            woken = conn.execute(WAKE, {"now": self._woke_at}).fetchall()
             for state, _host, _priority in woken:
                 self._move(state, "waiting")
             if woken:

@@ -98,6 +98,7 @@ class Session:
         self.crawl = crawl
         self.where = where
         self._clock = clock
+        self._woke_at = clock()  # the first due period begins at the opening (service.modified_times)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._lock = threading.RLock()
         self._batching = 0  # open batch() blocks: while there are any, no commit happens

@@ -80,6 +80,7 @@ import sqlite3
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ....urls import host_key, normalize_url
 from ..base import (
@@ -116,6 +117,7 @@ from ..schema import (
     KNOWN_URLS,
     LAST_ROW,
     MARK_CLAIMED,
+    MODIFIED_ROWS,
     RELEASE,
     RELEASED_HOSTS,
     RETRY,
@@ -133,7 +135,7 @@ from ..schema import (
     WAKE,
     create_or_upgrade,
 )
-from ..service import Additions, FrontierService, fit_host_budget, prepare_additions
+from ..service import Additions, FrontierService, fit_host_budget, modified_times, prepare_additions
 from ..traps import TrapRules
 from .claims import DEEPEST, HostQueues, Row
 from .lock import OwnerLock, path_problem
@@ -188,6 +190,7 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
         self._counting_admitted = self.traps is not None and self.traps.max_pages_per_host is not None
         super().__init__(os.fspath(path), commit_every, commit_interval)
         self._clock = clock
+        self._woke_at = clock()  # the first due period begins at the opening (service.modified_times)
         self._counts = dict.fromkeys(STATES, 0)
         self._stored_counts = dict(self._counts)  # what state_counts holds
         self._next_seq = 1
@@ -331,13 +334,21 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
     # -- adding ------------------------------------------------------------
 
     def add_many(
-        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None
+        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None,
+        wake_modified: bool = False,
     ) -> int:
         """Add ``(url, depth, parent, priority)`` entries, like :meth:`add`, in one transaction.
 
         ``lastmods`` gives some of these URLs the ``<lastmod>`` a sitemap listed them with, as
         written there: stored with each, new or known (replacing what an earlier listing said),
         and handed back with its claims (:attr:`FrontierURL.lastmod`).
+
+        ``wake_modified`` (a crawl with a revisit policy): a done or error URL of ``lastmods`` whose
+        lastmod is a W3C datetime later than its last fetch (and not in the future), fetched before
+        the due period began (the last :meth:`wake`, or the opening), goes back to 'waiting', due
+        now, its attempts from 0, as :meth:`wake` moves one due again (service.modified_times and
+        MODIFIED_SINCE_FETCH have the rule).  Two statements for the whole batch, however many
+        URLs: the rows found through the URL key, then the move.
 
         Returns:
             How many URLs were new.
@@ -360,8 +371,15 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
                 conn.execute(INSERT_HOSTS, (json.dumps(fresh),))
             if rows:
                 conn.execute(INSERT, (now, json.dumps(rows)))
+            woken: list[list[Any]] = []
             if additions.lastmods:
                 conn.execute(SET_LASTMODS, (json.dumps(additions.lastmods),))
+                modified = modified_times(additions.lastmods, now, self._woke_at) if wake_modified else None
+                if modified:
+                    (found,) = conn.execute(MODIFIED_ROWS, (json.dumps(modified),)).fetchone()
+                    woken = json.loads(found)
+                    if woken:
+                        self._wake_rows(conn, woken, now)
             # The new rows got the rowids after the largest one (SQLite's way, short of 2**63
             # rows), so the largest rowid now tells how many were new: the row count cannot,
             # it counts the known URLs whose depth went down too.
@@ -384,6 +402,7 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
             # nothing waiting costs one look when its turn comes, a host left out would be lost.
             for host, top in additions.hosts.items():
                 self._queues.offer(host, top)
+            self._line_up(woken)
             return added
 
     def _fit_budget(self, conn: sqlite3.Connection, additions: Additions, most: int) -> Additions:
@@ -597,18 +616,29 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
         due since then, their attempts from 0, their hosts in line; how many.  One range of the
         partial index ``urls_revisit``: the done rows that are not due are not read."""
         with self._db() as conn:
-            (due,) = conn.execute(DUE_AGAIN, (self._clock(),)).fetchone()
+            now = self._woke_at = self._clock()
+            (due,) = conn.execute(DUE_AGAIN, (now,)).fetchone()
             rows = json.loads(due)
             if not rows:
                 return 0
             self._begin(conn)
-            conn.execute(WAKE, (json.dumps([row[0] for row in rows]),))
-            for _rowid, state, _host, _priority in rows:
-                self._move(state, "waiting")
+            self._wake_rows(conn, rows, now)
             self._commit(conn)
-            for _rowid, _state, host, priority in rows:
-                self._queues.offer(host, priority)
+            self._line_up(rows)
             return len(rows)
+
+    def _wake_rows(self, conn: sqlite3.Connection, rows: list[list[Any]], now: float) -> None:
+        """Done and error rows (``[rowid, state, host, priority]``, as DUE_AGAIN and MODIFIED_ROWS
+        give them) back to 'waiting', inside the caller's transaction; their hosts go in line
+        (:meth:`_line_up`) once it is committed."""
+        conn.execute(WAKE, (json.dumps([row[0] for row in rows]), now))
+        for _rowid, state, _host, _priority in rows:
+            self._move(state, "waiting")
+
+    def _line_up(self, rows: list[list[Any]]) -> None:
+        """The hosts of rows :meth:`_wake_rows` moved, in line for claims."""
+        for _rowid, _state, host, priority in rows:
+            self._queues.offer(host, priority)
 
     def revisits(self) -> Revisits:
         """How many done and error URLs are due again now, and when the next one falls due."""
