@@ -21,9 +21,9 @@ for ``--days`` simulated days:
   and ``fixed`` makes fewer than on paper).  The goal "adaptive above fixed at the same budget"
   is judged on this one.
 
-Runs are cron-style (:func:`keep_crawl`): ``Crawler(config).run()`` on the same SQLite file again
-whenever the last summary's ``next_due`` comes (at once when its ``due`` says URLs fell due during
-the run), until the span ends.  robots.txt is off: it is not a page that changes.
+The crawl keeps running (:func:`keep_crawl`, ``CrawlConfig(keep_running=True)``): one run that
+sleeps until the next URL falls due and fetches it, stopped when the span ends.  robots.txt is
+off: it is not a page that changes.
 
 Reported per policy, over the window after ``--warmup`` simulated days (the adaptive intervals
 start at 1 day and move 20 % a visit): average freshness (the share of time a stored copy equals
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import dataclasses
 import datetime as _dt
 import itertools
 import json
@@ -51,6 +52,7 @@ import os
 import platform
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -131,35 +133,28 @@ def mean_freshness(rates: Sequence[float], per_day: Sequence[float]) -> float:
 # -- the crawl -----------------------------------------------------------------------------------------
 
 
-def keep_crawl(config: CrawlConfig, until: float) -> list[CrawlSummary]:
-    """Keep a crawl as cron would: run it, then again whenever its summary's ``next_due`` comes (at
-    once while its ``due`` counts URLs due now), until unix time ``until``; the summary of every run.
-
-    The one place the benchmark runs the crawler, so that a crawl that keeps running by itself
-    (``--keep-running``, a run stopped at ``until``) can take its place.
-    """
-    summaries = []
-    while True:
-        summary = Crawler(config).run()
-        summaries.append(summary)
-        # ``next_due`` is the next URL to fall due *after* now: those that fell due while the run
-        # went on (``due``) wait for the next run, which must then start at once.
-        wake = time.time() if summary.due else summary.next_due
-        if wake is None or wake >= until:
-            return summaries
-        time.sleep(max(0.0, wake - time.time()))
+def keep_crawl(config: CrawlConfig, until: float) -> CrawlSummary:
+    """Keep a crawl running (``CrawlConfig.keep_running``: it sleeps until the next URL falls due and
+    fetches it) until unix time ``until``, then stop it as Ctrl-C would; its summary."""
+    crawler = Crawler(dataclasses.replace(config, keep_running=True))
+    timer = threading.Timer(max(0.0, until - time.time()), crawler.stop)
+    timer.start()
+    try:
+        return crawler.run()
+    finally:
+        timer.cancel()
 
 
 def crawl_site(args: argparse.Namespace, policy: RevisitPolicy) -> tuple[ChangingSite, list[LoggedRequest], int]:
     """A fresh site of the seed, crawled under ``policy`` for ``args.days``: the site, its log and
-    how many pages the crawler's summaries say it finished."""
+    how many pages the crawler's summary says it finished."""
     site = ChangingSite(pages=args.pages, rate_range=args.rates, days=args.days, seconds_per_day=args.seconds_per_day,
                         seed=args.seed, page_size=args.page_size)
     with site, tempfile.TemporaryDirectory(prefix="niofetcher-freshness-") as folder:
         config = CrawlConfig(seeds=[site.base_url], db_path=os.path.join(folder, "crawl.sqlite"), parse_mode="thread",
                              parse_workers=1, obey_robots=False, revisit=policy)
-        summaries = keep_crawl(config, time.time() + args.days * args.seconds_per_day)
-        return site, site.log(), sum(summary.pages for summary in summaries)
+        summary = keep_crawl(config, time.time() + args.days * args.seconds_per_day)
+        return site, site.log(), summary.pages
 
 
 # -- what the log says ------------------------------------------------------------------------------
