@@ -32,12 +32,14 @@ import collections
 import itertools
 import random
 import socket
+import ssl
 from collections.abc import Callable, Sequence
 
 from .messages import HTML_TYPE, TEXT_TYPE, Resource
 from .pages import GeneratedPages, generated_page, links_html, robots_txt
 from .server import Origin, PortCounters, Server
 from .site import LoopbackSite
+from .tls import TLSServer
 
 __all__ = ["SyntheticWeb", "zipf_sizes"]
 
@@ -99,6 +101,7 @@ class SyntheticWeb(LoopbackSite):
         port: int = 0,
         max_seconds: float | None = 600.0,
         log_requests: bool = False,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if hosts < 1 or ports < 1 or links_per_page < 2:
             raise ValueError(f"hosts and ports must be >= 1 and links_per_page >= 2, not "
@@ -113,7 +116,7 @@ class SyntheticWeb(LoopbackSite):
             raise ValueError(f"delay must be >= 0, or (low, high) with 0 <= low <= high, not {delay!r}")
         if robots_crawl_delay is not None and not robots_crawl_delay >= 0:
             raise ValueError(f"robots_crawl_delay must be >= 0 or None, not {robots_crawl_delay!r}")
-        super().__init__(min(ports, hosts), host, port, max_seconds, log_requests)
+        super().__init__(min(ports, hosts), host, port, max_seconds, log_requests, tls)
         self.hosts = hosts
         self.pages = pages
         self.seed = seed
@@ -140,9 +143,9 @@ class SyntheticWeb(LoopbackSite):
 
     @property
     def base_urls(self) -> list[str]:
-        """``http://h{j}.{domain}:{port}/`` of every host, host 0 (the biggest) first."""
+        """``http://h{j}.{domain}:{port}/`` (``https`` with ``tls``) of every host, host 0 (the biggest) first."""
         ports = self.ports
-        return [f"http://{name}:{ports[j % len(ports)]}/" for j, name in enumerate(self.names)]
+        return [f"{self.scheme}://{name}:{ports[j % len(ports)]}/" for j, name in enumerate(self.names)]
 
     @property
     def resolve(self) -> dict[str, str]:
@@ -195,9 +198,10 @@ class SyntheticWeb(LoopbackSite):
             fixed = {"/": self._index(j, bases), "/robots.txt": robots}
             make = self._page_maker(j, bases)
             origin = Origin(GeneratedPages(fixed, self.host_pages[j], make), self._host_counters[j], self.delays[j])
-            names[base[len("http://"):-1].encode("ascii")] = origin
+            names[base[len(f"{self.scheme}://"):-1].encode("ascii")] = origin
         ports = [Origin({}, counters) for counters in self._counters]
-        return Server(listeners, ports, self._lock, self.max_seconds, self.log_requests, names=names)
+        args = (listeners, ports, self._lock, self.max_seconds, self.log_requests, names)
+        return Server(*args) if self.tls is None else TLSServer(*args, context=self.tls)
 
     def _drawn_links(self, rng: random.Random, j: int, count: int, bases: Sequence[str]) -> list[tuple[str, str]]:
         """``count`` links drawn for a page of host ``j``: elsewhere in the web or on ``j`` itself."""
@@ -221,14 +225,18 @@ class SyntheticWeb(LoopbackSite):
         body = generated_page(f"Synthetic web host {j}", links_html(hrefs), self.page_size)
         return Resource("200 OK", HTML_TYPE, [body])
 
+    def _page_links(self, j: int, i: int, bases: Sequence[str]) -> list[tuple[str, str]]:
+        """The links of host ``j``'s page ``i``: the next page (or home from the last), then drawn ones."""
+        rng = random.Random(f"{self.seed}/{j}/{i}")
+        hrefs = [(f"/page/{i + 1}", f"page {i + 1}") if i + 1 < self.host_pages[j] else ("/", "home")]
+        return hrefs + self._drawn_links(rng, j, self.links_per_page - 1, bases)
+
     def _page_maker(self, j: int, bases: Sequence[str]) -> Callable[[int], Resource]:
-        size = self.host_pages[j]
+        """What host ``j``'s page ``i`` is; a subclass makes its own pages of the same links."""
 
         def page(i: int) -> Resource:
-            rng = random.Random(f"{self.seed}/{j}/{i}")
-            hrefs = [(f"/page/{i + 1}", f"page {i + 1}") if i + 1 < size else ("/", "home")]
-            hrefs += self._drawn_links(rng, j, self.links_per_page - 1, bases)
-            body = generated_page(f"Synthetic web host {j} page {i}", links_html(hrefs), self.page_size)
+            body = generated_page(f"Synthetic web host {j} page {i}", links_html(self._page_links(j, i, bases)),
+                                  self.page_size)
             return Resource("200 OK", HTML_TYPE, [body])
 
         return page

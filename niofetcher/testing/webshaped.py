@@ -42,16 +42,13 @@ import gzip
 import math
 import random
 import re
-import socket
 import ssl
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .messages import TEXT_TYPE, Resource
-from .pages import GeneratedPages, links_html, robots_txt
-from .server import Origin, Server
-from .tls import TLSServer
+from .messages import Resource
+from .pages import links_html
 from .web import SyntheticWeb
 
 __all__ = ["CorpusPages", "SizeShape", "WebShapedSite"]
@@ -257,9 +254,7 @@ class WebShapedSite(SyntheticWeb):
         super().__init__(hosts=hosts, pages=pages, ports=ports, seed=seed, zipf=zipf,
                          links_per_page=links_per_page, cross_host_share=cross_host_share,
                          robots_disallow=robots_disallow, robots_crawl_delay=robots_crawl_delay, domain=domain,
-                         host=host, port=port, max_seconds=max_seconds, log_requests=log_requests)
-        self.tls = self.context = tls
-        self.scheme = "https"
+                         host=host, port=port, max_seconds=max_seconds, log_requests=log_requests, tls=tls)
         self.corpus = corpus
         self.shape = shape
         self.gzip_share = gzip_share
@@ -269,12 +264,6 @@ class WebShapedSite(SyntheticWeb):
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "running" if self._server else "new"
         return f"<WebShapedSite hosts={self.hosts} pages={self.pages} shape={self.shape.name} {state}>"
-
-    @property
-    def base_urls(self) -> list[str]:
-        """``https://h{j}.{domain}:{port}/`` of every host, host 0 (the biggest) first."""
-        ports = self.ports
-        return [f"https://{name}:{ports[j % len(ports)]}/" for j, name in enumerate(self.names)]
 
     # -- what a page is (pure functions of the seed and the page's number in the web)
 
@@ -292,30 +281,14 @@ class WebShapedSite(SyntheticWeb):
 
     # -- what is served
 
-    def make_server(self, listeners: list[socket.socket]) -> Server:
-        """The TLS loop serving every host name (as ``SyntheticWeb``'s, with corpus pages)."""
-        robots = Resource("200 OK", TEXT_TYPE, [robots_txt(self.robots_disallow, self.robots_crawl_delay)])
-        bases = self.base_urls
-        names: dict[bytes, Origin] = {}
-        for j, base in enumerate(bases):
-            fixed = {"/": self._index(j, bases), "/robots.txt": robots}
-            origin = Origin(GeneratedPages(fixed, self.host_pages[j], self._corpus_page_maker(j, bases)),
-                            self._host_counters[j], self.delays[j])
-            names[base[len("https://"):-1].encode("ascii")] = origin
-        ports = [Origin({}, counters) for counters in self._counters]
-        return TLSServer(listeners, ports, self._lock, self.max_seconds, self.log_requests, names, context=self.context)
-
-    def _corpus_page_maker(self, j: int, bases: Sequence[str]) -> Callable[[int], Resource]:
-        size = self.host_pages[j]
+    def _page_maker(self, j: int, bases: Sequence[str]) -> Callable[[int], Resource]:
+        """SyntheticWeb's pages and links, each page a corpus page of its drawn size, gzip or not."""
         gzip_header = "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n"
 
         def page(i: int) -> Resource:
-            rng = random.Random(f"{self.seed}/{j}/{i}")
-            hrefs = [(f"/page/{i + 1}", f"page {i + 1}") if i + 1 < size else ("/", "home")]
-            hrefs += self._drawn_links(rng, j, self.links_per_page - 1, bases)
             number = self.page_number(j, i)
-            chunks = self.corpus.page(self.corpus_index(number), self.sizes[number],
-                                      f"Web-shaped host {j} page {i}", links_html(hrefs).encode())
+            chunks = self.corpus.page(self.corpus_index(number), self.sizes[number], f"Web-shaped host {j} page {i}",
+                                      links_html(self._page_links(j, i, bases)).encode())
             if self.gzipped(number):
                 packed = gzip.compress(b"".join(chunks), compresslevel=GZIP_LEVEL, mtime=0)
                 return Resource("200 OK", PAGE_TYPE, [packed], headers=gzip_header)
