@@ -314,33 +314,33 @@ class FrontierService:
 
     def state(self, url: str) -> str | None:
         """The state of a URL (in any form that normalises to a known one), None if unknown or invalid."""
-        try:
-            key = normalize_url(url)
-        except (TypeError, ValueError):
-            return None
-        with self._db() as conn:
-            self._commit(conn)
-            row = conn.execute(self._STATE_OF, (key,)).fetchone()
-            return str(row[0]) if row is not None else None
+        row = self._row_of(url, self._STATE_OF)
+        return str(row[0]) if row is not None else None
 
     def lookup(self, url: str) -> StoredURL | None:
         """``url`` (in any form that normalises to a known one) as the frontier keeps it, whichever
         worker wrote it last; None if unknown or invalid."""
+        row = self._row_of(url, self._LOOKUP)
+        if row is None:
+            return None
+        (url, state, attempts, depth, priority, parent, status, error, discovered, fetched, due, lastmod,
+         etag, last_modified, digest, visits, changes, next_due) = row
+        return StoredURL(url, state, attempts, depth, priority, parent, status, error, float(discovered),
+                         None if fetched is None else float(fetched), None if due is None else float(due),
+                         lastmod, etag, last_modified, digest, int(visits), int(changes),
+                         None if next_due is None else float(next_due))
+
+    def _row_of(self, url: str, statement: str) -> tuple[Any, ...] | None:
+        """The row ``statement`` reads of ``url``'s key, committed first; None for no row or a URL
+        that is not valid."""
         try:
             key = normalize_url(url)
         except (TypeError, ValueError):
             return None
         with self._db() as conn:
             self._commit(conn)
-            row = conn.execute(self._LOOKUP, (key,)).fetchone()
-            if row is None:
-                return None
-            (url, state, attempts, depth, priority, parent, status, error, discovered, fetched, due, lastmod,
-             etag, last_modified, digest, visits, changes, next_due) = row
-            return StoredURL(url, state, attempts, depth, priority, parent, status, error, float(discovered),
-                             None if fetched is None else float(fetched), None if due is None else float(due),
-                             lastmod, etag, last_modified, digest, int(visits), int(changes),
-                             None if next_due is None else float(next_due))
+            row: tuple[Any, ...] | None = conn.execute(statement, (key,)).fetchone()
+            return row
 
     # -- closing -------------------------------------------------------------
 
