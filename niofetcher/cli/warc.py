@@ -37,8 +37,8 @@ _TRUNCATED = {
 
 #: The WARC 1.1 revisit profiles (6.7.2, 6.7.3): the payload's digest is that of an earlier capture's; the
 #: server answered a conditional request with 304 Not Modified.
-IDENTICAL_PAYLOAD_DIGEST = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
-SERVER_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+_IDENTICAL_PAYLOAD_DIGEST = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+_SERVER_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 
 
 class _WireHead(StatusAndHeaders):  # type: ignore[misc]  # warcio has no type hints
@@ -62,7 +62,7 @@ class WarcRecords:
     warcio writes a ``.warc.gz``.
 
     A revisit that found its page unchanged (``of(result, unchanged=True)``)
-    is a revisit record instead of a response record: see revisit_records().
+    is a revisit record instead of a response record: see _revisit_records().
 
     Every record but the warcinfo carries WARC-Warcinfo-ID, the WARC-Record-ID
     of this run's warcinfo record (``warcinfo_id``), and WARC-IP-Address, the
@@ -99,7 +99,7 @@ class WarcRecords:
 
         ``unchanged``: ``result`` is a revisit that found its page as the capture of ``repeats`` (the
         unix time its response came in; None when unknown) left it, so its final exchange, a 304 or a
-        2xx, is a revisit record (revisit_records()).  An unchanged redirect is written whole: what
+        2xx, is a revisit record (_revisit_records()).  An unchanged redirect is written whole: what
         made it unchanged is where it leads, not its payload."""
         exchanges = result.exchanges
         if not exchanges and result.status is not None and result.error is None:
@@ -108,7 +108,7 @@ class WarcRecords:
         writer = WARCWriter(buffer, gzip=self.gzip)
         for number, exchange in enumerate(exchanges, 1):
             if unchanged and number == len(exchanges) and (exchange.status == 304 or 200 <= exchange.status < 300):
-                records = revisit_records(writer, exchange, repeats, self.warcinfo_id)
+                records = _revisit_records(writer, exchange, repeats, self.warcinfo_id)
             else:
                 records = exchange_records(writer, exchange, self.warcinfo_id)
             for record in records:
@@ -141,7 +141,7 @@ def exchange_records(
     return response, _request_record(writer, exchange, response, shared)
 
 
-def revisit_records(
+def _revisit_records(
     writer: WARCWriter, exchange: Exchange, repeats: float | None, warcinfo_id: str | None = None
 ) -> tuple[ArcWarcRecord, ArcWarcRecord]:
     """The WARC/1.1 revisit record of ``exchange``, a revisit that found its page unchanged, and its
@@ -164,9 +164,9 @@ def revisit_records(
     shared = _shared_fields(exchange, warcinfo_id)
     fields = {"WARC-Type": "revisit", "WARC-Date": _warc_date(exchange.received_at), **shared}
     if exchange.status == 304:
-        fields["WARC-Profile"] = SERVER_NOT_MODIFIED
+        fields["WARC-Profile"] = _SERVER_NOT_MODIFIED
     else:
-        fields["WARC-Profile"] = IDENTICAL_PAYLOAD_DIGEST
+        fields["WARC-Profile"] = _IDENTICAL_PAYLOAD_DIGEST
         digest = Digester("sha1")  # warcio's own, as on a response record
         digest.update(exchange.payload)
         fields["WARC-Payload-Digest"] = str(digest)
