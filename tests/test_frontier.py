@@ -57,7 +57,7 @@ class FakeClock:
 # tests/test_frontier_postgres.py), so that a user's queries work on each.
 URL_COLUMNS = ["url", "state", "attempts", "depth", "priority", "parent", "status", "error", "discovered_at",
                "fetched_at", "next_attempt_at", "seq", "host_id", "lastmod", "duplicate_of", "etag", "last_modified",
-               "digest", "visits", "changes", "next_due"]
+               "digest", "visits", "changes", "next_due", "captured_at"]
 
 
 # -- helpers ------------------------------------------------------------------
@@ -813,12 +813,30 @@ def test_a_version_8_file_gets_what_a_revisit_needs(tmp_path: Path, monkeypatch:
         assert frontier.counts() == {"waiting": 4, "processing": 0, "done": 1, "error": 1}
     assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     upgraded = read_rows(db, "SELECT * FROM urls ORDER BY url")
-    assert same_rows_and_new_columns_empty(upgraded, kept) and len(upgraded[0]) == len(kept[0]) + 6
+    assert same_rows_and_new_columns_empty(upgraded, kept) and len(upgraded[0]) == len(kept[0]) + 7
     fresh = tmp_path / "fresh.db"
     Frontier(fresh).close()
     assert table_shape(db) == table_shape(fresh)
     plan = read_rows(db, "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM urls WHERE state IN ('done', 'error') AND next_due <= 1")
     assert "urls_revisit" in str(plan)
+
+
+@pytest.mark.timeout(30)
+def test_a_version_9_file_gets_a_place_for_the_time_of_each_capture(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 10 (issue 27): captured_at, NULL on every row kept (no capture's time was), which
+    claims then carry; a crawl of the upgraded file fills it (tests/test_warc_revisits.py)."""
+    db = tmp_path / "old.db"
+    make_file_as(db, 9, monkeypatch)
+    kept = read_rows(db, "SELECT * FROM urls ORDER BY url")
+    with Frontier(db) as frontier:  # the upgrade
+        assert {item.captured_at for item in frontier.claim(10)} == {None}
+    assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("10",)]
+    upgraded = read_rows(db, "SELECT * FROM urls ORDER BY url")
+    assert len(upgraded[0]) == len(kept[0]) + 1 and [row[-1] for row in upgraded] == [None] * len(kept)
+    fresh = tmp_path / "fresh.db"
+    Frontier(fresh).close()
+    assert table_shape(db) == table_shape(fresh)
 
 
 @pytest.mark.timeout(30)

@@ -850,15 +850,15 @@ def test_failures_are_the_first_errors_since_a_time_with_why(frontier: FrontierB
 def test_a_visit_is_kept_and_a_done_url_is_woken_when_due(store: Store, clock: FakeClock) -> None:
     """complete_many(visits=...) keeps each page's validators, digest and next_due on its row (a
     frontier opened later reads them); wake() moves the done URLs due by then back to 'waiting',
-    and their claims carry what the visit left, the interval among it.  A URL completed without a
-    visit is never due again."""
+    and their claims carry what the visit left, the interval among it, and the time of the last
+    capture, which an unchanged visit keeps.  A URL completed without a visit is never due again."""
     frontier = store.open()
     a, b, c = "http://a.test/", "http://b.test/", "http://c.test/"
     frontier.add([a, b, c])
     assert len(frontier.claim(10)) == 3
     start = clock()
     frontier.complete_many([(a, 200), (b, 200), (c, 200)], visits={
-        a: Visit(100.0, True, '"v1"', "Tue, 01 Dec 2026 00:00:00 GMT", "ab" * 32),
+        a: Visit(100.0, True, '"v1"', "Tue, 01 Dec 2026 00:00:00 GMT", "ab" * 32, start - 0.25),
         b: Visit(300.0, True, None, None, "cd" * 32)})
     frontier.close()
     frontier = store.open()
@@ -874,21 +874,24 @@ def test_a_visit_is_kept_and_a_done_url_is_woken_when_due(store: Store, clock: F
     assert frontier.wake() == 1 and frontier.wake() == 0
     assert assert_consistent(frontier, [a, b, c]) == {"waiting": 1, "processing": 0, "done": 2, "error": 0}
     (again,) = frontier.claim(10)
-    assert (again.url, again.attempts, again.etag, again.last_modified, again.digest, again.visits, again.interval) == (
-        a, 1, '"v1"', "Tue, 01 Dec 2026 00:00:00 GMT", "ab" * 32, 1, 100.0)
+    assert (again.url, again.attempts, again.etag, again.last_modified, again.digest, again.visits, again.interval,
+            again.captured_at) == (a, 1, '"v1"', "Tue, 01 Dec 2026 00:00:00 GMT", "ab" * 32, 1, 100.0, start - 0.25)
     # An unchanged visit counts no change; a changed one does, from the second visit on.
     frontier.complete_many([(a, 304)], visits={a: Visit(120.0, False, '"v1"', None, "ab" * 32)})
     kept = stored(frontier, a)
     assert (kept.status, kept.visits, kept.changes, kept.next_due) == (304, 2, 0, clock() + 120.0)
     clock.advance(120.0)
     assert frontier.wake() == 1
-    frontier.claim(10)
-    frontier.complete_many([(a, 200)], visits={a: Visit(96.0, True, '"v2"', None, "ef" * 32)})
+    (again,) = frontier.claim(10)
+    assert again.captured_at == start - 0.25  # the unchanged visit kept the capture it repeats
+    frontier.complete_many([(a, 200)], visits={a: Visit(96.0, True, '"v2"', None, "ef" * 32, clock() - 0.5)})
     kept = stored(frontier, a)
     assert (kept.visits, kept.changes, kept.etag, kept.digest) == (3, 1, '"v2"', "ef" * 32)
+    captured = clock() - 0.5
     clock.advance(10**9)
     assert frontier.wake() == 2  # a and b; c, done without a visit, never
     assert state_of(frontier, c) == "done"
+    assert {item.url: item.captured_at for item in frontier.claim(10)} == {a: captured, b: None}
     frontier.close()
 
 

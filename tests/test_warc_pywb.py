@@ -16,13 +16,19 @@ stopped before pywb starts: what it serves comes from the archive.
 - the redirect is a 301 whose Location is the site's text -- pywb's own doing
   leaves it as the bytes of that text in latin-1, see below -- and in the
   rewriting mode a browser uses (``mp_``), a redirect to the target's replay;
-- the 404 is a 404, with the site's body.
+- the 404 is a 404, with the site's body;
+- a page a revisit found unchanged (issue 27, item 3): a second crawl of a site that answers
+  conditional GETs (tests/test_revisits.py's KeptSite), a second later, wrote revisit records; at
+  the revisit's time pywb serves the identical-payload-digest one as the capture it refers to,
+  the capture's bytes under the revisit's date, and the server-not-modified one as the 304 it
+  stores (pywb 2.10 serves a revisit of a 3xx as it is), the capture staying at its own time.
 Skipped, with pip's reason, where pywb cannot be installed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import fcntl
 import gzip
 import http.client
@@ -39,7 +45,10 @@ from pathlib import Path
 import pytest
 from conftest import wait_until
 from rawserver import RawServer, get_unused_port, http_response, routes
+from test_revisits import site_of
 from test_warc import niofetcher, records, warcio
+from test_warc_revisits import IDENTICAL, NOT_MODIFIED, REVISIT, header, next_second
+from warcio.recordloader import ArcWarcRecord
 
 #: The release of pywb taken from the registry (the newest there; it installs on Python 3.11).
 PYWB = "2.10.0"
@@ -143,6 +152,39 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Archive:
 
 
 @dataclass(frozen=True)
+class Revisited:
+    """Two crawls of a site that answers conditional GETs, a second apart, into one WARC file."""
+
+    warc: Path
+    base: str
+    records: list[ArcWarcRecord]
+    pages: dict[str, bytes]  # path -> the body the site served each time
+
+    def record(self, path: str, kind: str) -> ArcWarcRecord:
+        (found,) = [record for record in self.records
+                    if record.rec_type == kind and header(record, "WARC-Target-URI") == self.base + path]
+        return found
+
+
+@pytest.fixture(scope="module")
+def revisited(tmp_path_factory: pytest.TempPathFactory) -> Revisited:
+    """/a answers the second crawl's conditional GET with a 304; /b, which has no validators, sends
+    the same body again."""
+    folder = tmp_path_factory.mktemp("pywb-revisits")
+    warc = folder / "revisits.warc.gz"
+    site = site_of()
+    site.plain = {"/b"}
+    with site.running():
+        for _ in range(2):
+            done = niofetcher("crawl", site.base_url, "--db", str(folder / "crawl.sqlite"), "--warc", str(warc),
+                              "--progress", "none", *REVISIT)
+            assert done.returncode == 0, done.stderr
+            next_second()
+    return Revisited(warc, site.base_url.rstrip("/"), [record for record, _ in records(warc)],
+                     {path: html.encode() for path, html in site.pages.items()})
+
+
+@dataclass(frozen=True)
 class Answer:
     status: int
     headers: http.client.HTTPMessage
@@ -160,9 +202,14 @@ class Replay:
     def get(self, mode: str, path: str, headers: Mapping[str, str] | None = None) -> Answer:
         """pywb's answer for the capture of the site's ``path`` in ``mode`` (``id_``, ``mp_``); a redirect
         is not followed."""
+        return self.at("", mode, self.base + path, headers)
+
+    def at(self, timestamp: str, mode: str, url: str, headers: Mapping[str, str] | None = None) -> Answer:
+        """pywb's answer for the capture of ``url`` closest to ``timestamp`` (``YYYYMMDDhhmmss``; "" for
+        the latest) in ``mode``; a redirect is not followed."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=15)
         try:
-            conn.request("GET", f"/{COLLECTION}/{mode}/{self.base}{path}", headers=dict(headers or {}))
+            conn.request("GET", f"/{COLLECTION}/{timestamp}{mode}/{url}", headers=dict(headers or {}))
             response = conn.getresponse()
             return Answer(response.status, response.headers, response.read())
         finally:
@@ -204,11 +251,12 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def replay(pywb_bin: Path, archive: Archive, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replay]:
-    """pywb's ``wayback`` serving a collection of the crawl's WARC file on a free loopback port."""
+def replay(pywb_bin: Path, archive: Archive, revisited: Revisited,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replay]:
+    """pywb's ``wayback`` serving a collection of the crawls' WARC files on a free loopback port."""
     assert archive.crawl.returncode == 0, archive.crawl.stderr
     root = tmp_path_factory.mktemp("pywb")  # wb-manager and wayback work in collections/ of their cwd
-    for command in (["init", COLLECTION], ["add", COLLECTION, str(archive.warc)]):
+    for command in (["init", COLLECTION], ["add", COLLECTION, str(archive.warc), str(revisited.warc)]):
         made = subprocess.run([str(pywb_bin / "wb-manager"), *command], cwd=root, capture_output=True, text=True,
                               timeout=60, check=False, env=_clean_env())
         assert made.returncode == 0, made.stdout + made.stderr
@@ -281,3 +329,38 @@ def test_a_404_replays_as_a_404_and_a_page_never_archived_is_not_found(replay: R
     never = replay.get("id_", "/never-crawled")
     assert never.status == 404 and never.header("Memento-Datetime") is None
     assert never.body != MISSING
+
+
+def _timestamp(record: ArcWarcRecord) -> str:
+    """A record's WARC-Date as a replay URL's timestamp, YYYYMMDDhhmmss."""
+    return "".join(character for character in header(record, "WARC-Date") or "" if character.isdigit())
+
+
+def _memento(answer: Answer) -> str:
+    """The Memento-Datetime of pywb's answer as a timestamp, YYYYMMDDhhmmss."""
+    when = answer.header("Memento-Datetime")
+    assert when is not None, answer
+    return email.utils.parsedate_to_datetime(when).strftime("%Y%m%d%H%M%S")
+
+
+def test_an_identical_payload_revisit_replays_as_the_page_it_repeats(replay: Replay, revisited: Revisited) -> None:
+    capture, revisit = revisited.record("/b", "response"), revisited.record("/b", "revisit")
+    assert header(revisit, "WARC-Profile") == IDENTICAL and _timestamp(revisit) > _timestamp(capture)
+    url = revisited.base + "/b"
+    for timestamp in (_timestamp(revisit), ""):  # at its time, and as the latest capture
+        page = replay.at(timestamp, "id_", url)
+        assert (page.status, page.body) == (200, revisited.pages["/b"])
+        assert _memento(page) == _timestamp(revisit)  # the revisit, resolved to the capture's payload
+    first = replay.at(_timestamp(capture), "id_", url)
+    assert (first.status, _memento(first), first.body) == (200, _timestamp(capture), revisited.pages["/b"])
+
+
+def test_a_server_not_modified_revisit_replays_as_its_304_and_the_capture_stays(replay: Replay,
+                                                                               revisited: Revisited) -> None:
+    capture, revisit = revisited.record("/a", "response"), revisited.record("/a", "revisit")
+    assert header(revisit, "WARC-Profile") == NOT_MODIFIED
+    url = revisited.base + "/a"
+    not_modified = replay.at(_timestamp(revisit), "id_", url)
+    assert (not_modified.status, not_modified.body, _memento(not_modified)) == (304, b"", _timestamp(revisit))
+    first = replay.at(_timestamp(capture), "id_", url)
+    assert (first.status, _memento(first), first.body) == (200, _timestamp(capture), revisited.pages["/a"])

@@ -10,8 +10,10 @@ from __future__ import annotations
 import io
 import time
 
+from warcio.recordbuilder import RecordBuilder
 from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
+from warcio.utils import Digester
 from warcio.warcwriter import WARCWriter
 
 from .._version import __version__
@@ -33,6 +35,12 @@ _TRUNCATED = {
 }
 
 
+#: The WARC 1.1 revisit profiles (6.7.2, 6.7.3): the payload's digest is that of an earlier capture's; the
+#: server answered a conditional request with 304 Not Modified.
+_IDENTICAL_PAYLOAD_DIGEST = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+_SERVER_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+
+
 class _WireHead(StatusAndHeaders):  # type: ignore[misc]  # warcio has no type hints
     """An HTTP head written back as the bytes that went over the wire (latin-1), where warcio's
     own would percent-encode every value that is not ASCII (a UTF-8 Location, a filename)."""
@@ -52,6 +60,9 @@ class WarcRecords:
     A complete result without recorded exchanges is written as it was
     delivered (see _as_delivered).  ``gzip``: a gzip member per record, as
     warcio writes a ``.warc.gz``.
+
+    A revisit that found its page unchanged (``of(result, unchanged=True)``)
+    is a revisit record instead of a response record: see _revisit_records().
 
     Every record but the warcinfo carries WARC-Warcinfo-ID, the WARC-Record-ID
     of this run's warcinfo record (``warcinfo_id``), and WARC-IP-Address, the
@@ -81,17 +92,26 @@ class WarcRecords:
         writer.write_record(record)
         return buffer.getvalue(), record.rec_headers.get_header("WARC-Record-ID")
 
-    def of(self, result: FetchResult) -> bytes:
+    def of(self, result: FetchResult, unchanged: bool = False, repeats: float | None = None) -> bytes:
         """The records of every exchange of ``result``, as the bytes that go into the file.  Nothing for
         a response that failed without any exchange recorded (or none at all): what it delivered would
-        be a record of an empty body."""
+        be a record of an empty body.
+
+        ``unchanged``: ``result`` is a revisit that found its page as the capture of ``repeats`` (the
+        unix time its response came in; None when unknown) left it, so its final exchange, a 304 or a
+        2xx, is a revisit record (_revisit_records()).  An unchanged redirect is written whole: what
+        made it unchanged is where it leads, not its payload."""
         exchanges = result.exchanges
         if not exchanges and result.status is not None and result.error is None:
             exchanges = [_as_delivered(result, self.user_agent)]
         buffer = io.BytesIO()
         writer = WARCWriter(buffer, gzip=self.gzip)
-        for exchange in exchanges:
-            for record in exchange_records(writer, exchange, self.warcinfo_id):
+        for number, exchange in enumerate(exchanges, 1):
+            if unchanged and number == len(exchanges) and (exchange.status == 304 or 200 <= exchange.status < 300):
+                records = _revisit_records(writer, exchange, repeats, self.warcinfo_id)
+            else:
+                records = exchange_records(writer, exchange, self.warcinfo_id)
+            for record in records:
                 writer.write_record(record)
         return buffer.getvalue()
 
@@ -109,6 +129,58 @@ def exchange_records(
     WARC-Payload-Digest whether it came chunked or not -- and the record is one that pywb and warcio
     read as it is: they de-chunk a payload only when the stored head says Transfer-Encoding: chunked.
     """
+    shared = _shared_fields(exchange, warcinfo_id)
+    response_fields = {"WARC-Type": "response", "WARC-Date": _warc_date(exchange.received_at), **shared}
+    if exchange.error is not None:  # the payload is what came before the response was cut off
+        response_fields["WARC-Truncated"] = _TRUNCATED.get(exchange.error, "unspecified")
+    # Lengths given: without them warcio copies each payload into a temporary file it never closes.
+    response = writer.create_warc_record(
+        exchange.url, "response", payload=io.BytesIO(exchange.payload), length=len(exchange.payload),
+        http_headers=_response_head(exchange), warc_headers_dict=response_fields,
+    )
+    return response, _request_record(writer, exchange, response, shared)
+
+
+def _revisit_records(
+    writer: WARCWriter, exchange: Exchange, repeats: float | None, warcinfo_id: str | None = None
+) -> tuple[ArcWarcRecord, ArcWarcRecord]:
+    """The WARC/1.1 revisit record of ``exchange``, a revisit that found its page unchanged, and its
+    request record, as exchange_records() makes a response's; the rest of the file may be WARC/1.0,
+    since each record states its own version.
+
+    The block is the response's HTTP head alone.  A 304 has the profile server-not-modified; a 2xx,
+    identical-payload-digest, with the WARC-Payload-Digest its payload has as this visit got it (what
+    a response record of it would say).  *Identical* is the crawler's judgement on the decoded body
+    (the sha256 the frontier keeps): a server that encodes the same body to other bytes (a gzip of
+    another time) makes a revisit whose payload digest differs from its capture's.
+
+    WARC-Refers-To-Target-URI is the URL; WARC-Refers-To-Date the WARC-Date of the capture the page
+    repeats (``repeats``, unix time: the last visit that found it changed, so that a run of unchanged
+    visits all refer to one response record), left out when it is not known (a row from before
+    these times were kept).  A replay tool (pywb) finds the capture by those two, the URL and the
+    closest date, and for this profile by the digest as well; WARC-Refers-To, the capture's record
+    ID, is not written: the frontier keeps a time, not an ID, and replay tools do not read it.
+    """
+    shared = _shared_fields(exchange, warcinfo_id)
+    fields = {"WARC-Type": "revisit", "WARC-Date": _warc_date(exchange.received_at), **shared}
+    if exchange.status == 304:
+        fields["WARC-Profile"] = _SERVER_NOT_MODIFIED
+    else:
+        fields["WARC-Profile"] = _IDENTICAL_PAYLOAD_DIGEST
+        digest = Digester("sha1")  # warcio's own, as on a response record
+        digest.update(exchange.payload)
+        fields["WARC-Payload-Digest"] = str(digest)
+    fields["WARC-Refers-To-Target-URI"] = exchange.url
+    if repeats is not None:
+        fields["WARC-Refers-To-Date"] = _warc_date(repeats)
+    revisit = RecordBuilder(warc_version="1.1").create_warc_record(
+        exchange.url, "revisit", http_headers=_response_head(exchange), warc_headers_dict=fields,
+    )
+    return revisit, _request_record(writer, exchange, revisit, shared)
+
+
+def _response_head(exchange: Exchange) -> StatusAndHeaders:
+    """The head of ``exchange``'s response as its record stores it (see exchange_records())."""
     headers = [(k, v) for k, v in exchange.response_headers if k.lower() != "transfer-encoding"]
     if exchange.error is not None:
         # Cut off: the head promised more than the payload holds, and a replay that served that
@@ -116,34 +188,33 @@ def exchange_records(
         # length stored is the payload's; the server's stays beside it, as X-Orig- (warcio's word).
         headers = [(f"X-Orig-{k}" if k.lower() == "content-length" else k, v) for k, v in headers]
         headers.append(("Content-Length", str(len(exchange.payload))))
-    response_head = _WireHead(
-        f"{exchange.status} {exchange.reason}".strip(), headers, protocol=f"HTTP/{exchange.http_version}",
-    )
+    return _WireHead(f"{exchange.status} {exchange.reason}".strip(), headers, protocol=f"HTTP/{exchange.http_version}")
+
+
+def _shared_fields(exchange: Exchange, warcinfo_id: str | None) -> dict[str, str]:
+    """The fields an exchange's records all carry: where it went, and the run's warcinfo record."""
     shared = {}
     if exchange.peer is not None:
         shared["WARC-IP-Address"] = _ip_of(exchange.peer)
     if warcinfo_id is not None:
         shared["WARC-Warcinfo-ID"] = warcinfo_id
-    response_fields = {"WARC-Type": "response", "WARC-Date": _warc_date(exchange.received_at), **shared}
-    if exchange.error is not None:  # the payload is what came before the response was cut off
-        response_fields["WARC-Truncated"] = _TRUNCATED.get(exchange.error, "unspecified")
-    # Lengths given: without them warcio copies each payload into a temporary file it never closes.
-    response = writer.create_warc_record(
-        exchange.url, "response", payload=io.BytesIO(exchange.payload), length=len(exchange.payload),
-        http_headers=response_head, warc_headers_dict=response_fields,
-    )
+    return shared
+
+
+def _request_record(writer: WARCWriter, exchange: Exchange, answer: ArcWarcRecord,
+                    shared: dict[str, str]) -> ArcWarcRecord:
+    """The request record of ``exchange``, pointing at the record of its answer (WARC-Concurrent-To)."""
     request_head = _WireHead(f"{exchange.method} {exchange.target} HTTP/1.1", exchange.request_headers,
                              is_http_request=True)
-    request = writer.create_warc_record(
+    return writer.create_warc_record(
         exchange.url, "request", payload=io.BytesIO(exchange.request_body), length=len(exchange.request_body),
         http_headers=request_head, warc_headers_dict={
             "WARC-Type": "request",
             "WARC-Date": _warc_date(exchange.sent_at),
-            "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID"),
+            "WARC-Concurrent-To": answer.rec_headers.get_header("WARC-Record-ID"),
             **shared,
         },
     )
-    return response, request
 
 
 def _as_delivered(result: FetchResult, user_agent: str) -> Exchange:

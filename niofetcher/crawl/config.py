@@ -181,6 +181,9 @@ class CrawledPage:
     # False for a revisit that found the page unchanged (a 304, or the same body): not parsed, its
     # links not added again; True for a first visit and a changed page (CrawlConfig.revisit).
     changed: bool = True
+    # For an unchanged page: when the response of the capture it repeats came in (unix seconds), the
+    # last visit that found it changed; None for a changed page, or when that time was never kept.
+    repeats: float | None = None
 
     @property
     def url(self) -> str:

@@ -587,16 +587,21 @@ class Crawler:
 
     def _visit(self, page: Page, policy: RevisitPolicy) -> Visit:
         """What a completed ``page`` leaves for its next visit, and when that is due: a page found
-        unchanged keeps the validators and digest stored before, unless the server sent new ones."""
+        unchanged keeps the validators and digest stored before, unless the server sent new ones,
+        and the time of the capture it repeats; a changed one is a capture of its own."""
         item, result = page.item, page.result
         etag, last_modified = result.header("etag"), result.header("last-modified")
+        captured_at = None
         if not page.changed:
             self._unchanged += 1
             etag = etag if etag is not None else item.etag
             last_modified = last_modified if last_modified is not None else item.last_modified
+        else:
+            # The WARC-Date of the response record --warc writes for it (cli/warc.py): its exchange's.
+            captured_at = result.exchanges[-1].received_at if result.exchanges else result.fetched_at
         digest = page.digest if page.digest is not None else (None if page.changed else item.digest)
         revisit_in = policy.revisit_in(item.interval if item.visits else None, page.changed)
-        return Visit(revisit_in, page.changed, etag, last_modified, digest)
+        return Visit(revisit_in, page.changed, etag, last_modified, digest, captured_at)
 
     def _link_entries(self, page: Page, lastmods: dict[str, str]) -> list[tuple[str, int, str | None, int]]:
         """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority);

@@ -253,7 +253,7 @@ class Pipeline:
                 if page.failure:
                     continue
                 crawled = CrawledPage(page.result, page.item.depth, page.item.parent, page.links, page.duplicate_of,
-                                      page.changed)
+                                      page.changed, None if page.changed else page.item.captured_at)
                 if on_page is not None:
                     try:
                         on_page(crawled)

@@ -21,8 +21,8 @@ fetcher could not start -- a host at its connection limit, inside its
 politeness delay -- while another host's URLs could be.
 
 *Revisits.*  A crawl with a revisit policy (``crawl/schedule.py``) tells ``complete_many()`` each
-page's :class:`Visit`: its validators, its digest, whether it changed, and how long until it is due
-again.  A done URL (or an 'error' one that ``fail()`` gave a ``revisit_in``) keeps them on its row,
+page's :class:`Visit`: its validators, its digest, whether it changed (and when the capture a
+changed page made came in), and how long until it is due again.  A done URL (or an 'error' one that ``fail()`` gave a ``revisit_in``) keeps them on its row,
 ``next_due`` among them, and :meth:`FrontierBackend.wake` moves those whose ``next_due`` has come
 back to 'waiting' (through an index of the due rows alone: the other done rows are never read);
 their claims carry the validators for a conditional GET.  A sitemap can bring one sooner: told so
@@ -73,6 +73,7 @@ __all__ = [
     "check_crawl_name",
     "check_int",
     "check_time",
+    "check_visit",
     "normal_lastmods",
     "processing_key",
     "refuse_moved_options",
@@ -149,6 +150,9 @@ class FrontierURL:
     digest: str | None = None
     visits: int = 0
     interval: float | None = None
+    # When the response of the last visit that found the page changed came in (unix seconds): the
+    # capture an unchanged visit repeats, which a WARC revisit record refers to.  None before any.
+    captured_at: float | None = None
 
     @property
     def host(self) -> str:
@@ -162,7 +166,9 @@ class Visit(NamedTuple):
 
     ``etag``, ``last_modified`` and ``digest`` replace the stored ones (the crawler keeps the
     stored ones of an unchanged page); ``changed`` counts a change when the URL was visited before;
-    the URL is due again ``revisit_in`` seconds from now by the frontier's clock.
+    the URL is due again ``revisit_in`` seconds from now by the frontier's clock.  ``captured_at``,
+    when the response of a changed page came in, replaces the stored one; None (an unchanged page)
+    keeps it, so that a run of unchanged visits all repeat the same capture.
     """
 
     revisit_in: float
@@ -170,6 +176,7 @@ class Visit(NamedTuple):
     etag: str | None
     last_modified: str | None
     digest: str | None
+    captured_at: float | None = None
 
 
 class Revisits(NamedTuple):
@@ -250,6 +257,12 @@ def check_time(name: str, value: object) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
     return float(value)
+
+
+def check_visit(visit: Visit) -> Visit:
+    """``visit`` with its times checked by :func:`check_time` (``captured_at`` when there is one)."""
+    captured_at = None if visit.captured_at is None else check_time("captured_at", visit.captured_at)
+    return visit._replace(revisit_in=check_time("revisit_in", visit.revisit_in), captured_at=captured_at)
 
 
 def check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:

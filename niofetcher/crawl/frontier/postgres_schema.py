@@ -78,7 +78,8 @@ __all__ = [
 #: them gets them when opened, filled from its rows, and a niofetcher that predates them leaves them
 #: alone (its crawl then counts what it adds from the next open of a newer one on).  So did duplicate
 #: detection's (``urls.duplicate_of``, ``fingerprints``): a crawl without them gets them when opened.
-#: So did what a revisit needs (``urls.etag`` ... ``next_due`` and the index ``urls_revisit``).
+#: So did what a revisit needs (``urls.etag`` ... ``next_due`` and the index ``urls_revisit``), and
+#: then ``urls.captured_at``.
 SCHEMA_VERSION = 3
 
 # The server's clock in unix seconds: every lease is measured by it, never by a worker's.
@@ -216,6 +217,12 @@ ALTER TABLE {schema}.urls ADD COLUMN etag TEXT, ADD COLUMN last_modified TEXT, A
     ADD COLUMN visits INTEGER NOT NULL DEFAULT 0, ADD COLUMN changes INTEGER NOT NULL DEFAULT 0,
     ADD COLUMN next_due DOUBLE PRECISION;
 CREATE INDEX urls_revisit ON {schema}.urls (next_due) WHERE state IN ('done', 'error') AND next_due IS NOT NULL;
+"""
+
+# When the capture an unchanged visit repeats came in (schema.py's version 10), added after the revisit
+# columns: a crawl that has those but not this one gets it when opened.
+_CAPTURED_AT_COLUMN = """
+ALTER TABLE {schema}.urls ADD COLUMN captured_at DOUBLE PRECISION;
 """
 
 # An upgraded crawl's URLs, counted to their hosts as one worker's ('', which no worker is).
@@ -419,14 +426,14 @@ WHERE origin = %(host)s AND (owner = %(me)s OR (NOT %(fenced)s AND owner IS NULL
 
 # The first %(share)s due rows after the first %(skip)s of each host's queue, for the hosts of
 # %(hosts)s, no deeper than %(deepest)s: [host, url, depth, priority, attempts + 1, parent, seq, lastmod,
-# etag, last_modified, digest, visits, interval].
+# etag, last_modified, digest, visits, interval, captured_at].
 CLAIM_ROWS = """
 SELECT a.origin, q.url, q.depth, q.priority, q.attempts + 1, q.parent, q.seq, q.lastmod,
-       q.etag, q.last_modified, q.digest, q.visits, q.next_due - q.fetched_at
+       q.etag, q.last_modified, q.digest, q.visits, q.next_due - q.fetched_at, q.captured_at
 FROM unnest(%(hosts)s::text[]) AS a(origin) JOIN hosts ON hosts.origin = a.origin
 CROSS JOIN LATERAL (
     SELECT url, depth, priority, attempts, parent, seq, lastmod, etag, last_modified, digest, visits, next_due,
-           fetched_at FROM urls
+           fetched_at, captured_at FROM urls
     WHERE urls.host_id = hosts.id AND state = 'waiting' AND next_attempt_at <= %(now)s AND depth <= %(deepest)s
     ORDER BY priority DESC, depth, seq LIMIT %(share)s OFFSET %(skip)s
 ) AS q
@@ -504,13 +511,15 @@ FROM unnest(%(urls)s::text[], %(statuses)s::int[], %(epochs)s::bigint[]) AS v(ur
 WHERE urls.url = v.url AND urls.state = 'processing' AND {_FENCE.format(epoch="v.epoch")}
 """
 
-# After COMPLETE_MANY, what each visit leaves (a revisit policy), for the rows it made done.
+# After COMPLETE_MANY, what each visit leaves (a revisit policy), for the rows it made done; a null
+# captured_at (an unchanged page) keeps the stored one.
 VISITED = """
 UPDATE urls SET etag = v.etag, last_modified = v.last_modified, digest = v.digest, visits = urls.visits + 1,
     changes = urls.changes + CASE WHEN urls.visits > 0 AND v.changed THEN 1 ELSE 0 END,
-    next_due = %(now)s + v.revisit_in
+    next_due = %(now)s + v.revisit_in, captured_at = coalesce(v.captured_at, urls.captured_at)
 FROM unnest(%(urls)s::text[], %(etags)s::text[], %(last_modifieds)s::text[], %(digests)s::text[],
-            %(changed)s::bool[], %(revisit_in)s::float8[]) AS v(url, etag, last_modified, digest, changed, revisit_in)
+            %(changed)s::bool[], %(revisit_in)s::float8[], %(captured_at)s::float8[])
+     AS v(url, etag, last_modified, digest, changed, revisit_in, captured_at)
 WHERE urls.url = v.url AND urls.state = 'done' AND urls.fetched_at = %(now)s
 """
 
@@ -647,7 +656,7 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
         conn.execute(sql.SQL(_TABLES).format(schema=schema, admitted=sql.SQL(_TRAP_TABLES).format(schema=schema),
                                              dedup=sql.SQL(_DEDUP_TABLES).format(schema=schema),
-                                             revisit=sql.SQL(_REVISIT_COLUMNS).format(schema=schema)))
+                                             revisit=sql.SQL(_REVISIT_COLUMNS + _CAPTURED_AT_COLUMN).format(schema=schema)))
         conn.execute(sql.SQL("INSERT INTO {}.meta (key, value) VALUES ('schema_version', %s), ('created_at', %s)")
                      .format(schema), (str(SCHEMA_VERSION), repr(clock())))
         return
@@ -665,10 +674,14 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
         conn.execute(sql.SQL(_FILL_TRAP_TABLES).format(schema=schema))
     if version == str(SCHEMA_VERSION) and "urls" in tables and "fingerprints" not in tables:  # see SCHEMA_VERSION
         conn.execute(sql.SQL(_DEDUP_TABLES).format(schema=schema))
-    if version == str(SCHEMA_VERSION) and "urls" in tables and not conn.execute(
-            "SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = 'urls'"
-            " AND column_name = 'next_due'", (crawl,)).fetchone():  # see SCHEMA_VERSION
-        conn.execute(sql.SQL(_REVISIT_COLUMNS).format(schema=schema))
+    if version == str(SCHEMA_VERSION) and "urls" in tables:  # see SCHEMA_VERSION
+        columns = {name for (name,) in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'urls'"
+            " AND column_name IN ('next_due', 'captured_at')", (crawl,))}
+        if "next_due" not in columns:
+            conn.execute(sql.SQL(_REVISIT_COLUMNS).format(schema=schema))
+        if "captured_at" not in columns:
+            conn.execute(sql.SQL(_CAPTURED_AT_COLUMN).format(schema=schema))
     if version != str(SCHEMA_VERSION):
         raise FrontierError(f"{name} has frontier schema version {version or 'none'}; "
                             f"this niofetcher reads version {SCHEMA_VERSION}", FrontierErrorKind.NOT_A_FRONTIER)

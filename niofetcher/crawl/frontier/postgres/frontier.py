@@ -48,6 +48,7 @@ from ..base import (
     check_crawl_name,
     check_int,
     check_time,
+    check_visit,
     processing_key,
     refuse_moved_options,
     signed64,
@@ -343,9 +344,9 @@ class PostgresFrontier(CrawlReads, FrontierService):
             self._move("waiting", "processing", len(rows))
             self._commit(conn)
         return [FrontierURL(url, depth, priority, attempts, parent, lastmod, etag, last_modified, digest, visits,
-                            None if interval is None else float(interval))
+                            None if interval is None else float(interval), captured_at)
                 for (_host, url, depth, priority, attempts, parent, _seq, lastmod, etag, last_modified, digest, visits,
-                     interval) in rows]
+                     interval, captured_at) in rows]
 
     def _claim_pass(self, conn: psycopg.Connection[tuple[Any, ...]], turns: list[Turn], limit: int, deepest: int,
                     now: float, found: dict[str, list[_Row]]) -> list[_Row]:
@@ -466,8 +467,7 @@ class PostgresFrontier(CrawlReads, FrontierService):
             TypeError, ValueError: for a bad checkpoint, before anything is recorded.
         """
         entries = None if checkpoint is None else check_checkpoint(checkpoint)
-        visited = {url: visit._replace(revisit_in=check_time("revisit_in", visit.revisit_in))
-                   for url, visit in visits.items()} if visits else None
+        visited = {url: check_visit(visit) for url, visit in visits.items()} if visits else None
         rows = list(outcomes)
         if not rows and entries is None:
             return
@@ -487,7 +487,8 @@ class PostgresFrontier(CrawlReads, FrontierService):
                     conn.execute(VISITED, {
                         "now": now, "urls": [key for key, _ in kept], "etags": [v.etag for _, v in kept],
                         "last_modifieds": [v.last_modified for _, v in kept], "digests": [v.digest for _, v in kept],
-                        "changed": [bool(v.changed) for _, v in kept], "revisit_in": [v.revisit_in for _, v in kept]})
+                        "changed": [bool(v.changed) for _, v in kept], "revisit_in": [v.revisit_in for _, v in kept],
+                        "captured_at": [v.captured_at for _, v in kept]})
                 if entries:
                     conn.execute(SAVE_CHECKPOINT, {"names": list(entries), "values": list(entries.values())})
             for _key, host, _epoch in owned:

@@ -35,7 +35,7 @@ DEEPEST = 1 << 62
 _CLAIM_ROUNDS = 4
 
 #: A claimed row, as CLAIM_ROWS gives it: [rowid, url, depth, priority, attempts, parent, seq, host, lastmod,
-#: etag, last_modified, digest, visits, interval].
+#: etag, last_modified, digest, visits, interval, captured_at].
 Row = list[Any]
 
 

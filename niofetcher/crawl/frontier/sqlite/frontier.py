@@ -95,6 +95,7 @@ from ..base import (
     check_checkpoint,
     check_int,
     check_time,
+    check_visit,
     processing_key,
     refuse_moved_options,
     signed64,
@@ -450,9 +451,10 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
             if rows:  # with the outcomes still pending; a claim of nothing leaves them to their batch
                 self._commit(conn)
         return [
-            FrontierURL(url, depth, priority, attempts, parent, lastmod, etag, last_modified, digest, visits, interval)
+            FrontierURL(url, depth, priority, attempts, parent, lastmod, etag, last_modified, digest, visits, interval,
+                        captured_at)
             for (_rowid, url, depth, priority, attempts, parent, _seq, _host, lastmod, etag, last_modified, digest,
-                 visits, interval) in rows
+                 visits, interval, captured_at) in rows
         ]
 
     def complete(self, url: str, status: int | None) -> None:
@@ -503,9 +505,9 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
                 not an int >= 0, before anything is recorded.
         """
         entries = None if checkpoint is None else json.dumps(check_checkpoint(checkpoint))
+        checked = [(url, check_visit(visit)) for url, visit in visits.items()] if visits else []
         visited = json.dumps([[url, visit.etag, visit.last_modified, visit.digest, bool(visit.changed),
-                               check_time("revisit_in", visit.revisit_in)]
-                              for url, visit in visits.items()]) if visits else None
+                               visit.revisit_in, visit.captured_at] for url, visit in checked]) if checked else None
         with self._db() as conn:
             rows = list(outcomes)
             if not rows and entries is None:
