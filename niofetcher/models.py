@@ -76,6 +76,13 @@ class Exchange(NamedTuple):
     error: ErrorKind | None = None  # None: complete; else what cut the response off
 
 
+def capture_time(received_at: float) -> float:
+    """The time a capture (the response of a page's final hop) is known by: ``received_at`` to the
+    millisecond.  A crawl keeps it (``captured_at``) and an archive names the capture's record by
+    it; finer, it would not come back whole from every store (SQLite's JSON writes 15 digits)."""
+    return round(received_at, 3)
+
+
 @dataclass(slots=True, eq=False)
 class FetchResult:
     """The outcome of one registration: exactly one per accepted ``register()``.

@@ -83,6 +83,7 @@ def assert_revisit(archive: Archive, revisit: ArcWarcRecord, payload: bytes, cap
     assert header(revisit, "WARC-Profile") == profile
     assert header(revisit, "WARC-Refers-To-Target-URI") == header(capture, "WARC-Target-URI")
     assert header(revisit, "WARC-Refers-To-Date") == header(capture, "WARC-Date")
+    assert header(revisit, "WARC-Refers-To") == header(capture, "WARC-Record-ID")
     assert header(revisit, "WARC-Date") != header(capture, "WARC-Date")  # a later run: the capture, not itself
     assert payload == b""  # the head only
     status = revisit.http_headers.get_statuscode()
@@ -180,7 +181,7 @@ def test_a_schema_9_file_is_upgraded_and_a_page_captured_before_names_no_date(
     for revisit, _ in archive.of("/", "revisit"):
         assert header(revisit, "WARC-Profile") == NOT_MODIFIED
         assert header(revisit, "WARC-Refers-To-Target-URI") == site.base_url
-        assert header(revisit, "WARC-Refers-To-Date") is None
+        assert header(revisit, "WARC-Refers-To-Date") is None and header(revisit, "WARC-Refers-To") is None
     for path, profile in (("/a", NOT_MODIFIED), ("/b", IDENTICAL)):
         ((capture, _),) = archive.of(path, "response")
         ((revisit, payload),) = archive.of(path, "revisit")

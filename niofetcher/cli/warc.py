@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import time
+import uuid
 
 from warcio.recordbuilder import RecordBuilder
 from warcio.recordloader import ArcWarcRecord
@@ -18,7 +19,7 @@ from warcio.warcwriter import WARCWriter
 
 from .._version import __version__
 from ..errors import ErrorKind
-from ..models import Exchange, FetchResult
+from ..models import Exchange, FetchResult, capture_time
 from ..urls import parse_target
 
 #: Left out of a rebuilt response head, whose body is the decoded one (see _as_delivered).
@@ -130,7 +131,8 @@ def exchange_records(
     read as it is: they de-chunk a payload only when the stored head says Transfer-Encoding: chunked.
     """
     shared = _shared_fields(exchange, warcinfo_id)
-    response_fields = {"WARC-Type": "response", "WARC-Date": _warc_date(exchange.received_at), **shared}
+    response_fields = {"WARC-Type": "response", "WARC-Date": _warc_date(exchange.received_at),
+                       "WARC-Record-ID": _capture_id(exchange.url, capture_time(exchange.received_at)), **shared}
     if exchange.error is not None:  # the payload is what came before the response was cut off
         response_fields["WARC-Truncated"] = _TRUNCATED.get(exchange.error, "unspecified")
     # Lengths given: without them warcio copies each payload into a temporary file it never closes.
@@ -156,10 +158,10 @@ def _revisit_records(
 
     WARC-Refers-To-Target-URI is the URL; WARC-Refers-To-Date the WARC-Date of the capture the page
     repeats (``repeats``, unix time: the last visit that found it changed, so that a run of unchanged
-    visits all refer to one response record), left out when it is not known (a row from before
-    these times were kept).  A replay tool (pywb) finds the capture by those two, the URL and the
-    closest date, and for this profile by the digest as well; WARC-Refers-To, the capture's record
-    ID, is not written: the frontier keeps a time, not an ID, and replay tools do not read it.
+    visits all refer to one response record), and WARC-Refers-To that capture's WARC-Record-ID, made
+    again from the URL and the time (_capture_id()); both left out when the time is not known (a row
+    from before these times were kept).  A replay tool (pywb) finds the capture by the URL and the
+    closest date, and for this profile by the digest as well.
     """
     shared = _shared_fields(exchange, warcinfo_id)
     fields = {"WARC-Type": "revisit", "WARC-Date": _warc_date(exchange.received_at), **shared}
@@ -172,11 +174,20 @@ def _revisit_records(
         fields["WARC-Payload-Digest"] = str(digest)
     fields["WARC-Refers-To-Target-URI"] = exchange.url
     if repeats is not None:
+        fields["WARC-Refers-To"] = _capture_id(exchange.url, repeats)
         fields["WARC-Refers-To-Date"] = _warc_date(repeats)
     revisit = RecordBuilder(warc_version="1.1").create_warc_record(
         exchange.url, "revisit", http_headers=_response_head(exchange), warc_headers_dict=fields,
     )
     return revisit, _request_record(writer, exchange, revisit, shared)
+
+
+def _capture_id(url: str, captured_at: float) -> str:
+    """The WARC-Record-ID of the response record of ``url`` captured at ``captured_at`` (a
+    ``models.capture_time``): a name-based UUID of the two, so that a later revisit record names the
+    capture it repeats (WARC-Refers-To) from the time the frontier keeps, with no ID stored.  Two
+    captures of one URL in the same millisecond would share it; a crawl fetches a URL once a visit."""
+    return f"<urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'{url} {captured_at!r}')}>"
 
 
 def _response_head(exchange: Exchange) -> StatusAndHeaders:

@@ -88,7 +88,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from ..errors import ErrorKind
 from ..fetcher import NIOFetcher
-from ..models import URLBean
+from ..models import URLBean, capture_time
 from ..urls import Origin, parse_target, split_credentials
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
 from .dedup import Duplicates, Fingerprint
@@ -597,8 +597,8 @@ class Crawler:
             etag = etag if etag is not None else item.etag
             last_modified = last_modified if last_modified is not None else item.last_modified
         else:
-            # The WARC-Date of the response record --warc writes for it (cli/warc.py): its exchange's.
-            captured_at = result.exchanges[-1].received_at if result.exchanges else result.fetched_at
+            # The time of the response record --warc writes for it (cli/warc.py): its exchange's.
+            captured_at = capture_time(result.exchanges[-1].received_at if result.exchanges else result.fetched_at)
         digest = page.digest if page.digest is not None else (None if page.changed else item.digest)
         revisit_in = policy.revisit_in(item.interval if item.visits else None, page.changed)
         return Visit(revisit_in, page.changed, etag, last_modified, digest, captured_at)
