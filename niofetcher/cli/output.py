@@ -117,9 +117,10 @@ class _OutputFiles:
             self.close()
             raise
 
-    def _warc_data(self, result: FetchResult, unchanged: bool = False, repeats: float | None = None) -> bytes:
-        """The WARC records of a result (WarcRecords.of()), b"" without --warc."""
-        return self._warc_records.of(result, unchanged, repeats) if self._warc_records is not None else b""
+    def _warc_data(self, result: FetchResult, visit: tuple[bool, float | None] | None = None) -> bytes:
+        """The WARC records of a result (WarcRecords.of(): ``visit`` is a crawl's page's
+        ``(unchanged, repeats)``), b"" without --warc."""
+        return self._warc_records.of(result, visit) if self._warc_records is not None else b""
 
     def _append(self, file: _OutputFile, data: bytes) -> None:
         records = self._warc_records
@@ -204,7 +205,7 @@ class PageWriter(_OutputFiles):
         """A delivery thread: build the page's records; they are written when its batch is committed.
         A revisit that found the page unchanged is a WARC revisit record of the capture it repeats."""
         line = _json_line(page_record(page, self._list_links)) if self._out is not None else b""
-        records = (line, self._warc_data(page.result, not page.changed, page.repeats))
+        records = (line, self._warc_data(page.result, (not page.changed, page.repeats)))
         with self._lock:
             self._prepared[page.url] = records
 

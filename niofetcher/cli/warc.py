@@ -62,8 +62,11 @@ class WarcRecords:
     delivered (see _as_delivered).  ``gzip``: a gzip member per record, as
     warcio writes a ``.warc.gz``.
 
-    A revisit that found its page unchanged (``of(result, unchanged=True)``)
-    is a revisit record instead of a response record: see _revisit_records().
+    A page of a crawl (``of(result, (unchanged, repeats))``) is a capture: its
+    final response record has an ID made from its URL and capture time, for
+    the revisit records that will refer to it; and a revisit that found its
+    page unchanged is a revisit record instead of a response record: see
+    _revisit_records().  Any other record's ID is random.
 
     Every record but the warcinfo carries WARC-Warcinfo-ID, the WARC-Record-ID
     of this run's warcinfo record (``warcinfo_id``), and WARC-IP-Address, the
@@ -93,35 +96,40 @@ class WarcRecords:
         writer.write_record(record)
         return buffer.getvalue(), record.rec_headers.get_header("WARC-Record-ID")
 
-    def of(self, result: FetchResult, unchanged: bool = False, repeats: float | None = None) -> bytes:
+    def of(self, result: FetchResult, visit: tuple[bool, float | None] | None = None) -> bytes:
         """The records of every exchange of ``result``, as the bytes that go into the file.  Nothing for
         a response that failed without any exchange recorded (or none at all): what it delivered would
         be a record of an empty body.
 
-        ``unchanged``: ``result`` is a revisit that found its page as the capture of ``repeats`` (the
-        unix time its response came in; None when unknown) left it, so its final exchange, a 304 or a
-        2xx, is a revisit record (_revisit_records()).  An unchanged redirect is written whole: what
-        made it unchanged is where it leads, not its payload."""
+        ``visit``: ``result`` is a visit of a crawl's page, ``(unchanged, repeats)``, whose final
+        exchange is a capture (a response record with a named ID, _capture_id()) -- or, when the
+        visit found the page ``unchanged``, a 304 or a 2xx, a revisit record of the capture made at
+        ``repeats`` (a ``models.capture_time``; None: not known) (_revisit_records()).  An unchanged redirect is written whole: what made it unchanged is
+        where it leads, not its payload."""
         exchanges = result.exchanges
         if not exchanges and result.status is not None and result.error is None:
             exchanges = [_as_delivered(result, self.user_agent)]
         buffer = io.BytesIO()
         writer = WARCWriter(buffer, gzip=self.gzip)
+        unchanged, repeats = visit if visit is not None else (False, None)
         for number, exchange in enumerate(exchanges, 1):
-            if unchanged and number == len(exchanges) and (exchange.status == 304 or 200 <= exchange.status < 300):
+            final = visit is not None and number == len(exchanges)
+            if final and unchanged and (exchange.status == 304 or 200 <= exchange.status < 300):
                 records = _revisit_records(writer, exchange, repeats, self.warcinfo_id)
             else:
-                records = exchange_records(writer, exchange, self.warcinfo_id)
+                records = exchange_records(writer, exchange, self.warcinfo_id, capture=final)
             for record in records:
                 writer.write_record(record)
         return buffer.getvalue()
 
 
 def exchange_records(
-    writer: WARCWriter, exchange: Exchange, warcinfo_id: str | None = None
+    writer: WARCWriter, exchange: Exchange, warcinfo_id: str | None = None, capture: bool = False
 ) -> tuple[ArcWarcRecord, ArcWarcRecord]:
     """The response record of ``exchange`` and its request record, which points at it (WARC-Concurrent-To);
-    both point at the run's warcinfo record when ``warcinfo_id`` is given.
+    both point at the run's warcinfo record when ``warcinfo_id`` is given.  ``capture``: the final
+    exchange of a crawl's page, whose response record's ID is made from its URL and capture time
+    (_capture_id()), for the revisit records that will refer to it; else the ID is random.
 
     The payload is stored with its Content-Encoding, as Heritrix and wget store it and replay tools
     (pywb) expect.  Its chunked framing is not, where those two keep the bytes as they came: h11 takes
@@ -131,8 +139,9 @@ def exchange_records(
     read as it is: they de-chunk a payload only when the stored head says Transfer-Encoding: chunked.
     """
     shared = _shared_fields(exchange, warcinfo_id)
-    response_fields = {"WARC-Type": "response", "WARC-Date": _warc_date(exchange.received_at),
-                       "WARC-Record-ID": _capture_id(exchange.url, capture_time(exchange.received_at)), **shared}
+    response_fields = {"WARC-Type": "response", "WARC-Date": _warc_date(exchange.received_at), **shared}
+    if capture:
+        response_fields["WARC-Record-ID"] = _capture_id(exchange.url, capture_time(exchange.received_at))
     if exchange.error is not None:  # the payload is what came before the response was cut off
         response_fields["WARC-Truncated"] = _TRUNCATED.get(exchange.error, "unspecified")
     # Lengths given: without them warcio copies each payload into a temporary file it never closes.
@@ -185,8 +194,9 @@ def _revisit_records(
 def _capture_id(url: str, captured_at: float) -> str:
     """The WARC-Record-ID of the response record of ``url`` captured at ``captured_at`` (a
     ``models.capture_time``): a name-based UUID of the two, so that a later revisit record names the
-    capture it repeats (WARC-Refers-To) from the time the frontier keeps, with no ID stored.  Two
-    captures of one URL in the same millisecond would share it; a crawl fetches a URL once a visit."""
+    capture it repeats (WARC-Refers-To) from the time the frontier keeps, with no ID stored.  Only a
+    crawl's pages are named so: a crawl has one visit of a URL at a time, where ``fetch`` may fetch
+    one URL twice in the same millisecond (two IDs alike), and so may a redirect hop and a page."""
     return f"<urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'{url} {captured_at!r}')}>"
 
 
