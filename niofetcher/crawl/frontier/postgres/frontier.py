@@ -82,13 +82,13 @@ from ..postgres_schema import (
     VISITED,
     WAKE,
     WAKE_MODIFIED,
-    create_or_check,
 )
 from ..service import Additions, FrontierService, fit_host_budget, modified_times, prepare_additions
 from ..traps import TrapRules
 from .leases import DEEPEST
 from .session import first_line, keepalives, single, where_of
 from .status import CrawlReads
+from .tables import create_or_check
 
 if TYPE_CHECKING:
     import psycopg

@@ -24,10 +24,10 @@ from ..postgres_schema import (
     NEXT_DUE,
     REVISITS,
     STATE_OF,
-    create_or_check,
 )
 from .leases import HostLeases
 from .session import first_line, single, where_of
+from .tables import create_or_check
 
 if TYPE_CHECKING:
     import psycopg
