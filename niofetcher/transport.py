@@ -9,11 +9,13 @@ in without changing it.  Real failures are raised as OSError.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import socket
 import ssl
 import sys
+import termios
 
 from .config import TLS_VERSIONS, FetcherConfig
 
@@ -21,6 +23,7 @@ log = logging.getLogger("niofetcher")
 
 WANT_READ = -1
 WANT_WRITE = -2
+_NO_BYTES = bytes(4)  # FIONREAD's answer (a C int) when the socket holds nothing
 
 
 class PlainTransport:
@@ -66,12 +69,20 @@ class TLSTransport:
     already decrypted inside the SSL object does not make the socket readable
     again: ``pending()`` tells the connection to read on before it waits.
 
+    One SSL read gives one record at most (16 KiB, often less), so ``recv_into``
+    reads on while the kernel holds more bytes of the socket (FIONREAD): a
+    response that has arrived comes up in one piece per readiness event, as
+    over plain TCP, rather than a record per event, each a pass through h11,
+    the body buffer and the loop.  The outcome of a read made ahead that ends
+    the stream (EOF, an error) is held for the next call, which ``pending()``
+    asks for at once, so it reaches the connection as it would have.
+
     Closing is the socket's plain close, without unwrap(): a close_notify
     exchange would cost more round trips on a non-blocking socket for nothing,
     since HTTP/1.1 frames its own message ends.
     """
 
-    __slots__ = ("_ssl", "sock")
+    __slots__ = ("_fd", "_held", "_ssl", "sock")
 
     def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: str,
                  session: ssl.SSLSession | None) -> None:
@@ -80,6 +91,8 @@ class TLSTransport:
             sock, server_hostname=server_hostname, do_handshake_on_connect=False, session=session
         )
         self.sock: socket.socket = self._ssl
+        self._fd = self._ssl.fileno()
+        self._held: OSError | None | int = None  # a read ahead's end of stream: 0 (EOF) or its error
 
     def handshake(self) -> int:
         """One step of the TLS handshake: 0 when done, else WANT_READ/WANT_WRITE."""
@@ -92,9 +105,17 @@ class TLSTransport:
         return 0
 
     def recv_into(self, buffer: memoryview) -> int:
-        """Decrypted bytes read into ``buffer`` (0 = the peer closed), or WANT_READ/WANT_WRITE."""
+        """Decrypted bytes read into ``buffer`` (0 = the peer closed), or WANT_READ/WANT_WRITE:
+        every whole record the socket holds, up to the buffer's size (see the class docstring)."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            if isinstance(held, OSError):
+                raise held
+            return 0
+        tls = self._ssl
         try:
-            return self._ssl.recv_into(buffer)
+            got = tls.recv_into(buffer)
         except ssl.SSLWantReadError:
             return WANT_READ
         except ssl.SSLWantWriteError:
@@ -103,6 +124,23 @@ class TLSTransport:
             # A close without close_notify is how many servers end a read-until-close
             # body; h11 decides whether the response was complete.
             return 0
+        size = len(buffer)
+        while got and got < size and fcntl.ioctl(self._fd, termios.FIONREAD, _NO_BYTES) != _NO_BYTES:
+            try:
+                more = tls.recv_into(buffer[got:])
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                break  # part of a record, or a write first: the next event's read goes on
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                self._held = 0
+                break
+            except OSError as exc:
+                self._held = exc
+                break
+            if not more:
+                self._held = 0
+                break
+            got += more
+        return got
 
     def send(self, data: memoryview) -> int:
         """Bytes of ``data`` taken, or WANT_WRITE/WANT_READ."""
@@ -114,8 +152,9 @@ class TLSTransport:
             return WANT_READ
 
     def pending(self) -> int:
-        """Bytes decrypted inside the SSL object and not read yet."""
-        return self._ssl.pending()
+        """Bytes decrypted inside the SSL object and not read yet (1 for a held end of stream:
+        the next read gives it)."""
+        return 1 if self._held is not None else self._ssl.pending()
 
     @property
     def session_reused(self) -> bool:

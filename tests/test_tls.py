@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import datetime
 import gc
+import os
 import re
 import socket
 import ssl
+import threading
+from collections.abc import Callable
 
 import pytest
 import trustme
 from rawserver import ConnInfo, Handler, http_response, ok, redirect, serve_keepalive
 
 from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher, Origin
+from niofetcher.transport import WANT_READ, TLSTransport
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -300,3 +304,102 @@ def test_tls_options_are_refused_when_the_configuration_is_made(options, message
     with pytest.raises(ValueError, match=re.escape(message)) as refused:
         FetcherConfig(**options)
     assert "\n" not in str(refused.value)
+
+
+# -- reading: every record the socket holds, in one read ------------------------------------
+
+
+class _Peer:
+    """A TLSTransport, handshake done, over a socketpair whose other end ``serve`` plays in a thread;
+    every byte it sent is in our socket once ``sent`` is set, and it keeps its end open until close()."""
+
+    def __init__(self, context: ssl.SSLContext, ca_file: str, serve: Callable[[ssl.SSLSocket], None]) -> None:
+        ours, theirs = socket.socketpair()
+        self.sent, self._done = threading.Event(), threading.Event()
+
+        def server() -> None:
+            with context.wrap_socket(theirs, server_side=True) as tls_sock:
+                serve(tls_sock)
+                self.sent.set()
+                self._done.wait(10)
+
+        self._thread = threading.Thread(target=server, daemon=True)
+        self._thread.start()
+        ours.settimeout(10)  # blocking for the handshake: the server thread answers it
+        self.transport = TLSTransport(ours, ssl.create_default_context(cafile=ca_file), "site.test", None)
+        assert self.transport.handshake() == 0
+        self.transport.sock.setblocking(False)
+        assert self.sent.wait(10)
+
+    def close(self) -> None:
+        self.transport.sock.close()
+        self._done.set()
+        self._thread.join(10)
+
+
+def _records(count: int) -> Callable[[ssl.SSLSocket], None]:
+    def serve(tls_sock: ssl.SSLSocket) -> None:
+        for n in range(count):
+            tls_sock.sendall(bytes([n]) * 10_000)  # a record each
+    return serve
+
+
+def test_a_tls_read_takes_every_record_the_socket_holds(good_context, ca_file) -> None:
+    peer = _Peer(good_context, ca_file, _records(5))
+    buffer = memoryview(bytearray(256 * 1024))
+    # One SSL read gives one record: the five would take five readiness events, each a pass through h11.
+    assert peer.transport.recv_into(buffer) == 50_000
+    assert bytes(buffer[:50_000]) == b"".join(bytes([n]) * 10_000 for n in range(5))
+    assert not peer.transport.pending()
+    assert peer.transport.recv_into(buffer) == WANT_READ
+    peer.close()
+
+
+def test_a_tls_read_stops_when_the_buffer_is_full(good_context, ca_file) -> None:
+    peer = _Peer(good_context, ca_file, _records(3))
+    buffer = memoryview(bytearray(25_000))
+    assert peer.transport.recv_into(buffer) == 25_000
+    assert peer.transport.pending()  # the rest of the third record, already decrypted
+    assert peer.transport.recv_into(buffer) == 5_000
+    peer.close()
+
+
+def test_a_close_notify_read_ahead_comes_with_the_next_read(good_context, ca_file) -> None:
+    def serve(tls_sock: ssl.SSLSocket) -> None:
+        _records(2)(tls_sock)
+        tls_sock.setblocking(False)
+        with pytest.raises(ssl.SSLWantReadError):  # close_notify sent; ours is not awaited
+            tls_sock.unwrap()
+
+    peer = _Peer(good_context, ca_file, serve)
+    buffer = memoryview(bytearray(256 * 1024))
+    assert peer.transport.recv_into(buffer) == 20_000
+    assert peer.transport.pending()  # the end, read ahead: the connection reads again before it waits
+    assert peer.transport.recv_into(buffer) == 0
+    peer.close()
+
+
+def test_a_bare_end_of_stream_after_records_is_the_next_read(good_context, ca_file) -> None:
+    def serve(tls_sock: ssl.SSLSocket) -> None:
+        _records(2)(tls_sock)
+        tls_sock.shutdown(socket.SHUT_WR)  # TCP's end, no close_notify: how many servers end a body
+
+    peer = _Peer(good_context, ca_file, serve)
+    buffer = memoryview(bytearray(256 * 1024))
+    assert peer.transport.recv_into(buffer) == 20_000
+    assert peer.transport.recv_into(buffer) == 0
+    peer.close()
+
+
+def test_an_error_read_ahead_is_raised_by_the_next_read(good_context, ca_file) -> None:
+    def serve(tls_sock: ssl.SSLSocket) -> None:
+        _records(1)(tls_sock)
+        os.write(tls_sock.fileno(), b"this is not a TLS record at all")
+
+    peer = _Peer(good_context, ca_file, serve)
+    buffer = memoryview(bytearray(256 * 1024))
+    assert peer.transport.recv_into(buffer) == 10_000
+    assert peer.transport.pending()
+    with pytest.raises(ssl.SSLError):
+        peer.transport.recv_into(buffer)
+    peer.close()
