@@ -1,7 +1,8 @@
-"""Keeping a crawl fresh (issue 27, item 5): fixed revisit intervals against adaptive ones at one
-request budget, measured against a site whose every change is known, beside the theory.
+"""Keeping a crawl fresh (issue 27, item 5): fixed revisit intervals against adaptive ones and
+ones that follow each page's estimated rate, at one request budget, measured against a site whose
+every change is known, beside the theory.
 
-    python benchmarks/freshness.py                      # 200 pages, 28 simulated days of 2 s, 3 policies: ~3 minutes
+    python benchmarks/freshness.py                      # 200 pages, 28 simulated days of 2 s, 5 policies: ~5 minutes
     python benchmarks/freshness.py --quick              # a smoke run of a few seconds
     python benchmarks/freshness.py --json benchmarks/results/freshness.json
 
@@ -20,6 +21,12 @@ for ``--days`` simulated days:
   adaptive's, so that it makes as many, measured (each fetch comes a little after it falls due,
   and ``fixed`` makes fewer than on paper).  The goal "adaptive above fixed at the same budget"
   is judged on this one.
+- ``estimate-rate``: ``RevisitPolicy(estimate_rate=True)``, each page's rate estimated from its
+  visits and given the optimal allocation's interval; its interval (which sets its gain a fetch,
+  and so its budget) is the one whose gain is the optimal allocation's at adaptive's budget, its
+  bounds adaptive's;
+- ``fixed-matched-estimate``: ``fixed-matched``'s interval scaled to ``estimate-rate``'s requests,
+  the fixed interval it is judged against.
 
 The crawl keeps running (:func:`keep_crawl`, ``CrawlConfig(keep_running=True)``): one run that
 sleeps until the next URL falls due and fetches it, stopped when the span ends.  robots.txt is
