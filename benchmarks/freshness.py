@@ -1,7 +1,8 @@
-"""Keeping a crawl fresh (issue 27, item 5): fixed revisit intervals against adaptive ones at one
-request budget, measured against a site whose every change is known, beside the theory.
+"""Keeping a crawl fresh (issue 27, item 5): fixed revisit intervals against adaptive ones and
+ones that follow each page's estimated rate, at one request budget, measured against a site whose
+every change is known, beside the theory.
 
-    python benchmarks/freshness.py                      # 200 pages, 28 simulated days of 2 s, 3 policies: ~3 minutes
+    python benchmarks/freshness.py                      # 200 pages, 28 simulated days of 2 s, 5 policies: ~5 minutes
     python benchmarks/freshness.py --quick              # a smoke run of a few seconds
     python benchmarks/freshness.py --json benchmarks/results/freshness.json
 
@@ -20,6 +21,12 @@ for ``--days`` simulated days:
   adaptive's, so that it makes as many, measured (each fetch comes a little after it falls due,
   and ``fixed`` makes fewer than on paper).  The goal "adaptive above fixed at the same budget"
   is judged on this one.
+- ``estimate-rate``: ``RevisitPolicy(estimate_rate=True)``, each page's rate estimated from its
+  visits and given the optimal allocation's interval; its interval (which sets its gain a fetch,
+  and so its budget) is the one whose gain is the optimal allocation's at adaptive's budget, its
+  bounds adaptive's;
+- ``fixed-matched-estimate``: ``fixed-matched``'s interval scaled to ``estimate-rate``'s requests,
+  the fixed interval it is judged against.
 
 The crawl keeps running (:func:`keep_crawl`, ``CrawlConfig(keep_running=True)``): one run that
 sleeps until the next URL falls due and fetches it, stopped when the span ends.  robots.txt is
@@ -63,7 +70,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from niofetcher.crawl import CrawlConfig, Crawler, CrawlSummary
-from niofetcher.crawl.schedule import RevisitPolicy
+from niofetcher.crawl.schedule import RevisitPolicy, freshness_gain, gain_inverse
 from niofetcher.testing import ChangingSite, LoggedRequest
 
 #: The issue's goals: adaptive within this share of the optimal allocation's freshness ...
@@ -93,36 +100,27 @@ def _bisect(function: Callable[[float], float], low: float, high: float, target:
     return (low + high) / 2
 
 
-def _marginal(x: float) -> float:
-    """1 - (1 + x) e^(-x): rate times the gain in freshness per extra fetch, at rate / frequency = x."""
-    return -math.expm1(-x) - x * math.exp(-x)
+def allocation(rates: Sequence[float], mu: float) -> list[float]:
+    """Fetches a day of each page at the Lagrange condition of gain ``mu``: each page fetched ``f``
+    times a day gains ``mu`` freshness per extra fetch, ``freshness_gain(x) / rate = mu`` with
+    ``x = rate / f``; a page with ``mu * rate >= 1`` gains less than ``mu`` even from its first
+    fetch and gets none (it changes too often to be worth it)."""
+    return [0.0 if mu * rate >= 1.0 else rate / gain_inverse(mu * rate) for rate in rates]
+
+
+def optimal_gain(rates: Sequence[float], budget: float) -> float:
+    """The ``mu`` of :func:`allocation` whose fetches add up to ``budget`` a day, by bisection on
+    its logarithm (the total falls as ``mu`` grows)."""
+    log_mu = _bisect(lambda m: -sum(allocation(rates, math.exp(m))), -60.0, math.log(1.0 / min(rates)), -budget, 80)
+    return math.exp(log_mu)
 
 
 def optimal_rates(rates: Sequence[float], budget: float) -> list[float]:
     """Fetches a day of each page that maximise the mean expected freshness with ``budget``
-    fetches a day in all.
-
-    The Lagrange condition: each page fetched ``f`` times a day gains the same freshness ``mu``
-    per extra fetch, ``(1 - (1 + x) e^(-x)) / rate = mu`` with ``x = rate / f``; a page with
-    ``mu * rate >= 1`` gains less than ``mu`` even from its first fetch and gets none (it changes
-    too often to be worth it).  ``mu`` is found by bisection (on its logarithm) so that the
-    frequencies add up to ``budget``; each ``x`` by bisection too.
-    """
+    fetches a day in all: :func:`allocation` at :func:`optimal_gain`."""
     if budget <= 0:
         return [0.0 for _ in rates]
-
-    def frequencies(mu: float) -> list[float]:
-        found = []
-        for rate in rates:
-            if mu * rate >= 1.0:
-                found.append(0.0)
-                continue
-            found.append(rate / _bisect(_marginal, 0.0, 100.0, mu * rate, 60))
-        return found
-
-    # The total falls as mu grows: bisect log(mu) for the total that is -budget in "increasing" terms.
-    log_mu = _bisect(lambda m: -sum(frequencies(math.exp(m))), -60.0, math.log(1.0 / min(rates)), -budget, 80)
-    return frequencies(math.exp(log_mu))
+    return allocation(rates, optimal_gain(rates, budget))
 
 
 def mean_freshness(rates: Sequence[float], per_day: Sequence[float]) -> float:
@@ -298,19 +296,40 @@ def main(argv: list[str] | None = None) -> int:
     site, log, crawled = crawl_site(args, _fixed(intervals["fixed-matched"] * day))
     figures["fixed-matched"] = measure(site, log, crawled, start, end)
     rates = site.rates
+    # The estimating policy's one setting, its interval, gives the gain every page's last fetch
+    # makes: that of the optimal allocation at adaptive's budget, for a comparable budget.
+    mu = optimal_gain(rates, budget)
+    intervals["estimate-rate"] = mu / freshness_gain(1.0)
+    estimating = RevisitPolicy(interval=intervals["estimate-rate"] * day, min_interval=day / 24, max_interval=30 * day,
+                               estimate_rate=True)
+    site, log, crawled = crawl_site(args, estimating)
+    figures["estimate-rate"] = measure(site, log, crawled, start, end)
+    # The fixed interval of its requests, with the shortfall fixed showed against its paper interval.
+    intervals["fixed-matched-estimate"] = intervals["fixed-matched"] * (
+        figures["adaptive"]["requests"] / figures["estimate-rate"]["requests"])
+    site, log, crawled = crawl_site(args, _fixed(intervals["fixed-matched-estimate"] * day))
+    figures["fixed-matched-estimate"] = measure(site, log, crawled, start, end)
     optimal = optimal_rates(rates, budget)
+    estimate_budget = figures["estimate-rate"]["requests_per_day"]
     theory = {
         "budget_per_day": budget,
         "uniform": mean_freshness(rates, [budget / len(rates)] * len(rates)),
         "proportional": mean_freshness(rates, [budget * rate / sum(rates) for rate in rates]),
         "optimal": mean_freshness(rates, optimal),
         "optimal_unfetched": sum(f == 0 for f in optimal),
+        "optimal_gain_days": mu,
+        "estimate_budget_per_day": estimate_budget,
+        "uniform_at_estimate_budget": mean_freshness(rates, [estimate_budget / len(rates)] * len(rates)),
+        "optimal_at_estimate_budget": mean_freshness(rates, optimal_rates(rates, estimate_budget)),
     }
     allocation = bands(rates, window, figures, optimal)
     matched = figures["fixed-matched"]
+    estimate = figures["estimate-rate"]["freshness"]
     goals = {
         "adaptive_above_fixed": figures["adaptive"]["freshness"] > matched["freshness"],
         "adaptive_near_optimal": figures["adaptive"]["freshness"] >= OPTIMAL_SHARE * theory["optimal"],
+        "estimate_above_fixed": estimate > figures["fixed-matched-estimate"]["freshness"],
+        "estimate_near_optimal": estimate >= OPTIMAL_SHARE * theory["optimal_at_estimate_budget"],
         "bytes_saved": all(f["bytes_saved_share"] >= SAVED_SHARE for f in figures.values()),
     }
     report(args, figures, theory, allocation, goals, intervals)
@@ -334,7 +353,7 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, Any]], theory:
            allocation: list[dict[str, Any]], goals: dict[str, bool], intervals: dict[str, float]) -> None:
     low, high = args.rates
     print(f"{args.pages} pages changing {low:g} to {high:g} times a simulated day, days {args.warmup:g} to "
-          f"{args.days:g} measured ({args.seconds_per_day:g} s a day); fixed intervals "
+          f"{args.days:g} measured ({args.seconds_per_day:g} s a day); intervals "
           + ", ".join(f"{name} {24 * days:.2f} h" for name, days in intervals.items()))
     print(f"{'policy':<22} {'freshness':>9} {'age h':>7} {'requests':>8} {'/day':>7} {'MB sent':>8} "
           f"{'unchanged':>9} {'304s':>6} {'bytes saved':>11}")
@@ -344,7 +363,10 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, Any]], theory:
               f"{f['unchanged_304']:>6} {f['bytes_saved_share']:>11.1%}")
     for name in ("uniform", "proportional", "optimal"):
         print(f"{'theory: ' + name:<22} {theory[name]:>9.3f} {'':>7} {'':>8} {theory['budget_per_day']:>7.1f}")
-    print(f"(the optimal allocation fetches {theory['optimal_unfetched']} pages never)")
+    print(f"(the optimal allocation fetches {theory['optimal_unfetched']} pages never; its gain a fetch is "
+          f"{theory['optimal_gain_days']:.4f} days; at estimate-rate's {theory['estimate_budget_per_day']:.1f} requests "
+          f"a day, uniform {theory['uniform_at_estimate_budget']:.3f} and optimal "
+          f"{theory['optimal_at_estimate_budget']:.3f})")
     print("requests a page a day (freshness), by fifths of the pages ordered by rate:")
     names = (*figures, "optimal")
     print(f"{'rates':<12} " + " ".join(f"{name:>16}" for name in names))
@@ -356,6 +378,13 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, Any]], theory:
           f"({adaptive:.3f} against {figures['fixed-matched']['freshness']:.3f})")
     print(f"goal, adaptive within 10 % of the optimal allocation: "
           f"{'met' if goals['adaptive_near_optimal'] else 'MISSED'} ({adaptive / theory['optimal']:.1%} of it)")
+    estimate = figures["estimate-rate"]["freshness"]
+    print(f"goal, estimate-rate above fixed at the same requests: "
+          f"{'met' if goals['estimate_above_fixed'] else 'MISSED'} "
+          f"({estimate:.3f} against {figures['fixed-matched-estimate']['freshness']:.3f})")
+    print(f"goal, estimate-rate within 10 % of the optimal allocation at its requests: "
+          f"{'met' if goals['estimate_near_optimal'] else 'MISSED'} "
+          f"({estimate / theory['optimal_at_estimate_budget']:.1%} of {theory['optimal_at_estimate_budget']:.3f})")
     print(f"goal, 304s save >= 90 % of unchanged pages' bytes: {'met' if goals['bytes_saved'] else 'MISSED'}")
 
 

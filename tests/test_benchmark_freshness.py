@@ -26,6 +26,7 @@ from types import ModuleType
 
 import pytest
 
+from niofetcher.crawl.schedule import freshness_gain
 from niofetcher.testing import ChangingSite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,7 +118,7 @@ def test_the_theory_against_values_worked_by_hand(freshness: ModuleType) -> None
     rates, budget = [0.1, 0.5, 1.0, 4.0, 10.0], 8.0
     optimal = freshness.optimal_rates(rates, budget)
     assert sum(optimal) == pytest.approx(budget, rel=1e-6)
-    gains = [freshness._marginal(rate / f) / rate for rate, f in zip(rates, optimal) if f > 0]
+    gains = [freshness_gain(rate / f) / rate for rate, f in zip(rates, optimal) if f > 0]
     assert max(gains) == pytest.approx(min(gains), rel=1e-4)  # the Lagrange condition
     uniform = freshness.mean_freshness(rates, [budget / len(rates)] * len(rates))
     proportional = freshness.mean_freshness(rates, [budget * rate / sum(rates) for rate in rates])
@@ -142,9 +143,10 @@ def test_the_quick_run_counts_every_request_and_saves_the_bytes_of_unchanged_pag
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "goal, adaptive above fixed at the same requests" in run.stdout, run.stdout
+    assert "goal, estimate-rate above fixed at the same requests" in run.stdout, run.stdout
     figures = json.loads(out.read_text(encoding="utf-8"))
     policies = figures["policies"]
-    assert set(policies) == {"adaptive", "fixed", "fixed-matched"}
+    assert set(policies) == {"adaptive", "fixed", "fixed-matched", "estimate-rate", "fixed-matched-estimate"}
     for name, policy in policies.items():
         assert policy["crawler_requests"] == policy["site_requests"], name
         assert 0.0 <= policy["freshness"] <= 1.0 and policy["age_hours"] >= 0.0, name

@@ -14,6 +14,7 @@ Time is a fake clock passed as ``clock``: no test sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import random
@@ -57,7 +58,7 @@ class FakeClock:
 # tests/test_frontier_postgres.py), so that a user's queries work on each.
 URL_COLUMNS = ["url", "state", "attempts", "depth", "priority", "parent", "status", "error", "discovered_at",
                "fetched_at", "next_attempt_at", "seq", "host_id", "lastmod", "duplicate_of", "etag", "last_modified",
-               "digest", "visits", "changes", "next_due", "captured_at"]
+               "digest", "visits", "changes", "next_due", "captured_at", "changed_time", "unchanged_time"]
 
 
 # -- helpers ------------------------------------------------------------------
@@ -813,12 +814,49 @@ def test_a_version_8_file_gets_what_a_revisit_needs(tmp_path: Path, monkeypatch:
         assert frontier.counts() == {"waiting": 4, "processing": 0, "done": 1, "error": 1}
     assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     upgraded = read_rows(db, "SELECT * FROM urls ORDER BY url")
-    assert same_rows_and_new_columns_empty(upgraded, kept) and len(upgraded[0]) == len(kept[0]) + 7
+    assert same_rows_and_new_columns_empty(upgraded, kept) and len(upgraded[0]) == len(kept[0]) + 9
     fresh = tmp_path / "fresh.db"
     Frontier(fresh).close()
     assert table_shape(db) == table_shape(fresh)
     plan = read_rows(db, "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM urls WHERE state IN ('done', 'error') AND next_due <= 1")
     assert "urls_revisit" in str(plan)
+
+
+@pytest.mark.timeout(30)
+def test_a_version_10_file_gets_the_times_of_its_visits_from_its_last_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 11 (issue 27, a rate of change estimated): changed_time and unchanged_time.  The
+    visits of a version 10 file were not timed: a row visited more than once takes each visit after
+    the first as its last interval long (next_due - fetched_at), so that its changes come with time;
+    the others get 0.  The claims carry them, with the changes and the seconds since the last fetch."""
+    db = tmp_path / "old.db"
+    clock = FakeClock(1000.0)
+    make_file_as(db, 10, monkeypatch)
+    with contextlib.closing(sqlite3.connect(db)) as conn:  # three rows done: 5 visits and 1 change, 1 visit, none
+        conn.execute("UPDATE urls SET state = 'done', visits = 5, changes = 1, fetched_at = 900.0, next_due = 960.0,"
+                     " next_attempt_at = NULL WHERE url = 'http://a.test/d2'")
+        conn.execute("UPDATE urls SET state = 'done', visits = 1, fetched_at = 900.0, next_due = 990.0,"
+                     " next_attempt_at = NULL WHERE url = 'http://b.test:8080/more'")
+        conn.execute("UPDATE state_counts SET n = n + (CASE state WHEN 'done' THEN 2 WHEN 'waiting' THEN -2 END)"
+                     " WHERE state IN ('done', 'waiting')")
+        conn.commit()
+    kept = read_rows(db, "SELECT * FROM urls ORDER BY url")
+    with Frontier(db, clock=clock) as frontier:  # the upgrade
+        assert frontier.wake() == 2
+        claimed = {item.url: item for item in frontier.claim(10)}
+    assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    upgraded = read_rows(db, "SELECT * FROM urls ORDER BY url")
+    assert len(upgraded[0]) == len(kept[0]) + 2
+    assert read_rows(db, "SELECT url, changed_time, unchanged_time FROM urls WHERE changed_time + unchanged_time > 0"
+                     ) == [("http://a.test/d2", 60.0, 180.0)]  # 1 change and 3 unchanged visits of 60 s
+    assert read_rows(db, "SELECT COUNT(*) FROM urls WHERE changed_time = 0 AND unchanged_time = 0") == [(5,)]
+    d2, more = claimed["http://a.test/d2"], claimed["http://b.test:8080/more"]
+    assert (d2.visits, d2.changes, d2.changed_time, d2.unchanged_time, d2.since_fetch) == (5, 1, 60.0, 180.0, 100.0)
+    assert (more.visits, more.changes, more.changed_time, more.unchanged_time, more.since_fetch) == (1, 0, 0, 0, 100.0)
+    assert claimed["http://b.test:8080/"].since_fetch is None  # never fetched
+    fresh = tmp_path / "fresh.db"
+    Frontier(fresh).close()
+    assert table_shape(db) == table_shape(fresh)
 
 
 @pytest.mark.timeout(30)
@@ -831,9 +869,8 @@ def test_a_version_9_file_gets_a_place_for_the_time_of_each_capture(tmp_path: Pa
     kept = read_rows(db, "SELECT * FROM urls ORDER BY url")
     with Frontier(db) as frontier:  # the upgrade
         assert {item.captured_at for item in frontier.claim(10)} == {None}
-    assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("10",)]
-    upgraded = read_rows(db, "SELECT * FROM urls ORDER BY url")
-    assert len(upgraded[0]) == len(kept[0]) + 1 and [row[-1] for row in upgraded] == [None] * len(kept)
+    assert read_rows(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert read_rows(db, "SELECT COUNT(*) FROM urls WHERE captured_at IS NULL") == [(len(kept),)]
     fresh = tmp_path / "fresh.db"
     Frontier(fresh).close()
     assert table_shape(db) == table_shape(fresh)

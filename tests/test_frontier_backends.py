@@ -895,6 +895,46 @@ def test_a_visit_is_kept_and_a_done_url_is_woken_when_due(store: Store, clock: F
     frontier.close()
 
 
+def test_the_times_of_the_visits_are_kept_as_told_and_claims_carry_them(store: Store, clock: FakeClock) -> None:
+    """What a rate of change is estimated from: complete_many(visits=...) keeps a visit's
+    changed_time and unchanged_time as told (None keeps the stored ones, a frontier opened later
+    reads them); a claim carries them with the changes and the seconds from the last fetch to the
+    claim, by the frontier's clock (None for a URL never fetched)."""
+    frontier = store.open()
+    a, b = "http://a.test/", "http://b.test/"
+    frontier.add([a, b])
+    assert {(item.since_fetch, item.changes, item.changed_time, item.unchanged_time)
+            for item in frontier.claim(10)} == {(None, 0, 0.0, 0.0)}
+    frontier.complete_many([(a, 200), (b, 200)], visits={
+        a: Visit(50.0, True, '"v1"', None, "ab" * 32), b: Visit(50.0, True, '"w1"', None, "cd" * 32)})
+    clock.advance(70.0)  # 20 s late
+    assert frontier.wake() == 2
+    claimed = {item.url: item for item in frontier.claim(10)}
+    assert claimed[a].since_fetch == pytest.approx(70.0)
+    frontier.complete_many([(a, 200), (b, 304)], visits={
+        a: Visit(40.0, True, '"v2"', None, "ef" * 32, clock() - 0.5, 70.0, None),
+        b: Visit(60.0, False, '"w1"', None, "cd" * 32, None, None, 70.0)})
+    frontier.close()
+    frontier = store.open()
+    kept_a, kept_b = stored(frontier, a), stored(frontier, b)
+    assert (kept_a.changes, kept_a.changed_time, kept_a.unchanged_time) == (1, 70.0, 0.0)
+    assert (kept_b.changes, kept_b.changed_time, kept_b.unchanged_time) == (0, 0.0, 70.0)
+    clock.advance(100.0)
+    assert frontier.wake() == 2
+    claimed = {item.url: item for item in frontier.claim(10)}
+    assert (claimed[a].changes, claimed[a].changed_time, claimed[a].unchanged_time) == (1, 70.0, 0.0)
+    assert (claimed[b].changes, claimed[b].changed_time, claimed[b].unchanged_time) == (0, 0.0, 70.0)
+    assert claimed[a].since_fetch == claimed[b].since_fetch == pytest.approx(100.0)
+    # None keeps what is stored; a new sum replaces it.
+    frontier.complete_many([(a, 304), (b, 304)], visits={
+        a: Visit(40.0, False, '"v2"', None, "ef" * 32), b: Visit(60.0, False, '"w1"', None, "cd" * 32, None, None, 170.0)})
+    assert (stored(frontier, a).changed_time, stored(frontier, a).unchanged_time) == (70.0, 0.0)
+    assert (stored(frontier, b).changed_time, stored(frontier, b).unchanged_time) == (0.0, 170.0)
+    with pytest.raises(ValueError):
+        frontier.complete_many([], visits={a: Visit(1.0, True, None, None, None, None, -1.0, None)})
+    frontier.close()
+
+
 def test_an_error_given_a_revisit_comes_round_again_with_fresh_attempts(frontier: FrontierBackend,
                                                                        clock: FakeClock) -> None:
     frontier.add(urls(2))

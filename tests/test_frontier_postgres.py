@@ -181,6 +181,25 @@ def test_a_crawl_without_the_revisit_columns_gets_them_when_opened(pg: Crawl) ->
         ("urls_revisit",)]
 
 
+def test_a_crawl_without_the_visit_times_gets_them_when_opened(pg: Crawl) -> None:
+    """Issue 27 (a rate of change estimated): a crawl made before changed_time and unchanged_time
+    gets them in place; a row visited more than once takes each visit after the first as its last
+    interval long, as SQLite's version 11 does; the others get 0."""
+    with pg.open() as frontier:
+        frontier.add(["http://a.test/", "http://b.test/"])
+    pg.rows("ALTER TABLE urls DROP COLUMN changed_time, DROP COLUMN unchanged_time")  # as a niofetcher before them made it
+    pg.rows("UPDATE urls SET state = 'done', visits = 5, changes = 1, fetched_at = 900.0, next_due = 960.0,"
+            " next_attempt_at = NULL WHERE url = 'http://a.test/'")
+    rows = "SELECT url, state, visits, changes, fetched_at, next_due FROM urls ORDER BY url"
+    kept = pg.rows(rows)
+    with pg.open() as frontier:
+        assert frontier.counts()["waiting"] >= 1
+    assert pg.rows(rows) == kept
+    assert pg.columns("urls")[-2:] == ["changed_time", "unchanged_time"]
+    assert pg.rows("SELECT url, changed_time, unchanged_time FROM urls ORDER BY url") == [
+        ("http://a.test/", 60.0, 180.0), ("http://b.test/", 0.0, 0.0)]
+
+
 def test_crawl_checks_and_reads_a_shared_crawl_without_joining_it(pg: Crawl) -> None:
     """What ``crawl --frontier`` asks before its run (prepare_frontier: make or check the crawl) and
     after it (frontier_failures) takes no host and registers no worker: a worker that opened the

@@ -317,7 +317,7 @@ def test_a_file_of_the_version_before_is_upgraded_and_the_crawl_resumes(tmp_path
         assert [r.path for r in site.served()] == ["/a"]
         assert summary.counts == {"waiting": 0, "processing": 0, "done": 2, "error": 0}
         with contextlib.closing(sqlite3.connect(db)) as conn:
-            assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("10",)
+            assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("11",)
         kept = rows(db)
         assert kept["/"][:5] == ("done", 200, None, 0, 0) and kept["/a"][3:5] == (1, 0)
 

@@ -178,6 +178,7 @@ def test_a_version_6_file_is_upgraded_with_its_hosts_counted(tmp_path: Path) -> 
                            "ALTER TABLE urls DROP COLUMN last_modified; ALTER TABLE urls DROP COLUMN digest;"
                            "ALTER TABLE urls DROP COLUMN visits; ALTER TABLE urls DROP COLUMN changes;"
                            "ALTER TABLE urls DROP COLUMN next_due; ALTER TABLE urls DROP COLUMN captured_at;"  # 10's
+                           "ALTER TABLE urls DROP COLUMN changed_time; ALTER TABLE urls DROP COLUMN unchanged_time;"  # 11's
                            "UPDATE meta SET value = '6' WHERE key = 'schema_version';")
     with Frontier(db, traps=TrapRules(max_pages_per_host=6)) as frontier:
         assert frontier.add([f"http://a.test/x{i}" for i in range(3)], depth=1, parent="http://a.test/0") == 1

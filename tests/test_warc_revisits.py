@@ -175,7 +175,7 @@ def test_a_schema_9_file_is_upgraded_and_a_page_captured_before_names_no_date(
         next_second()
         run(site, db, warc)
         with contextlib.closing(sqlite3.connect(db)) as conn:
-            assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("10",)
+            assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("11",)
     archive = Archive(warc, site.base_url)
     assert archive.of("/", "response") == []
     for revisit, _ in archive.of("/", "revisit"):

@@ -137,6 +137,10 @@ def build_parser() -> Parser:
                             "the wait before a failed URL is tried again (default 30d, or --revisit when longer)")
     crawl.add_argument("--fixed-revisit", action="store_true",
                        help="with --revisit: keep every interval at --revisit, changed or not")
+    crawl.add_argument("--estimate-rate", action="store_true",
+                       help="with --revisit: estimate how often each page changes from its visits and give it "
+                            "the interval that keeps the most pages fresh for the requests made (a page "
+                            "changing once per --revisit gets --revisit), instead of Nutch's +-20%% rule")
     crawl.add_argument("--keep-running", action="store_true",
                        help="with --revisit: do not end when nothing is due; sleep until the next URL falls "
                             "due and fetch it, until stopped (Ctrl-C, SIGTERM)")

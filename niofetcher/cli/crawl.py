@@ -98,20 +98,24 @@ def _trap_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _revisit_policy(args: argparse.Namespace) -> RevisitPolicy | None:
     """``--revisit`` and its bounds as a RevisitPolicy: a bound not given is RevisitPolicy's default,
-    moved to ``--revisit`` when that is outside it.  UsageError for a bound (or ``--keep-running``) without ``--revisit``,
+    moved to ``--revisit`` when that is outside it.  UsageError for a bound (or ``--keep-running``) without ``--revisit``
+    and for ``--fixed-revisit`` with ``--estimate-rate``,
     ValueError (made a UsageError by the caller) for bounds that do not hold it."""
     if args.revisit is None:
         given = [name for name, value in (("--min-revisit", args.min_revisit), ("--max-revisit", args.max_revisit),
                                           ("--fixed-revisit", args.fixed_revisit or None),
+                                          ("--estimate-rate", args.estimate_rate or None),
                                           ("--keep-running", args.keep_running or None)) if value is not None]
         if given:
             raise UsageError(f"{given[0]} goes with --revisit DURATION: give --revisit too")
         return None
+    if args.fixed_revisit and args.estimate_rate:
+        raise UsageError("--fixed-revisit and --estimate-rate exclude each other: give one")
     interval = args.revisit
     default = RevisitPolicy()
     low = args.min_revisit if args.min_revisit is not None else min(default.min_interval, interval)
     high = args.max_revisit if args.max_revisit is not None else max(default.max_interval, interval)
-    return RevisitPolicy(interval, low, high, adaptive=not args.fixed_revisit)
+    return RevisitPolicy(interval, low, high, adaptive=not args.fixed_revisit, estimate_rate=args.estimate_rate)
 
 
 def _fetched_nothing(ran: CrawlRun) -> bool:

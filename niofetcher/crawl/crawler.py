@@ -99,7 +99,7 @@ from .parsing import ParseExecutor
 from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
 from .policy import LinkScope, error_text, is_redirect, retry_after
 from .robots_gate import RobotsGate, RobotsReply
-from .schedule import RevisitPolicy
+from .schedule import ChangeHistory, RevisitPolicy
 from .sitemaps import Sitemaps
 
 log = logging.getLogger("niofetcher")
@@ -600,8 +600,16 @@ class Crawler:
             # The time of the response record --warc writes for it (cli/warc.py): its exchange's.
             captured_at = capture_time(result.exchanges[-1].received_at if result.exchanges else result.fetched_at)
         digest = page.digest if page.digest is not None else (None if page.changed else item.digest)
-        revisit_in = policy.revisit_in(item.interval if item.visits else None, page.changed)
-        return Visit(revisit_in, page.changed, etag, last_modified, digest, captured_at)
+        history = None
+        if item.visits and item.since_fetch is not None:
+            # Whatever the policy: a crawl that turns estimate_rate on later has its pages' history.
+            history = ChangeHistory(item.changes, item.changed_time, item.unchanged_time).after(
+                max(item.since_fetch, 0.0), page.changed)
+        revisit_in = policy.revisit_in(item.interval if item.visits else None, page.changed, history)
+        if history is None:
+            return Visit(revisit_in, page.changed, etag, last_modified, digest, captured_at)
+        return Visit(revisit_in, page.changed, etag, last_modified, digest, captured_at, history.changed_time,
+                     history.unchanged_time)
 
     def _link_entries(self, page: Page, lastmods: dict[str, str]) -> list[tuple[str, int, str | None, int]]:
         """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority);

@@ -25,7 +25,9 @@ page's :class:`Visit`: its validators, its digest, whether it changed (and when 
 changed page made came in), and how long until it is due again.  A done URL (or an 'error' one that ``fail()`` gave a ``revisit_in``) keeps them on its row,
 ``next_due`` among them, and :meth:`FrontierBackend.wake` moves those whose ``next_due`` has come
 back to 'waiting' (through an index of the due rows alone: the other done rows are never read);
-their claims carry the validators for a conditional GET.  A sitemap can bring one sooner: told so
+their claims carry the validators for a conditional GET and what a rate of change is estimated
+from: the changes, the sums of the seconds that led to the changed and the unchanged visits (as
+told), and the seconds from the last fetch to the claim.  A sitemap can bring one sooner: told so
 (``add_many(..., wake_modified=True)``), a frontier moves a done or error URL whose sitemap
 ``<lastmod>`` is later than its last fetch back to 'waiting' at once, in the same transaction, with
 a statement or two for the whole batch, never one per URL -- unless that fetch was in the current
@@ -130,6 +132,10 @@ class StoredURL:
     visits: int = 0
     changes: int = 0
     next_due: float | None = None
+    # The seconds that led to the visits after the first: to those that found it changed, and to
+    # the others (what a rate of change is estimated from).
+    changed_time: float = 0.0
+    unchanged_time: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +159,13 @@ class FrontierURL:
     # When the response of the last visit that found the page changed came in (unix seconds): the
     # capture an unchanged visit repeats, which a WARC revisit record refers to.  None before any.
     captured_at: float | None = None
+    # What its rate of change is estimated from: the visits after the first that found it changed,
+    # the seconds that led to those and to the others, and the seconds from its last fetch to this
+    # claim (None when it was never fetched), which lead to this visit.
+    changes: int = 0
+    changed_time: float = 0.0
+    unchanged_time: float = 0.0
+    since_fetch: float | None = None
 
     @property
     def host(self) -> str:
@@ -168,7 +181,10 @@ class Visit(NamedTuple):
     stored ones of an unchanged page); ``changed`` counts a change when the URL was visited before;
     the URL is due again ``revisit_in`` seconds from now by the frontier's clock.  ``captured_at``,
     when the response of a changed page came in, replaces the stored one; None (an unchanged page)
-    keeps it, so that a run of unchanged visits all repeat the same capture.
+    keeps it, so that a run of unchanged visits all repeat the same capture.  ``changed_time`` and
+    ``unchanged_time``, the sums of seconds that led to the visits that found the page changed and
+    to the others (:class:`~niofetcher.crawl.schedule.ChangeHistory`), replace the stored ones;
+    None keeps them.
     """
 
     revisit_in: float
@@ -177,6 +193,8 @@ class Visit(NamedTuple):
     last_modified: str | None
     digest: str | None
     captured_at: float | None = None
+    changed_time: float | None = None
+    unchanged_time: float | None = None
 
 
 class Revisits(NamedTuple):
@@ -260,9 +278,15 @@ def check_time(name: str, value: object) -> float:
 
 
 def check_visit(visit: Visit) -> Visit:
-    """``visit`` with its times checked by :func:`check_time` (``captured_at`` when there is one)."""
-    captured_at = None if visit.captured_at is None else check_time("captured_at", visit.captured_at)
-    return visit._replace(revisit_in=check_time("revisit_in", visit.revisit_in), captured_at=captured_at)
+    """``visit`` with its times checked by :func:`check_time` (each optional one when there is one)."""
+
+    def optional(name: str, value: float | None) -> float | None:
+        return None if value is None else check_time(name, value)
+
+    return visit._replace(revisit_in=check_time("revisit_in", visit.revisit_in),
+                          captured_at=optional("captured_at", visit.captured_at),
+                          changed_time=optional("changed_time", visit.changed_time),
+                          unchanged_time=optional("unchanged_time", visit.unchanged_time))
 
 
 def check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:

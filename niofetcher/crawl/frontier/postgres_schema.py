@@ -261,14 +261,16 @@ WHERE origin = %(host)s AND (owner = %(me)s OR (NOT %(fenced)s AND owner IS NULL
 
 # The first %(share)s due rows after the first %(skip)s of each host's queue, for the hosts of
 # %(hosts)s, no deeper than %(deepest)s: [host, url, depth, priority, attempts + 1, parent, seq, lastmod,
-# etag, last_modified, digest, visits, interval, captured_at].
+# etag, last_modified, digest, visits, interval, captured_at, changes, changed_time, unchanged_time,
+# since_fetch].
 CLAIM_ROWS = """
 SELECT a.origin, q.url, q.depth, q.priority, q.attempts + 1, q.parent, q.seq, q.lastmod,
-       q.etag, q.last_modified, q.digest, q.visits, q.next_due - q.fetched_at, q.captured_at
+       q.etag, q.last_modified, q.digest, q.visits, q.next_due - q.fetched_at, q.captured_at,
+       q.changes, q.changed_time, q.unchanged_time, %(now)s - q.fetched_at
 FROM unnest(%(hosts)s::text[]) AS a(origin) JOIN hosts ON hosts.origin = a.origin
 CROSS JOIN LATERAL (
     SELECT url, depth, priority, attempts, parent, seq, lastmod, etag, last_modified, digest, visits, next_due,
-           fetched_at, captured_at FROM urls
+           fetched_at, captured_at, changes, changed_time, unchanged_time FROM urls
     WHERE urls.host_id = hosts.id AND state = 'waiting' AND next_attempt_at <= %(now)s AND depth <= %(deepest)s
     ORDER BY priority DESC, depth, seq LIMIT %(share)s OFFSET %(skip)s
 ) AS q
@@ -347,14 +349,17 @@ WHERE urls.url = v.url AND urls.state = 'processing' AND {_FENCE.format(epoch="v
 """
 
 # After COMPLETE_MANY, what each visit leaves (a revisit policy), for the rows it made done; a null
-# captured_at (an unchanged page) keeps the stored one.
+# captured_at (an unchanged page), changed_time or unchanged_time keeps the stored one.
 VISITED = """
 UPDATE urls SET etag = v.etag, last_modified = v.last_modified, digest = v.digest, visits = urls.visits + 1,
     changes = urls.changes + CASE WHEN urls.visits > 0 AND v.changed THEN 1 ELSE 0 END,
-    next_due = %(now)s + v.revisit_in, captured_at = coalesce(v.captured_at, urls.captured_at)
+    next_due = %(now)s + v.revisit_in, captured_at = coalesce(v.captured_at, urls.captured_at),
+    changed_time = coalesce(v.changed_time, urls.changed_time),
+    unchanged_time = coalesce(v.unchanged_time, urls.unchanged_time)
 FROM unnest(%(urls)s::text[], %(etags)s::text[], %(last_modifieds)s::text[], %(digests)s::text[],
-            %(changed)s::bool[], %(revisit_in)s::float8[], %(captured_at)s::float8[])
-     AS v(url, etag, last_modified, digest, changed, revisit_in, captured_at)
+            %(changed)s::bool[], %(revisit_in)s::float8[], %(captured_at)s::float8[], %(changed_time)s::float8[],
+            %(unchanged_time)s::float8[])
+     AS v(url, etag, last_modified, digest, changed, revisit_in, captured_at, changed_time, unchanged_time)
 WHERE urls.url = v.url AND urls.state = 'done' AND urls.fetched_at = %(now)s
 """
 

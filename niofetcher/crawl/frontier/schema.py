@@ -67,11 +67,12 @@ __all__ = [
 #: column; version 4 kept an index of the waiting rows by due time; version 5
 #: kept no robots.txt answers; version 6 no count of each host's URLs nor of the links the trap
 #: rules refused; version 7 no duplicate detection's fingerprints nor duplicate_of; version 8 nothing
-#: a revisit needs: validators, digest, visits, changes, next_due; version 9 no captured_at); a newer
+#: a revisit needs: validators, digest, visits, changes, next_due; version 9 no captured_at; version 10
+#: no sums of the seconds that led to the changed and the unchanged visits); a newer
 #: one is refused rather than misread.  An older niofetcher refuses this
 #: version in turn, which is the point: it would not keep the hosts, the
 #: counts and the lastmods up to date, nor find the next due time.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 _SCHEMA = """
 CREATE TABLE meta (
@@ -231,6 +232,17 @@ _SCHEMA_10 = """
 ALTER TABLE urls ADD COLUMN captured_at REAL;  -- unix time the response of the last visit that found it changed came in
 """
 
+# What version 11 adds to version 10: what a rate of change is estimated from (RevisitPolicy's
+# estimate_rate), beside the changes count.  An upgraded file's visits were not timed: each of its
+# rows takes every visit after the first as its last interval long (next_due - fetched_at, exact
+# for a fixed interval), so that its changes come with time and its estimate starts from them.
+_SCHEMA_11 = """
+ALTER TABLE urls ADD COLUMN changed_time REAL NOT NULL DEFAULT 0;    -- seconds that led to the visits that found it changed
+ALTER TABLE urls ADD COLUMN unchanged_time REAL NOT NULL DEFAULT 0;  -- ... and to the other visits after the first
+UPDATE urls SET changed_time = changes * (next_due - fetched_at), unchanged_time = (visits - 1 - changes) * (next_due - fetched_at)
+WHERE visits > 1 AND next_due > fetched_at;
+"""
+
 # Statements that take many URLs take them as one JSON array (json_each), so that a whole
 # batch is one sqlite3 call: see "The GIL" in sqlite/frontier.py.  json_extract() rather than ->>, which
 # needs SQLite 3.38.
@@ -308,7 +320,7 @@ LAST_ROW = "SELECT rowid, seq FROM urls ORDER BY rowid DESC LIMIT 1"
 CLAIM_ROWS = """
 SELECT json_group_array(json_array(u.rowid, u.url, u.depth, u.priority, u.attempts + 1, u.parent, u.seq, hosts.origin,
                                    u.lastmod, u.etag, u.last_modified, u.digest, u.visits, u.next_due - u.fetched_at,
-                                   u.captured_at))
+                                   u.captured_at, u.changes, u.changed_time, u.unchanged_time, ?1 - u.fetched_at))
 FROM json_each(?2) AS h JOIN hosts ON hosts.origin = h.value JOIN urls AS u ON u.rowid IN (
     SELECT rowid FROM urls
     WHERE host_id = hosts.id AND state = 'waiting' AND next_attempt_at <= ?1 AND depth <= ?3
@@ -417,12 +429,15 @@ WHERE url = ?4 AND state = 'processing'
 """
 
 # After COMPLETE_MANY, what each page's visit leaves (a revisit policy): each element of ?2 is
-# [url, etag, last_modified, digest, changed, revisit_in, captured_at]; a change counts from the second
-# visit on; a captured_at of null (an unchanged page) keeps the stored one.
+# [url, etag, last_modified, digest, changed, revisit_in, captured_at, changed_time, unchanged_time]; a
+# change counts from the second visit on; a null captured_at (an unchanged page), changed_time or
+# unchanged_time keeps the stored one.
 VISITED = """
 UPDATE urls SET etag = json_extract(j.value, '$[1]'), last_modified = json_extract(j.value, '$[2]'),
                 digest = json_extract(j.value, '$[3]'), visits = visits + 1,
                 captured_at = coalesce(json_extract(j.value, '$[6]'), captured_at),
+                changed_time = coalesce(json_extract(j.value, '$[7]'), changed_time),
+                unchanged_time = coalesce(json_extract(j.value, '$[8]'), unchanged_time),
                 changes = changes + (visits > 0 AND json_extract(j.value, '$[4]')),
                 next_due = ?1 + json_extract(j.value, '$[5]')
 FROM json_each(?2) AS j
@@ -502,7 +517,7 @@ WHERE true ON CONFLICT (state) DO NOTHING;
 
 # Each version's additions, by the version they make.
 _ADDITIONS = {2: _SCHEMA_2, 3: _SCHEMA_3 + _FILL_3, 4: _SCHEMA_4, 5: _SCHEMA_5, 6: _SCHEMA_6, 7: _SCHEMA_7 + _FILL_7,
-              8: _SCHEMA_8, 9: _SCHEMA_9, 10: _SCHEMA_10}
+              8: _SCHEMA_8, 9: _SCHEMA_9, 10: _SCHEMA_10, 11: _SCHEMA_11}
 
 
 def create_or_upgrade(conn: sqlite3.Connection, path: str, clock: Callable[[], float]) -> None:

@@ -324,11 +324,11 @@ class FrontierService:
         if row is None:
             return None
         (url, state, attempts, depth, priority, parent, status, error, discovered, fetched, due, lastmod,
-         etag, last_modified, digest, visits, changes, next_due) = row
+         etag, last_modified, digest, visits, changes, next_due, changed_time, unchanged_time) = row
         return StoredURL(url, state, attempts, depth, priority, parent, status, error, float(discovered),
                          None if fetched is None else float(fetched), None if due is None else float(due),
                          lastmod, etag, last_modified, digest, int(visits), int(changes),
-                         None if next_due is None else float(next_due))
+                         None if next_due is None else float(next_due), float(changed_time), float(unchanged_time))
 
     def _row_of(self, url: str, statement: str) -> tuple[Any, ...] | None:
         """The row ``statement`` reads of ``url``'s key, committed first; None for no row or a URL

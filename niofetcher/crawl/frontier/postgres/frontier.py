@@ -344,9 +344,10 @@ class PostgresFrontier(CrawlReads, FrontierService):
             self._move("waiting", "processing", len(rows))
             self._commit(conn)
         return [FrontierURL(url, depth, priority, attempts, parent, lastmod, etag, last_modified, digest, visits,
-                            None if interval is None else float(interval), captured_at)
+                            None if interval is None else float(interval), captured_at, changes, float(changed_time),
+                            float(unchanged_time), None if since_fetch is None else float(since_fetch))
                 for (_host, url, depth, priority, attempts, parent, _seq, lastmod, etag, last_modified, digest, visits,
-                     interval, captured_at) in rows]
+                     interval, captured_at, changes, changed_time, unchanged_time, since_fetch) in rows]
 
     def _claim_pass(self, conn: psycopg.Connection[tuple[Any, ...]], turns: list[Turn], limit: int, deepest: int,
                     now: float, found: dict[str, list[_Row]]) -> list[_Row]:
@@ -488,7 +489,9 @@ class PostgresFrontier(CrawlReads, FrontierService):
                         "now": now, "urls": [key for key, _ in kept], "etags": [v.etag for _, v in kept],
                         "last_modifieds": [v.last_modified for _, v in kept], "digests": [v.digest for _, v in kept],
                         "changed": [bool(v.changed) for _, v in kept], "revisit_in": [v.revisit_in for _, v in kept],
-                        "captured_at": [v.captured_at for _, v in kept]})
+                        "captured_at": [v.captured_at for _, v in kept],
+                        "changed_time": [v.changed_time for _, v in kept],
+                        "unchanged_time": [v.unchanged_time for _, v in kept]})
                 if entries:
                     conn.execute(SAVE_CHECKPOINT, {"names": list(entries), "values": list(entries.values())})
             for _key, host, _epoch in owned:

@@ -39,7 +39,8 @@ _POLL_SECONDS = 1.0
 
 # The columns of StoredURL, in its order (the SQLite frontier's statement, with psycopg's placeholder).
 _LOOKUP = ("SELECT url, state, attempts, depth, priority, parent, status, error, discovered_at, fetched_at,"
-           " next_attempt_at, lastmod, etag, last_modified, digest, visits, changes, next_due FROM urls WHERE url = %s")
+           " next_attempt_at, lastmod, etag, last_modified, digest, visits, changes, next_due, changed_time,"
+           " unchanged_time FROM urls WHERE url = %s")
 
 
 class CrawlReads(HostLeases):

@@ -22,8 +22,8 @@ __all__ = ["SCHEMA_VERSION", "create_or_check"]
 #: them gets them when opened, filled from its rows, and a niofetcher that predates them leaves them
 #: alone (its crawl then counts what it adds from the next open of a newer one on).  So did duplicate
 #: detection's (``urls.duplicate_of``, ``fingerprints``): a crawl without them gets them when opened.
-#: So did what a revisit needs (``urls.etag`` ... ``next_due`` and the index ``urls_revisit``), and
-#: then ``urls.captured_at``.
+#: So did what a revisit needs (``urls.etag`` ... ``next_due`` and the index ``urls_revisit``),
+#: then ``urls.captured_at``, then ``urls.changed_time`` and ``unchanged_time``.
 SCHEMA_VERSION = 3
 
 # {schema} is the quoted crawl name.  The tables are created in it; the statements of
@@ -166,6 +166,16 @@ _CAPTURED_AT_COLUMN = """
 ALTER TABLE {schema}.urls ADD COLUMN captured_at DOUBLE PRECISION;
 """
 
+# What a rate of change is estimated from (schema.py's version 11), added after captured_at, filled
+# for an older crawl's rows as that version fills them (its visits were not timed).
+_VISIT_TIME_COLUMNS = """
+ALTER TABLE {schema}.urls ADD COLUMN changed_time DOUBLE PRECISION NOT NULL DEFAULT 0,
+    ADD COLUMN unchanged_time DOUBLE PRECISION NOT NULL DEFAULT 0;
+UPDATE {schema}.urls SET changed_time = changes * (next_due - fetched_at),
+    unchanged_time = (visits - 1 - changes) * (next_due - fetched_at)
+WHERE visits > 1 AND next_due > fetched_at;
+"""
+
 # An upgraded crawl's URLs, counted to their hosts as one worker's ('', which no worker is).
 _FILL_TRAP_TABLES = """
 INSERT INTO {schema}.admitted (host_id, worker, n) SELECT host_id, '', count(*) FROM {schema}.urls
@@ -199,7 +209,8 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
         conn.execute(sql.SQL(_TABLES).format(schema=schema, admitted=sql.SQL(_TRAP_TABLES).format(schema=schema),
                                              dedup=sql.SQL(_DEDUP_TABLES).format(schema=schema),
-                                             revisit=sql.SQL(_REVISIT_COLUMNS + _CAPTURED_AT_COLUMN).format(schema=schema)))
+                                             revisit=sql.SQL(_REVISIT_COLUMNS + _CAPTURED_AT_COLUMN
+                                                             + _VISIT_TIME_COLUMNS).format(schema=schema)))
         conn.execute(sql.SQL("INSERT INTO {}.meta (key, value) VALUES ('schema_version', %s), ('created_at', %s)")
                      .format(schema), (str(SCHEMA_VERSION), repr(clock())))
         return
@@ -220,11 +231,13 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
     if version == str(SCHEMA_VERSION) and "urls" in tables:  # see SCHEMA_VERSION
         columns = {name for (name,) in conn.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'urls'"
-            " AND column_name IN ('next_due', 'captured_at')", (crawl,))}
+            " AND column_name IN ('next_due', 'captured_at', 'changed_time')", (crawl,))}
         if "next_due" not in columns:
             conn.execute(sql.SQL(_REVISIT_COLUMNS).format(schema=schema))
         if "captured_at" not in columns:
             conn.execute(sql.SQL(_CAPTURED_AT_COLUMN).format(schema=schema))
+        if "changed_time" not in columns:
+            conn.execute(sql.SQL(_VISIT_TIME_COLUMNS).format(schema=schema))
     if version != str(SCHEMA_VERSION):
         raise FrontierError(f"{name} has frontier schema version {version or 'none'}; "
                             f"this niofetcher reads version {SCHEMA_VERSION}", FrontierErrorKind.NOT_A_FRONTIER)

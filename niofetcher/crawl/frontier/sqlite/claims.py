@@ -35,7 +35,8 @@ DEEPEST = 1 << 62
 _CLAIM_ROUNDS = 4
 
 #: A claimed row, as CLAIM_ROWS gives it: [rowid, url, depth, priority, attempts, parent, seq, host, lastmod,
-#: etag, last_modified, digest, visits, interval, captured_at].
+#: etag, last_modified, digest, visits, interval, captured_at, changes, changed_time, unchanged_time,
+#: since_fetch].
 Row = list[Any]
 
 

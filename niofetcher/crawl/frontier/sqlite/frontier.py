@@ -452,9 +452,9 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
                 self._commit(conn)
         return [
             FrontierURL(url, depth, priority, attempts, parent, lastmod, etag, last_modified, digest, visits, interval,
-                        captured_at)
+                        captured_at, changes, changed_time, unchanged_time, since_fetch)
             for (_rowid, url, depth, priority, attempts, parent, _seq, _host, lastmod, etag, last_modified, digest,
-                 visits, interval, captured_at) in rows
+                 visits, interval, captured_at, changes, changed_time, unchanged_time, since_fetch) in rows
         ]
 
     def complete(self, url: str, status: int | None) -> None:
@@ -507,7 +507,8 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
         entries = None if checkpoint is None else json.dumps(check_checkpoint(checkpoint))
         checked = [(url, check_visit(visit)) for url, visit in visits.items()] if visits else []
         visited = json.dumps([[url, visit.etag, visit.last_modified, visit.digest, bool(visit.changed),
-                               visit.revisit_in, visit.captured_at] for url, visit in checked]) if checked else None
+                               visit.revisit_in, visit.captured_at, visit.changed_time, visit.unchanged_time]
+                              for url, visit in checked]) if checked else None
         with self._db() as conn:
             rows = list(outcomes)
             if not rows and entries is None:

@@ -30,7 +30,8 @@ _STATUS_SINCE_VERSION = 3
 
 # The columns of StoredURL, in its order: the same statement on both backends but for the placeholder.
 _LOOKUP = ("SELECT url, state, attempts, depth, priority, parent, status, error, discovered_at, fetched_at,"
-           " next_attempt_at, lastmod, etag, last_modified, digest, visits, changes, next_due FROM urls WHERE url = ?")
+           " next_attempt_at, lastmod, etag, last_modified, digest, visits, changes, next_due, changed_time,"
+           " unchanged_time FROM urls WHERE url = ?")
 
 
 class CrawlReads(Transactions):
