@@ -4,8 +4,9 @@
 The class is built in layers, one job a module: ``session.py`` (the connection, and when its
 changes commit), ``leases.py`` (the hosts a worker holds: leases, renewal, takeover, fencing),
 ``status.py`` (what a worker reads of the whole crawl, and :func:`crawl_status`), ``frontier.py``
-(opening, adding, claiming, outcomes, robots.txt).  ``tables.py`` makes and checks its tables; the
-statements on them are ``postgres_schema.py``'s.
+(opening, adding, claiming, outcomes), ``hostdata.py`` (robots.txt answers and page
+fingerprints).  ``tables.py`` makes and checks its tables; the statements on them are
+``postgres_schema.py``'s.
 """
 
 from ..base import CrawlStatus, WorkerStatus

@@ -37,12 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from ....urls import normalize_url
 from ..base import (
-    ROBOTS_SECONDS,
     FrontierError,
     FrontierErrorKind,
     FrontierURL,
     Revisits,
-    StoredRobots,
     Visit,
     check_checkpoint,
     check_crawl_name,
@@ -51,8 +49,6 @@ from ..base import (
     check_visit,
     processing_key,
     refuse_moved_options,
-    signed64,
-    unsigned64,
 )
 from ..hosts import Turn
 from ..postgres_schema import (
@@ -60,7 +56,6 @@ from ..postgres_schema import (
     CLAIM_ROWS,
     COMPLETE_MANY,
     FAIL,
-    FINGERPRINTS_OF,
     GIVE_BACK,
     HOSTS_AFTER_CLAIM,
     INSERT,
@@ -71,20 +66,17 @@ from ..postgres_schema import (
     REGISTER,
     RELEASE,
     REVISITS,
-    ROBOTS_OF,
     SAVE_CHECKPOINT,
-    SET_DUPLICATES,
     SET_LASTMODS,
     STATE_OF,
-    STORE_FINGERPRINTS,
     STORE_REFUSALS,
-    STORE_ROBOTS,
     VISITED,
     WAKE,
     WAKE_MODIFIED,
 )
 from ..service import Additions, FrontierService, fit_host_budget, modified_times, prepare_additions
 from ..traps import TrapRules
+from .hostdata import HostData
 from .leases import DEEPEST
 from .session import first_line, keepalives, single, where_of
 from .status import CrawlReads
@@ -106,7 +98,7 @@ _INSERT_ROWS = 20_000
 _Row = tuple[Any, ...]
 
 
-class PostgresFrontier(CrawlReads, FrontierService):
+class PostgresFrontier(CrawlReads, HostData, FrontierService):
     """The crawl frontier of crawl ``crawl``, in the PostgreSQL database at ``dsn``: one worker of it.
 
     Args:
@@ -597,51 +589,6 @@ class PostgresFrontier(CrawlReads, FrontierService):
             self._commit(conn)
             for host, priority in released:
                 self._offer(host, priority)
-
-    # -- robots.txt --------------------------------------------------------
-
-    def robots(self, host: str) -> StoredRobots | None:
-        """``host``'s robots.txt as a worker of this crawl fetched it in the last day, None when
-        none did: a new owner of a host need not fetch it again."""
-        with self._db() as conn:
-            row = conn.execute(ROBOTS_OF, {"host": host, "seconds": ROBOTS_SECONDS}).fetchone()
-            self._commit(conn)
-            return StoredRobots(int(row[0]), bytes(row[1] or b""), float(row[2])) if row is not None else None
-
-    def store_robots(self, host: str, status: int, body: bytes) -> None:
-        """Keep what ``host``'s robots.txt said (a final answer: 2xx or 4xx) for the host's next owners."""
-        with self._db() as conn:
-            conn.execute(STORE_ROBOTS, {"host": host, "status": status, "body": body, "me": self.worker_id,
-                                        "fenced": self._fenced})
-            self._commit(conn)
-
-    def fingerprints(self, host: str) -> list[tuple[str, bytes, int]]:
-        """Duplicate detection's fingerprints of ``host``'s done pages, as any worker kept them: what
-        a new owner of the host reads back (the SQLite Frontier's fingerprints())."""
-        with self._db() as conn:
-            rows = conn.execute(FINGERPRINTS_OF, {"host": host}).fetchall()
-            self._commit(conn)
-            return [(url, bytes(digest), unsigned64(simhash)) for url, digest, simhash in rows]
-
-    def store_fingerprints(self, pages: Iterable[tuple[str, bytes, int, str | None]]) -> None:
-        """For claimed URLs about to be completed, (url, digest, simhash, duplicate_of), as the SQLite
-        Frontier's store_fingerprints(); only for hosts this worker holds, as outcomes are."""
-        rows = list(pages)
-        if not rows:
-            return
-        duplicates = [(url, original) for url, _, _, original in rows if original is not None]
-        originals = [(url, digest, signed64(simhash)) for url, digest, simhash, original in rows if original is None]
-        mine = {"me": self.worker_id, "fenced": self._fenced}
-        with self._db() as conn:
-            with conn.pipeline():
-                if duplicates:
-                    conn.execute(SET_DUPLICATES, {"urls": [url for url, _ in duplicates],
-                                                  "originals": [original for _, original in duplicates], **mine})
-                if originals:
-                    conn.execute(STORE_FINGERPRINTS, {"urls": [row[0] for row in originals],
-                                                      "digests": [row[1] for row in originals],
-                                                      "simhashes": [row[2] for row in originals], **mine})
-            self._commit(conn)
 
     # -- closing -----------------------------------------------------------
 

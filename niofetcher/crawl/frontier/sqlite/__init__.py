@@ -1,8 +1,8 @@
 """The SQLite frontier: :class:`Frontier`, a crawl's URLs in one file that one process holds, and
 :func:`crawl_status`, which reads such a file from outside.
 
-One job a module: ``frontier.py`` (opening, adding, claiming, outcomes, robots.txt),
-``transactions.py`` (the connection, and when its changes commit), ``claims.py`` (claims host by
+One job a module: ``frontier.py`` (opening, adding, claiming, outcomes), ``revisits.py`` (URLs
+due again), ``hostdata.py`` (robots.txt answers and page fingerprints), ``transactions.py`` (the connection, and when its changes commit), ``claims.py`` (claims host by
 host), ``status.py`` (what the frontier reads of its crawl, and :func:`crawl_status`), ``lock.py``
 (one owner a file), ``wal.py`` (the log's checkpoints, in a thread).  Host leases it has none of: one process holds
 the file, and answers as ``capabilities.WholeFile``.  Its SQL is ``schema.py``'s.

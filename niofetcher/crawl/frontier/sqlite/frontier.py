@@ -84,13 +84,10 @@ from typing import Any
 
 from ....urls import host_key, normalize_url
 from ..base import (
-    ROBOTS_SECONDS,
     STATES,
     FrontierError,
     FrontierErrorKind,
     FrontierURL,
-    Revisits,
-    StoredRobots,
     Visit,
     check_checkpoint,
     check_int,
@@ -98,8 +95,6 @@ from ..base import (
     check_visit,
     processing_key,
     refuse_moved_options,
-    signed64,
-    unsigned64,
 )
 from ..capabilities import WholeFile
 from ..schema import (
@@ -110,8 +105,6 @@ from ..schema import (
     COMPLETE_MANY,
     COUNT_ROWS,
     COUNTS,
-    DUE_AGAIN,
-    FINGERPRINTS_OF,
     GIVE_UP,
     INSERT,
     INSERT_HOSTS,
@@ -122,24 +115,20 @@ from ..schema import (
     RELEASE,
     RELEASED_HOSTS,
     RETRY,
-    REVISITS,
-    ROBOTS_OF,
     SAVE_CHECKPOINT,
     SET_ADMITTED_THROUGH,
-    SET_DUPLICATE,
     SET_LASTMODS,
     STORE_COUNTS,
-    STORE_FINGERPRINT,
     STORE_REFUSALS,
-    STORE_ROBOTS,
     VISITED,
-    WAKE,
     create_or_upgrade,
 )
 from ..service import Additions, FrontierService, fit_host_budget, modified_times, prepare_additions
 from ..traps import TrapRules
 from .claims import DEEPEST, HostQueues, Row
+from .hostdata import HostData
 from .lock import OwnerLock, path_problem
+from .revisits import Revisiting
 from .status import CrawlReads
 from .transactions import database_error
 from .wal import LogCheckpointer
@@ -147,7 +136,7 @@ from .wal import LogCheckpointer
 __all__ = ["Frontier"]
 
 
-class Frontier(CrawlReads, WholeFile, FrontierService):
+class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
     """The crawl frontier, in a SQLite file (or in memory).
 
     Args:
@@ -529,43 +518,6 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
             self._outcome_recorded(conn, len(rows) or 1)
 
 
-    def robots(self, host: str) -> StoredRobots | None:
-        """``host``'s robots.txt as this crawl fetched it in the last day (by the frontier's clock),
-        None when it did not: the crawler keeps the rules of the hosts it met lately in memory,
-        and one it let go of, or a resumed crawl, reads them here instead of fetching again."""
-        with self._db() as conn:
-            now = self._clock()
-            row = conn.execute(ROBOTS_OF, (host, now - ROBOTS_SECONDS)).fetchone()
-            return StoredRobots(int(row[0]), bytes(row[1] or b""), now - float(row[2])) if row is not None else None
-
-    def store_robots(self, host: str, status: int, body: bytes) -> None:
-        """Keep what ``host``'s robots.txt said (a final answer: 2xx or 4xx), for :meth:`robots`.
-        Committed in batches like an outcome, and counted as one, so that an unrelated call that
-        fails does not roll it back (a commit of its own was 4% of a broad crawl's coordinator)."""
-        with self._db() as conn:
-            self._begin(conn)
-            conn.execute(STORE_ROBOTS, (host, status, body, self._clock()))
-            self._outcome_recorded(conn)
-
-
-    def fingerprints(self, host: str) -> list[tuple[str, bytes, int]]:
-        """The fingerprints duplicate detection keeps of ``host``'s done pages (those that duplicate
-        nothing), (url, digest, simhash): what a crawl reads back when it claims the host's URLs."""
-        with self._db() as conn:
-            return [(url, bytes(digest), unsigned64(simhash))
-                    for url, digest, simhash in conn.execute(FINGERPRINTS_OF, (host,))]
-
-    def store_fingerprints(self, pages: Iterable[tuple[str, bytes, int, str | None]]) -> None:
-        """Keep, for claimed URLs about to be completed, (url, digest, simhash, duplicate_of): the
-        URL a page duplicates on its row, or else its fingerprints for :meth:`fingerprints`.
-        Committed with the outcomes, in batches like them."""
-        rows = list(pages)
-        with self._db() as conn:
-            self._begin(conn)
-            conn.executemany(SET_DUPLICATE, [(url, original) for url, _, _, original in rows if original is not None])
-            conn.executemany(STORE_FINGERPRINT, [(url, digest, signed64(simhash))
-                                                 for url, digest, simhash, original in rows if original is None])
-
     def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None,
              revisit_in: float | None = None) -> str:
         """Record a failed attempt of a claimed URL: it waits again, or it ends 'error'.
@@ -613,42 +565,6 @@ class Frontier(CrawlReads, WholeFile, FrontierService):
             return None if row is None else str(row[0])
 
         return processing_key(url, action, state_of)
-
-    def wake(self) -> int:
-        """Done and error URLs whose ``next_due`` has come (by the frontier's clock) back to 'waiting',
-        due since then, their attempts from 0, their hosts in line; how many.  One range of the
-        partial index ``urls_revisit``: the done rows that are not due are not read."""
-        with self._db() as conn:
-            now = self._woke_at = self._clock()
-            (due,) = conn.execute(DUE_AGAIN, (now,)).fetchone()
-            rows = json.loads(due)
-            if not rows:
-                return 0
-            self._begin(conn)
-            self._wake_rows(conn, rows, now)
-            self._commit(conn)
-            self._line_up(rows)
-            return len(rows)
-
-    def _wake_rows(self, conn: sqlite3.Connection, rows: list[list[Any]], now: float) -> None:
-        """Done and error rows (``[rowid, state, host, priority]``, as DUE_AGAIN and MODIFIED_ROWS
-        give them) back to 'waiting', inside the caller's transaction; their hosts go in line
-        (:meth:`_line_up`) once it is committed."""
-        conn.execute(WAKE, (json.dumps([row[0] for row in rows]), now))
-        for _rowid, state, _host, _priority in rows:
-            self._move(state, "waiting")
-
-    def _line_up(self, rows: list[list[Any]]) -> None:
-        """The hosts of rows :meth:`_wake_rows` moved, in line for claims."""
-        for _rowid, _state, host, priority in rows:
-            self._queues.offer(host, priority)
-
-    def revisits(self) -> Revisits:
-        """How many done and error URLs are due again now, and when the next one falls due."""
-        with self._db() as conn:
-            self._commit(conn)
-            due, later = conn.execute(REVISITS, (self._clock(),)).fetchone()
-            return Revisits(int(due), None if later is None else float(later))
 
     def release(self, urls: Iterable[str]) -> None:
         """Put claimed URLs back to 'waiting' without counting the attempt:
