@@ -88,7 +88,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from ..errors import ErrorKind
 from ..fetcher import NIOFetcher
-from ..models import URLBean, capture_time
+from ..models import URLBean
 from ..urls import Origin, parse_target, split_credentials
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
 from .dedup import Duplicates, Fingerprint
@@ -99,8 +99,8 @@ from .parsing import ParseExecutor
 from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
 from .policy import LinkScope, error_text, is_redirect, retry_after
 from .robots_gate import RobotsGate, RobotsReply
-from .schedule import ChangeHistory, RevisitPolicy
 from .sitemaps import Sitemaps
+from .visits import visit_of
 
 log = logging.getLogger("niofetcher")
 
@@ -568,7 +568,8 @@ class Crawler:
                 ):
                     completed.append((page.item.url, page.result.status))
                     if self.config.revisit is not None:
-                        visits[page.item.url] = self._visit(page, self.config.revisit)
+                        visits[page.item.url] = visit_of(page, self.config.revisit)
+                        self._unchanged += not page.changed
                     if page.fingerprint is not None:
                         printed.append((page.item.url, *page.fingerprint, page.duplicate_of))
                         self._duplicates_found += page.duplicate_of is not None
@@ -584,32 +585,6 @@ class Crawler:
         # Only now: should recording them fail, they are still in progress, and run() gives them back.
         for url, _ in completed:
             self._in_progress.pop(url)
-
-    def _visit(self, page: Page, policy: RevisitPolicy) -> Visit:
-        """What a completed ``page`` leaves for its next visit, and when that is due: a page found
-        unchanged keeps the validators and digest stored before, unless the server sent new ones,
-        and the time of the capture it repeats; a changed one is a capture of its own."""
-        item, result = page.item, page.result
-        etag, last_modified = result.header("etag"), result.header("last-modified")
-        captured_at = None
-        if not page.changed:
-            self._unchanged += 1
-            etag = etag if etag is not None else item.etag
-            last_modified = last_modified if last_modified is not None else item.last_modified
-        else:
-            # The time of the response record --warc writes for it (cli/warc.py): its exchange's.
-            captured_at = capture_time(result.exchanges[-1].received_at if result.exchanges else result.fetched_at)
-        digest = page.digest if page.digest is not None else (None if page.changed else item.digest)
-        history = None
-        if item.visits and item.since_fetch is not None:
-            # Whatever the policy: a crawl that turns estimate_rate on later has its pages' history.
-            history = ChangeHistory(item.changes, item.changed_time, item.unchanged_time).after(
-                max(item.since_fetch, 0.0), page.changed)
-        revisit_in = policy.revisit_in(item.interval if item.visits else None, page.changed, history)
-        if history is None:
-            return Visit(revisit_in, page.changed, etag, last_modified, digest, captured_at)
-        return Visit(revisit_in, page.changed, etag, last_modified, digest, captured_at, history.changed_time,
-                     history.unchanged_time)
 
     def _link_entries(self, page: Page, lastmods: dict[str, str]) -> list[tuple[str, int, str | None, int]]:
         """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority);
