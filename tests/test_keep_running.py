@@ -10,6 +10,8 @@ bounded by deadlines, nothing is timed.
   while it runs is parsed in it, its new link followed;
 - stop() ends it while it sleeps, and a run without keep_running ends by itself (the control);
 - on PostgreSQL, the same;
+- stopped by SIGKILL or SIGTERM and resumed (on PostgreSQL by a new worker), each URL has one
+  ``--out`` record and one WARC capture per visit the frontier counts;
 - the command line: SIGTERM ends ``crawl --keep-running`` with one ``--out`` record per visit;
   ``--keep-running`` without ``--revisit`` is a usage error, as keep_running without a policy is.
 """
@@ -156,25 +158,32 @@ def test_sigterm_ends_crawl_keep_running_with_one_record_per_visit(tmp_path: Pat
         assert "done" in stdout
 
 
-def kept_crawl(site: KeptSite, db: Path, out: Path, warc: Path) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "niofetcher", "crawl", site.base_url, "--db", str(db), "--progress", "none",
+def kept_crawl(site: KeptSite, where: list[str], out: Path, warc: Path) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "niofetcher", "crawl", site.base_url, *where, "--progress", "none",
                "--revisit", f"{INTERVAL}s", "--fixed-revisit", "--keep-running", "--out", str(out),
                "--warc", str(warc)]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
-def test_after_any_stop_and_a_resume_each_visit_has_one_record_in_out_and_warc(tmp_path: Path, signum: int) -> None:
+@pytest.mark.parametrize(("store", "signum"), [("sqlite", signal.SIGKILL), ("sqlite", signal.SIGTERM),
+                                               ("postgres", signal.SIGKILL)])
+def test_after_any_stop_and_a_resume_each_visit_has_one_record_in_out_and_warc(
+        tmp_path: Path, request: pytest.FixtureRequest, store: str, signum: int) -> None:
     """A kept crawl stopped (SIGKILL: nothing flushed; SIGTERM: graceful) after some visits, then
-    resumed: each URL has as many ``--out`` records and WARC captures (a response or a revisit
-    record; robots.txt's are the crawl's own) as the frontier counts visits of it -- none lost,
-    none twice."""
-    db, out, warc = tmp_path / "crawl.db", tmp_path / "pages.jsonl", tmp_path / "crawl.warc"
+    resumed -- on PostgreSQL by a new worker of the crawl -- has, for each URL, as many ``--out``
+    records and WARC captures (a response or a revisit record; robots.txt's are the crawl's own) as
+    the frontier counts visits of it: none lost, none twice."""
+    out, warc = tmp_path / "pages.jsonl", tmp_path / "crawl.warc"
+    if store == "sqlite":
+        where = ["--db", str(tmp_path / "crawl.db")]
+    else:
+        dsn = request.getfixturevalue("postgres_dsn")  # skips where there is no PostgreSQL
+        where = ["--frontier", dsn, "--crawl", f"kept_{int(time.time() * 1000)}"]
     with site_of().running() as site:
         # Requests served in all when each run is stopped: the first run and a resumed one by
         # ``signum``, then a last one gracefully (a killed run's unrecorded tail is cut by the next).
         for stop_after, stop in ((7, signum), (14, signum), (17, signal.SIGTERM)):
-            process = kept_crawl(site, db, out, warc)
+            process = kept_crawl(site, where, out, warc)
             try:
                 wait_for(lambda: len(site.served()) >= stop_after)  # noqa: B023 - waited for before the next turn
                 process.send_signal(stop)
@@ -184,7 +193,7 @@ def test_after_any_stop_and_a_resume_each_visit_has_one_record_in_out_and_warc(t
                     process.kill()
                     process.communicate()
             assert process.returncode == (-signal.SIGKILL if stop == signal.SIGKILL else 0), stderr
-        stored = {url: visits for url, visits in rows_of(db, "SELECT url, visits FROM urls")}
+        stored = dict(visits_of(where))
         assert sum(stored.values()) >= 3 * 2  # every page visited, and visited again
         assert Counter(json.loads(line)["url"] for line in out.read_text().splitlines()) == Counter(stored)
         captures = Counter(uri for kind, uri, _status, _payload in warc_records(warc)
@@ -192,9 +201,16 @@ def test_after_any_stop_and_a_resume_each_visit_has_one_record_in_out_and_warc(t
         assert captures == Counter(stored)
 
 
-def rows_of(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        return conn.execute(sql).fetchall()
+def visits_of(where: list[str]) -> list[tuple[str, int]]:
+    """(url, visits) of every row of the crawl ``where`` names (``--db FILE`` or ``--frontier DSN --crawl NAME``)."""
+    if where[0] == "--db":
+        with contextlib.closing(sqlite3.connect(where[1])) as conn:
+            return conn.execute("SELECT url, visits FROM urls").fetchall()
+    import psycopg
+
+    with psycopg.connect(where[1], autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {where[3]}")
+        return conn.execute("SELECT url, visits FROM urls").fetchall()
 
 
 def test_keep_running_needs_a_revisit_policy(tmp_path: Path) -> None:
