@@ -70,10 +70,11 @@ they begin, and the slot forgets them when its last connection closes, or
 when one closes after ``dns_cache_ttl``, so that its next connection
 follows a changed DNS answer.  A slot whose address is full or whose
 ``ip_delay`` still runs parks on the address, out of the ready heap, so that
-it blocks no host on another one; one waiter is woken per place freed or
-per delay passed (one timer per address, not per slot), a woken slot that
-starts and leaves room wakes the next, and one woken that cannot start
-after all passes its wake on.  A request waiting here waits in its queue:
+it blocks no host on another one -- but one with an idle connection of its
+own needs no place, only the delay, and waits by its own timer; one waiter
+is woken per place freed or per delay passed (one timer per address, not
+per slot), a woken slot that starts and leaves room wakes the next, and one
+woken that cannot start after all passes its wake on.  A request waiting here waits in its queue:
 neither its connect timeout nor its request timeout has begun.  Through a
 proxy the origin's address is the proxy's to know: proxied requests are
 counted by ``max_connections_per_proxy`` only.
@@ -558,7 +559,15 @@ class HostTable:
                 if slot.ip:
                     group = self._ip_group(slot.ip)
                     if group.next_start_at > now:
-                        self._park_ip(slot, group, queued, task, now)
+                        if slot.idle:
+                            # Its own connection is there: it waits for the address's delay, by its
+                            # own timer, not for a place in the line, whose wakes come as places free
+                            # (none may: it would wait for its idle connection to close).
+                            if len(queued) != 3:
+                                slot.queue[0] = (queued[0], queued[1], task)
+                            self.pause(slot, group.next_start_at, now)
+                        else:
+                            self._park_ip(slot, group, queued, task, now)
                         continue
                 else:
                     slot.ip = None  # unknown for this start only: the next one asks again

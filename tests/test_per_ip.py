@@ -154,6 +154,21 @@ def test_an_idle_connection_of_one_name_makes_room_for_another_name(watch: Watch
 
 
 @pytest.mark.timeout(30)
+def test_a_name_at_its_address_limit_waits_out_the_ip_delay_on_its_own_connection(watch: Watch, no_leaks: object) -> None:
+    """One place on the address, a delay between starts: the name's next requests go on its kept-alive
+    connection once the delay has passed.  They used to wait in the address's line for a place to
+    free, which none did until the idle timeout closed that connection (15 s a request; 1 s here,
+    so that a new connection, not a reused one, is what the regression shows)."""
+    server = watch.serve(watch.handler())
+    config = FetcherConfig(max_connections_per_ip=1, ip_delay=0.05, idle_timeout=1.0,
+                           resolve={"a.test": "127.0.0.1"})
+    results = fetch_all(config, [f"http://a.test:{server.port}/{i}" for i in range(3)])
+    assert [r.ok for r in results] == [True] * 3
+    assert [r.connection_reused for r in results] == [False, True, True]
+    assert server.accepted == 1
+
+
+@pytest.mark.timeout(30)
 def test_hosts_on_another_address_are_not_blocked_while_one_address_is_full(
     watch: Watch, no_leaks: object
 ) -> None:
