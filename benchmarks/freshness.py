@@ -265,11 +265,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds-per-day", type=float, default=2.0, help="real seconds a simulated day lasts (default 2)")
     parser.add_argument("--page-size", type=int, default=8192, help="bytes of a page's body (default 8192)")
     parser.add_argument("--seed", type=int, default=27, help="seed of the rates and change times (default 27)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds: 30 pages, 6 days of 0.5 s")
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds: 30 pages, 4 days of 0.5 s")
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     args = parser.parse_args(argv)
     if args.quick:
-        args.pages, args.days, args.warmup, args.seconds_per_day = 30, 6.0, 2.0, 0.5
+        args.pages, args.days, args.warmup, args.seconds_per_day = 30, 4.0, 1.5, 0.5
     low, _, high = args.rates.partition(",")
     args.rates = (float(low), float(high or low))
     if not 0 <= args.warmup < args.days:

@@ -29,7 +29,7 @@ def test_throttle_benchmark_prints_its_tables(tmp_path: Path) -> None:
         pass
     out = tmp_path / "throttle.json"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "throttle.py"), "--quick", "--rates", "20",
+        [sys.executable, str(ROOT / "benchmarks" / "throttle.py"), "--quick", "--duration", "1.5", "--warmup", "0.5", "--rates", "20",
          "--clients", ",".join(clients), "--json", str(out)],
         check=False, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
         timeout=170,
