@@ -30,10 +30,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
-from niofetcher.crawl.frontier.postgres import NO_HOST_LEASES
+from niofetcher.crawl.frontier.postgres import NO_ADDRESS_GROUPS, NO_HOST_LEASES
 from niofetcher.testing import TestSite
 
 pytest_plugins = ["pg_cluster"]
@@ -46,11 +47,14 @@ _names = itertools.count()
 class Workers:
     """``niofetcher crawl --frontier`` processes on one crawl, their output in files."""
 
-    def __init__(self, dsn: str, tmp_path: Path, site: TestSite, *extra: str) -> None:
+    def __init__(self, dsn: str, tmp_path: Path, site: TestSite | tuple[TestSite, ...], *extra: str) -> None:
         self.dsn = dsn
         self.crawl = f"dist_{next(_names)}_{os.getpid()}"
         self.tmp_path = tmp_path
-        self.args = [*site.base_urls, "--frontier", dsn, "--crawl", self.crawl, "--allowed-domain", "127.0.0.1",
+        sites = site if isinstance(site, tuple) else (site,)
+        seeds = [url for each in sites for url in each.base_urls]
+        domains = [arg for ip in dict.fromkeys(urlsplit(url).hostname for url in seeds) for arg in ("--allowed-domain", str(ip))]
+        self.args = [*seeds, "--frontier", dsn, "--crawl", self.crawl, *domains,
                      "--progress", "none", "--parse-mode", "thread", "--connections", "8",
                      "--per-host", str(PER_HOST), *extra]
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -114,7 +118,7 @@ class Workers:
 def workers(postgres_dsn: str, tmp_path: Path) -> Iterator[Any]:
     made: list[Workers] = []
 
-    def make(site: TestSite, *extra: str) -> Workers:
+    def make(site: TestSite | tuple[TestSite, ...], *extra: str) -> Workers:
         made.append(Workers(postgres_dsn, tmp_path, site, *extra))
         return made[-1]
 
@@ -138,16 +142,21 @@ def page_log(site: TestSite) -> dict[str, list[float]]:
 def peak_requests(site: TestSite) -> dict[int, int]:
     """Per port: the most requests the server was serving at once (each from its arrival until its
     response went out, ``site.delay`` later)."""
-    peaks = {}
-    for port in site.ports:
-        events = sorted([(t, 1) for t, _path in site.counters(port).log]
-                        + [(t + site.delay * 0.95, -1) for t, _path in site.counters(port).log])
-        level = peak = 0
-        for _t, step in events:
-            level += step
-            peak = max(peak, level)
-        peaks[port] = peak
-    return peaks
+    return {port: _peak(site.counters(port).log, site.delay) for port in site.ports}
+
+
+def peak_at_address(site: TestSite) -> int:
+    """The most requests the site's ports (one address) were serving at once, together."""
+    return _peak(site.counters().log, site.delay)
+
+
+def _peak(log: list[tuple[float, str]], delay: float) -> int:
+    events = sorted([(t, 1) for t, _path in log] + [(t + delay * 0.95, -1) for t, _path in log])
+    level = peak = 0
+    for _t, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
 
 
 def shortest_gap(site: TestSite) -> float:
@@ -172,9 +181,9 @@ def crawl_with_three(workers: Any, site: TestSite, *extra: str) -> Workers:
     return crew
 
 
-def assert_every_page_done_once(crew: Workers, site: TestSite) -> dict[str, list[float]]:
-    everything = set(site.page_urls())
-    log = page_log(site)
+def assert_every_page_done_once(crew: Workers, *sites: TestSite) -> dict[str, list[float]]:
+    everything = {url for site in sites for url in site.page_urls()}
+    log = {url: times for site in sites for url, times in page_log(site).items()}
     assert set(log) == everything
     assert crew.rows("SELECT state, COUNT(*) FROM urls GROUP BY state") == [("done", len(everything))]
     return log
@@ -244,6 +253,28 @@ def test_a_host_handed_to_a_later_worker_never_has_more_open_sockets_than_the_li
         opened = {port: site.counters(port).max_open for port in site.ports}
         print(f"open connections at their peak per host {opened}; pages per worker {sorted(shares.values())}")
         assert max(opened.values()) <= PER_HOST, opened
+
+
+@pytest.mark.timeout(150)
+def test_with_per_ip_limits_three_workers_keep_one_addresss_limit_across_workers(workers: Any) -> None:
+    """Six hosts on 127.0.0.1 and six on 127.0.0.2, three workers at --per-ip 2: each address's
+    servers (their logs merged) never serve more than 2 requests at once, since the hosts of one
+    address are one worker's at a time; every page is fetched once.  The control, the same crawl
+    with the address groups switched off (the test-only switch), has each worker keep its own 2
+    and the check fails."""
+    peaks = {}
+    for env in ({}, {NO_ADDRESS_GROUPS: "1"}):
+        with TestSite(hosts=6, pages=40, delay=0.05, log_requests=True, max_seconds=140) as first, \
+                TestSite(hosts=6, pages=40, delay=0.05, host="127.0.0.2", log_requests=True, max_seconds=140) as second:
+            crew: Workers = workers((first, second), "--lease", "3", "--per-ip", "2")
+            for _ in range(3):
+                crew.start(env)
+            crew.wait(100)
+            log = assert_every_page_done_once(crew, first, second)
+            assert {url: len(times) for url, times in log.items() if len(times) > 1} == {}
+            peaks["grouped" if not env else "control"] = max(peak_at_address(first), peak_at_address(second))
+    print(f"peak requests at once per address with --per-ip 2: {peaks}")
+    assert peaks["grouped"] <= 2 < peaks["control"], peaks
 
 
 # The hosts a worker (%s) still owns that have work: a URL waiting or in flight.
