@@ -251,3 +251,27 @@ def test_a_crawl_with_per_ip_limits_keeps_where_each_named_hosts_answers_came_fr
                 conn.execute(f"SET search_path TO {crawl}")
                 assert conn.execute("SELECT origin, address FROM hosts").fetchall() == [
                     (f"http://a.test:{site.ports[0]}", address)]
+
+
+def test_a_worker_that_takes_a_host_of_an_address_another_is_settling_gives_it_back_at_once(
+    postgres_dsn: str,
+) -> None:
+    """Two workers settling one address at the same moment are put in order by the address's
+    advisory lock, which neither waits for: the one that finds it taken gives the host back in the
+    same transaction, before claiming anything of it."""
+    import psycopg
+
+    from niofetcher.crawl.frontier.postgres import PostgresFrontier
+
+    crawl = f"settling_{next(_crawls)}"
+    with PostgresFrontier(postgres_dsn, crawl, lease_seconds=60.0, group_by_address=True) as frontier, \
+            psycopg.connect(postgres_dsn) as other:
+        frontier.add(["http://127.0.0.1:9001/", "http://127.0.0.2:9002/"])
+        other.execute("SELECT pg_advisory_xact_lock(1852403553, hashtext('127.0.0.1'))")  # settling 127.0.0.1
+        frontier._take_soon = True
+        assert [item.host for item in frontier.claim(5)] == ["http://127.0.0.2:9002"]
+        assert frontier._conn.execute(  # type: ignore[union-attr]
+            "SELECT origin FROM hosts WHERE owner IS NULL").fetchall() == [("http://127.0.0.1:9001",)]
+        other.rollback()  # settled elsewhere (here: nothing holds it now): the next take keeps it
+        frontier._take_soon = True
+        assert [item.host for item in frontier.claim(5)] == ["http://127.0.0.1:9001"]
