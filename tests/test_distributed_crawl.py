@@ -284,37 +284,57 @@ OWNED_WITH_WORK = ("SELECT COUNT(*) FROM hosts WHERE owner = %s AND EXISTS (SELE
 
 @pytest.mark.timeout(150)
 def test_a_killed_workers_hosts_are_taken_over_and_only_its_pages_in_flight_are_fetched_again(workers: Any) -> None:
-    lease = 2.0
     # Big enough that the victim alone (4 hosts at 2 connections, 0.2 s a page) needs over 30 s:
     # the kill comes once all three have done pages, however slowly the other two start.
     with TestSite(hosts=12, pages=120, delay=0.2, log_requests=True, max_seconds=140) as site:
-        crew: Workers = workers(site, "--lease", str(lease))
-        victim = crew.start()
-        victim_id = crew.worker_id(victim)
-        others = [crew.start(), crew.start()]
-        deadline = time.monotonic() + 60
-        while done_by_worker(crew).get(victim_id, 0) < 20 or len(done_by_worker(crew)) < 3:
-            assert time.monotonic() < deadline and victim.poll() is None, (
-                f"the crawl ended or stalled before the kill: done by worker {done_by_worker(crew)}, "
-                f"exit codes {[proc.poll() for proc in crew.procs]}, stderr {[crew.stderr(n) for n in range(3)]}")
-            time.sleep(0.05)
-        os.kill(victim.pid, signal.SIGSTOP)  # frozen, so that what it has in flight can be read
-        in_flight = {url for (url,) in crew.rows(
-            "SELECT url FROM urls JOIN hosts ON hosts.id = urls.host_id WHERE state = 'processing' AND owner = %s",
-            victim_id)}
-        victim.kill()
-        killed_at = time.monotonic()
-        victim.wait(timeout=10)
-        while crew.rows(OWNED_WITH_WORK, victim_id) != [(0,)]:
-            assert time.monotonic() < killed_at + lease + 5, "the killed worker's hosts were not taken over"
-            time.sleep(0.02)
-        took = time.monotonic() - killed_at
-        crew.wait(100, others)
-        log = assert_every_page_done_once(crew, site)
-        fetched_again = {url for url, times in log.items() if len(times) > 1}
-        assert fetched_again <= in_flight, fetched_again - in_flight
-        print(f"takeover {took:.2f} s after kill -9 (lease {lease} s); "
-              f"{len(fetched_again)} pages fetched again of {len(in_flight)} in flight")
+        kill_one_of_three(workers(site, "--lease", "2"), site, takeover_within=2 + 5)
+
+
+@pytest.mark.timeout(150)
+def test_with_per_ip_limits_a_killed_workers_address_groups_are_taken_over(workers: Any) -> None:
+    """The same with the hosts on three addresses at --per-ip 2: a dead worker's groups are no
+    live worker's, so others take them (a take skips only the addresses live workers hold), and
+    no address ever serves more than 2 requests at once.  Not all within the lease: the hosts of a
+    group beyond its new holder's fair share wait for it to make room."""
+    with TestSite(hosts=4, pages=30, delay=0.2, log_requests=True, max_seconds=140) as first, \
+            TestSite(hosts=4, pages=30, delay=0.2, host="127.0.0.2", log_requests=True, max_seconds=140) as second, \
+            TestSite(hosts=4, pages=30, delay=0.2, host="127.0.0.3", log_requests=True, max_seconds=140) as third:
+        sites = (first, second, third)
+        kill_one_of_three(workers(sites, "--lease", "2", "--per-ip", "2"), *sites, takeover_within=None)
+        assert max(peak_at_address(site) for site in sites) <= 2
+
+
+def kill_one_of_three(crew: Workers, *sites: TestSite, takeover_within: float | None) -> None:
+    """Three workers (a lease of 2 s); ``kill -9`` of the first once all three have done pages: its
+    hosts are taken (within ``takeover_within`` seconds, when given), every page ends done, and the
+    only pages fetched twice are ones it had in flight."""
+    lease = 2.0
+    victim = crew.start()
+    victim_id = crew.worker_id(victim)
+    others = [crew.start(), crew.start()]
+    deadline = time.monotonic() + 60
+    while done_by_worker(crew).get(victim_id, 0) < 20 or len(done_by_worker(crew)) < 3:
+        assert time.monotonic() < deadline and victim.poll() is None, (
+            f"the crawl ended or stalled before the kill: done by worker {done_by_worker(crew)}, "
+            f"exit codes {[proc.poll() for proc in crew.procs]}, stderr {[crew.stderr(n) for n in range(3)]}")
+        time.sleep(0.05)
+    os.kill(victim.pid, signal.SIGSTOP)  # frozen, so that what it has in flight can be read
+    in_flight = {url for (url,) in crew.rows(
+        "SELECT url FROM urls JOIN hosts ON hosts.id = urls.host_id WHERE state = 'processing' AND owner = %s",
+        victim_id)}
+    victim.kill()
+    killed_at = time.monotonic()
+    victim.wait(timeout=10)
+    while crew.rows(OWNED_WITH_WORK, victim_id) != [(0,)]:
+        assert time.monotonic() < killed_at + (takeover_within or 100), "the killed worker's hosts were not taken over"
+        time.sleep(0.02)
+    took = time.monotonic() - killed_at
+    crew.wait(100, others)
+    log = assert_every_page_done_once(crew, *sites)
+    fetched_again = {url for url, times in log.items() if len(times) > 1}
+    assert fetched_again <= in_flight, fetched_again - in_flight
+    print(f"takeover {took:.2f} s after kill -9 (lease {lease} s); "
+          f"{len(fetched_again)} pages fetched again of {len(in_flight)} in flight")
 
 
 @pytest.mark.timeout(150)

@@ -90,7 +90,7 @@ __all__ = ["DEEPEST", "NO_ADDRESS_GROUPS", "NO_HOST_LEASES", "HostLeases"]
 
 log = logging.getLogger("niofetcher")
 
-#: The test-only switch that turns host ownership off (see "Test-only switch" above).
+#: The test-only switch that turns host ownership off (see "Test-only switches" above).
 NO_HOST_LEASES = "NIOFETCHER_TEST_NO_HOST_LEASES"
 #: The test-only switch that turns the address groups off (see "Test-only switches" above).
 NO_ADDRESS_GROUPS = "NIOFETCHER_TEST_NO_ADDRESS_GROUPS"
@@ -267,13 +267,28 @@ class HostLeases(Session):
 
     def _shed(self, share: int) -> None:
         """Fairness: hold no more than a fair share of the hosts with work (``share``: each live
-        worker the same), and let the hosts beyond it go -- those with the least in flight, which
-        stop being claimed for and are given back once nothing of them is in flight."""
+        worker the same), and let the hosts beyond it go -- those with the least in flight, or
+        with address groups whole groups, which stop being claimed for and are given back once
+        nothing of them is in flight."""
         staying = [host for host in self._held if host not in self._leaving]
         excess = len(staying) - share
         if excess <= 1:  # a host more than the share is no reason to move one
             return
-        for host in sorted(staying, key=self._claims_by_host.__getitem__)[:excess]:
+        busy = self._claims_by_host.__getitem__
+        if not self._by_address:
+            leaving = sorted(staying, key=busy)[:excess]
+        else:
+            # An address's hosts can only move together: whole groups go, the least busy first, but
+            # never the last one (a host whose address is unknown is a group of its own).
+            groups: dict[str, list[str]] = {}
+            for host in staying:
+                groups.setdefault(self._addresses.get(host, host), []).append(host)
+            leaving = []
+            for hosts in sorted(groups.values(), key=lambda hosts: sum(map(busy, hosts)))[:-1]:
+                if len(leaving) >= excess:
+                    break
+                leaving += hosts
+        for host in leaving:
             self._leave(host)
 
     def _leave(self, host: str) -> None:
