@@ -275,3 +275,26 @@ def test_a_worker_that_takes_a_host_of_an_address_another_is_settling_gives_it_b
         other.rollback()  # settled elsewhere (here: nothing holds it now): the next take keeps it
         frontier._take_soon = True
         assert [item.host for item in frontier.claim(5)] == ["http://127.0.0.1:9001"]
+
+
+def test_a_worker_over_its_share_lets_whole_address_groups_go(postgres_dsn: str) -> None:
+    """A worker alone takes six hosts, four on 127.0.0.1 and two on 127.0.0.2; a second joins and
+    the first's share falls to three.  It lets one whole address go and keeps the other whole: the
+    hosts of an address can only move together (letting the three least busy go split an address,
+    which then neither worker could finish alone)."""
+    from niofetcher.crawl.frontier.postgres import PostgresFrontier
+
+    crawl = f"shed_groups_{next(_crawls)}"
+    hosts = ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9004", "127.0.0.2:9005", "127.0.0.2:9006"]
+    with PostgresFrontier(postgres_dsn, crawl, lease_seconds=60.0, group_by_address=True) as first:
+        first.add([f"http://{host}/" for host in hosts])
+        first._take_soon = True
+        first.lost_hosts()
+        owners = "SELECT DISTINCT owner IS NOT NULL, address FROM hosts ORDER BY 1, 2"
+        assert first._conn.execute(owners).fetchall() == [(True, "127.0.0.1"), (True, "127.0.0.2")]  # type: ignore[union-attr]
+        with PostgresFrontier(postgres_dsn, crawl, lease_seconds=60.0, group_by_address=True):
+            first._renew_at = 0.0  # the renewal finds the share: three hosts
+            first.lost_hosts()
+            held = first._conn.execute(owners).fetchall()  # type: ignore[union-attr]
+            assert sorted(held) in ([(False, "127.0.0.1"), (True, "127.0.0.2")],
+                                    [(False, "127.0.0.2"), (True, "127.0.0.1")]), held
