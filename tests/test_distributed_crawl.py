@@ -30,10 +30,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
-from niofetcher.crawl.frontier.postgres import NO_HOST_LEASES
+from niofetcher.crawl.frontier.postgres import NO_ADDRESS_GROUPS, NO_HOST_LEASES
 from niofetcher.testing import TestSite
 
 pytest_plugins = ["pg_cluster"]
@@ -46,11 +47,14 @@ _names = itertools.count()
 class Workers:
     """``niofetcher crawl --frontier`` processes on one crawl, their output in files."""
 
-    def __init__(self, dsn: str, tmp_path: Path, site: TestSite, *extra: str) -> None:
+    def __init__(self, dsn: str, tmp_path: Path, site: TestSite | tuple[TestSite, ...], *extra: str) -> None:
         self.dsn = dsn
         self.crawl = f"dist_{next(_names)}_{os.getpid()}"
         self.tmp_path = tmp_path
-        self.args = [*site.base_urls, "--frontier", dsn, "--crawl", self.crawl, "--allowed-domain", "127.0.0.1",
+        sites = site if isinstance(site, tuple) else (site,)
+        seeds = [url for each in sites for url in each.base_urls]
+        domains = [arg for ip in dict.fromkeys(urlsplit(url).hostname for url in seeds) for arg in ("--allowed-domain", str(ip))]
+        self.args = [*seeds, "--frontier", dsn, "--crawl", self.crawl, *domains,
                      "--progress", "none", "--parse-mode", "thread", "--connections", "8",
                      "--per-host", str(PER_HOST), *extra]
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -114,7 +118,7 @@ class Workers:
 def workers(postgres_dsn: str, tmp_path: Path) -> Iterator[Any]:
     made: list[Workers] = []
 
-    def make(site: TestSite, *extra: str) -> Workers:
+    def make(site: TestSite | tuple[TestSite, ...], *extra: str) -> Workers:
         made.append(Workers(postgres_dsn, tmp_path, site, *extra))
         return made[-1]
 
@@ -138,16 +142,21 @@ def page_log(site: TestSite) -> dict[str, list[float]]:
 def peak_requests(site: TestSite) -> dict[int, int]:
     """Per port: the most requests the server was serving at once (each from its arrival until its
     response went out, ``site.delay`` later)."""
-    peaks = {}
-    for port in site.ports:
-        events = sorted([(t, 1) for t, _path in site.counters(port).log]
-                        + [(t + site.delay * 0.95, -1) for t, _path in site.counters(port).log])
-        level = peak = 0
-        for _t, step in events:
-            level += step
-            peak = max(peak, level)
-        peaks[port] = peak
-    return peaks
+    return {port: _peak(site.counters(port).log, site.delay) for port in site.ports}
+
+
+def peak_at_address(site: TestSite) -> int:
+    """The most requests the site's ports (one address) were serving at once, together."""
+    return _peak(site.counters().log, site.delay)
+
+
+def _peak(log: list[tuple[float, str]], delay: float) -> int:
+    events = sorted([(t, 1) for t, _path in log] + [(t + delay * 0.95, -1) for t, _path in log])
+    level = peak = 0
+    for _t, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
 
 
 def shortest_gap(site: TestSite) -> float:
@@ -172,9 +181,9 @@ def crawl_with_three(workers: Any, site: TestSite, *extra: str) -> Workers:
     return crew
 
 
-def assert_every_page_done_once(crew: Workers, site: TestSite) -> dict[str, list[float]]:
-    everything = set(site.page_urls())
-    log = page_log(site)
+def assert_every_page_done_once(crew: Workers, *sites: TestSite) -> dict[str, list[float]]:
+    everything = {url for site in sites for url in site.page_urls()}
+    log = {url: times for site in sites for url, times in page_log(site).items()}
     assert set(log) == everything
     assert crew.rows("SELECT state, COUNT(*) FROM urls GROUP BY state") == [("done", len(everything))]
     return log
@@ -246,6 +255,28 @@ def test_a_host_handed_to_a_later_worker_never_has_more_open_sockets_than_the_li
         assert max(opened.values()) <= PER_HOST, opened
 
 
+@pytest.mark.timeout(150)
+def test_with_per_ip_limits_three_workers_keep_one_addresss_limit_across_workers(workers: Any) -> None:
+    """Six hosts on 127.0.0.1 and six on 127.0.0.2, three workers at --per-ip 2: each address's
+    servers (their logs merged) never serve more than 2 requests at once, since the hosts of one
+    address are one worker's at a time; every page is fetched once.  The control, the same crawl
+    with the address groups switched off (the test-only switch), has each worker keep its own 2
+    and the check fails."""
+    peaks = {}
+    for env in ({}, {NO_ADDRESS_GROUPS: "1"}):
+        with TestSite(hosts=6, pages=40, delay=0.05, log_requests=True, max_seconds=140) as first, \
+                TestSite(hosts=6, pages=40, delay=0.05, host="127.0.0.2", log_requests=True, max_seconds=140) as second:
+            crew: Workers = workers((first, second), "--lease", "3", "--per-ip", "2")
+            for _ in range(3):
+                crew.start(env)
+            crew.wait(100)
+            log = assert_every_page_done_once(crew, first, second)
+            assert {url: len(times) for url, times in log.items() if len(times) > 1} == {}
+            peaks["grouped" if not env else "control"] = max(peak_at_address(first), peak_at_address(second))
+    print(f"peak requests at once per address with --per-ip 2: {peaks}")
+    assert peaks["grouped"] <= 2 < peaks["control"], peaks
+
+
 # The hosts a worker (%s) still owns that have work: a URL waiting or in flight.
 OWNED_WITH_WORK = ("SELECT COUNT(*) FROM hosts WHERE owner = %s AND EXISTS (SELECT 1 FROM urls WHERE host_id = hosts.id"
                    " AND state IN ('waiting', 'processing'))")
@@ -253,37 +284,57 @@ OWNED_WITH_WORK = ("SELECT COUNT(*) FROM hosts WHERE owner = %s AND EXISTS (SELE
 
 @pytest.mark.timeout(150)
 def test_a_killed_workers_hosts_are_taken_over_and_only_its_pages_in_flight_are_fetched_again(workers: Any) -> None:
-    lease = 2.0
     # Big enough that the victim alone (4 hosts at 2 connections, 0.2 s a page) needs over 30 s:
     # the kill comes once all three have done pages, however slowly the other two start.
     with TestSite(hosts=12, pages=120, delay=0.2, log_requests=True, max_seconds=140) as site:
-        crew: Workers = workers(site, "--lease", str(lease))
-        victim = crew.start()
-        victim_id = crew.worker_id(victim)
-        others = [crew.start(), crew.start()]
-        deadline = time.monotonic() + 60
-        while done_by_worker(crew).get(victim_id, 0) < 20 or len(done_by_worker(crew)) < 3:
-            assert time.monotonic() < deadline and victim.poll() is None, (
-                f"the crawl ended or stalled before the kill: done by worker {done_by_worker(crew)}, "
-                f"exit codes {[proc.poll() for proc in crew.procs]}, stderr {[crew.stderr(n) for n in range(3)]}")
-            time.sleep(0.05)
-        os.kill(victim.pid, signal.SIGSTOP)  # frozen, so that what it has in flight can be read
-        in_flight = {url for (url,) in crew.rows(
-            "SELECT url FROM urls JOIN hosts ON hosts.id = urls.host_id WHERE state = 'processing' AND owner = %s",
-            victim_id)}
-        victim.kill()
-        killed_at = time.monotonic()
-        victim.wait(timeout=10)
-        while crew.rows(OWNED_WITH_WORK, victim_id) != [(0,)]:
-            assert time.monotonic() < killed_at + lease + 5, "the killed worker's hosts were not taken over"
-            time.sleep(0.02)
-        took = time.monotonic() - killed_at
-        crew.wait(100, others)
-        log = assert_every_page_done_once(crew, site)
-        fetched_again = {url for url, times in log.items() if len(times) > 1}
-        assert fetched_again <= in_flight, fetched_again - in_flight
-        print(f"takeover {took:.2f} s after kill -9 (lease {lease} s); "
-              f"{len(fetched_again)} pages fetched again of {len(in_flight)} in flight")
+        kill_one_of_three(workers(site, "--lease", "2"), site, takeover_within=2 + 5)
+
+
+@pytest.mark.timeout(150)
+def test_with_per_ip_limits_a_killed_workers_address_groups_are_taken_over(workers: Any) -> None:
+    """The same with the hosts on three addresses at --per-ip 2: a dead worker's groups are no
+    live worker's, so others take them (a take skips only the addresses live workers hold), and
+    no address ever serves more than 2 requests at once.  Not all within the lease: the hosts of a
+    group beyond its new holder's fair share wait for it to make room."""
+    with TestSite(hosts=4, pages=30, delay=0.2, log_requests=True, max_seconds=140) as first, \
+            TestSite(hosts=4, pages=30, delay=0.2, host="127.0.0.2", log_requests=True, max_seconds=140) as second, \
+            TestSite(hosts=4, pages=30, delay=0.2, host="127.0.0.3", log_requests=True, max_seconds=140) as third:
+        sites = (first, second, third)
+        kill_one_of_three(workers(sites, "--lease", "2", "--per-ip", "2"), *sites, takeover_within=None)
+        assert max(peak_at_address(site) for site in sites) <= 2
+
+
+def kill_one_of_three(crew: Workers, *sites: TestSite, takeover_within: float | None) -> None:
+    """Three workers (a lease of 2 s); ``kill -9`` of the first once all three have done pages: its
+    hosts are taken (within ``takeover_within`` seconds, when given), every page ends done, and the
+    only pages fetched twice are ones it had in flight."""
+    lease = 2.0
+    victim = crew.start()
+    victim_id = crew.worker_id(victim)
+    others = [crew.start(), crew.start()]
+    deadline = time.monotonic() + 60
+    while done_by_worker(crew).get(victim_id, 0) < 20 or len(done_by_worker(crew)) < 3:
+        assert time.monotonic() < deadline and victim.poll() is None, (
+            f"the crawl ended or stalled before the kill: done by worker {done_by_worker(crew)}, "
+            f"exit codes {[proc.poll() for proc in crew.procs]}, stderr {[crew.stderr(n) for n in range(3)]}")
+        time.sleep(0.05)
+    os.kill(victim.pid, signal.SIGSTOP)  # frozen, so that what it has in flight can be read
+    in_flight = {url for (url,) in crew.rows(
+        "SELECT url FROM urls JOIN hosts ON hosts.id = urls.host_id WHERE state = 'processing' AND owner = %s",
+        victim_id)}
+    victim.kill()
+    killed_at = time.monotonic()
+    victim.wait(timeout=10)
+    while crew.rows(OWNED_WITH_WORK, victim_id) != [(0,)]:
+        assert time.monotonic() < killed_at + (takeover_within or 100), "the killed worker's hosts were not taken over"
+        time.sleep(0.02)
+    took = time.monotonic() - killed_at
+    crew.wait(100, others)
+    log = assert_every_page_done_once(crew, *sites)
+    fetched_again = {url for url, times in log.items() if len(times) > 1}
+    assert fetched_again <= in_flight, fetched_again - in_flight
+    print(f"takeover {took:.2f} s after kill -9 (lease {lease} s); "
+          f"{len(fetched_again)} pages fetched again of {len(in_flight)} in flight")
 
 
 @pytest.mark.timeout(150)

@@ -124,8 +124,11 @@ def test_taking_hosts_reads_nothing_of_the_hosts_whose_urls_are_all_done(postgre
     PostgresFrontier(postgres_dsn, crawl).close()
     with psycopg.connect(postgres_dsn) as conn:
         conn.execute(f"SET search_path TO {crawl}")
-        conn.execute("INSERT INTO hosts (origin) SELECT 'http://done' || g || '.test' FROM generate_series(1, 20000) g")
-        conn.execute("INSERT INTO hosts (origin) SELECT 'http://busy' || g || '.test' FROM generate_series(1, 50) g")
+        # With addresses (per-IP limits): each busy host's is also that of 2 finished ones.
+        conn.execute("INSERT INTO hosts (origin, address) SELECT 'http://done' || g || '.test', '10.0.' || (g % 50)"
+                     " || '.1' FROM generate_series(1, 20000) g")
+        conn.execute("INSERT INTO hosts (origin, address) SELECT 'http://busy' || g || '.test', '10.0.' || g || '.1'"
+                     " FROM generate_series(1, 50) g")
         conn.execute("""
             INSERT INTO urls (url, state, discovered_at, next_attempt_at, host_id)
             SELECT origin || '/', CASE WHEN origin LIKE 'http://done%%' THEN 'done' ELSE 'waiting' END, 0, 0, id
@@ -134,8 +137,10 @@ def test_taking_hosts_reads_nothing_of_the_hosts_whose_urls_are_all_done(postgre
         conn.execute("""
             INSERT INTO workers (id, host_name, pid, backend_pid, started_at, heartbeat_at)
             VALUES ('me', 'test', 1, pg_backend_pid(), 0, extract(epoch FROM clock_timestamp()))""")
-        take: dict[str, Any] = {"me": "me", "lease": 60.0, "most": 256, "held": 0, "fenced": True}
-        statements: dict[str, tuple[str, dict[str, Any]]] = {"TAKE": (TAKE, take), "SHARE": (SHARE, {"lease": 60.0})}
+        take: dict[str, Any] = {"me": "me", "lease": 60.0, "most": 256, "held": 0, "fenced": True, "by_address": False}
+        statements: dict[str, tuple[str, dict[str, Any]]] = {
+            "TAKE": (TAKE, take), "TAKE by address": (TAKE, {**take, "by_address": True}),
+            "SHARE": (SHARE, {"lease": 60.0})}
         read = {}
         for name, (sql, params) in statements.items():
             conn.execute("SAVEPOINT explained")  # EXPLAIN ANALYZE runs the statement: TAKE takes
@@ -145,5 +150,151 @@ def test_taking_hosts_reads_nothing_of_the_hosts_whose_urls_are_all_done(postgre
             read[name] = _rows_read(row[0][0]["Plan"])
         taken = conn.execute(TAKE, take).fetchall()
         conn.rollback()
-    assert read["TAKE"] < 2000 and read["SHARE"] < 2000, read
-    assert sorted(origin for _id, origin, _epoch in taken) == sorted(f"http://busy{g}.test" for g in range(1, 51))
+    assert max(read.values()) < 2000, read
+    assert sorted(origin for _id, origin, _epoch, _address in taken) == sorted(f"http://busy{g}.test" for g in range(1, 51))
+
+
+def test_with_per_ip_limits_a_host_whose_address_another_worker_holds_is_not_taken(postgres_dsn: str) -> None:
+    """Address groups, IP literals (their address known when taken): a worker holding a host of
+    127.0.0.1 keeps the other hosts of 127.0.0.1 from a second worker, which takes 127.0.0.2's.
+    Without the groups (the control), the second takes a host of 127.0.0.1 too."""
+    from niofetcher.crawl.frontier.postgres import PostgresFrontier
+
+    urls = [f"http://{ip}:{port}/page/{i}" for ip, port in (("127.0.0.1", 9001), ("127.0.0.1", 9002),
+                                                            ("127.0.0.2", 9003)) for i in range(2)]
+    for grouped, second_takes in ((True, {"http://127.0.0.2:9003"}),
+                                  (False, {"http://127.0.0.1:9002", "http://127.0.0.2:9003"})):
+        crawl = f"groups_{next(_crawls)}"
+        with PostgresFrontier(postgres_dsn, crawl, max_hosts=1, lease_seconds=60.0, group_by_address=grouped) as one:
+            one.add(urls)
+            assert {item.host for item in one.claim(10)} == {"http://127.0.0.1:9001"}
+            with PostgresFrontier(postgres_dsn, crawl, lease_seconds=60.0, group_by_address=grouped) as two:
+                assert {item.host for item in two.claim(10)} == second_takes
+                if grouped:
+                    assert two._conn.execute(  # type: ignore[union-attr]
+                        "SELECT origin, address FROM hosts WHERE owner IS NOT NULL ORDER BY origin").fetchall() == [
+                        ("http://127.0.0.1:9001", "127.0.0.1"), ("http://127.0.0.2:9003", "127.0.0.2")]
+
+
+def test_a_worker_that_learns_an_address_another_worker_holds_gives_its_host_way(postgres_dsn: str) -> None:
+    """Address groups, names (their address learnt from answers): two workers hold a.test and b.test;
+    a.test's answers came from 127.0.0.5 first, so b.test's from there too make its worker give way:
+    nothing more of b.test starts or is claimed there, the host goes back once its last claim is
+    recorded, and it is not taken again while the other holds the address; the first keeps
+    crawling a.test."""
+    from niofetcher.crawl.frontier.postgres import PostgresFrontier
+
+    crawl = f"learnt_{next(_crawls)}"
+    a_urls = [f"http://a.test:9001/page/{i}" for i in range(4)]
+    b_urls = [f"http://b.test:9002/page/{i}" for i in range(4)]
+    with PostgresFrontier(postgres_dsn, crawl, max_hosts=1, lease_seconds=60.0, group_by_address=True) as one, \
+            PostgresFrontier(postgres_dsn, crawl, max_hosts=1, lease_seconds=60.0, group_by_address=True) as two:
+        one.add(a_urls + b_urls)
+        first = one.claim(1)
+        two._take_soon = True  # the URLs came in after it opened (from another worker)
+        second = two.claim(2)
+        assert [item.host for item in first] == ["http://a.test:9001"]
+        assert [item.host for item in second] == ["http://b.test:9002"] * 2
+        one.note_addresses({"http://a.test:9001": "127.0.0.5:9001"})
+        two.note_addresses({"http://b.test:9002": "127.0.0.5:9002"})
+        assert one.holds("http://a.test:9001") and not two.holds("http://b.test:9002")  # nothing more of b.test starts
+        owner = "SELECT owner IS NOT NULL, address FROM hosts WHERE origin = %s"
+        assert two._conn.execute(owner, ("http://b.test:9002",)).fetchone() == (True, "127.0.0.5")  # type: ignore[union-attr]
+        two.complete_many([(second[0].url, 200)])
+        assert two.claim(5) == []  # b.test gets no more claims: one of its URLs is still in flight
+        two.complete_many([(second[1].url, 200)])
+        two.note_addresses({"http://b.test:9002": "127.0.0.5:9002"})  # known: nothing to settle
+        two._renew_at = 0.0  # the renewal gives back what has nothing in flight
+        two.lost_hosts()
+        assert two._conn.execute(owner, ("http://b.test:9002",)).fetchone() == (False, "127.0.0.5")  # type: ignore[union-attr]
+        two._take_soon = True
+        assert two.claim(5) == []  # the address is another's: b.test stays free
+        assert [item.host for item in one.claim(5)] == ["http://a.test:9001"] * 3
+        assert one.start_deadlines() and two.start_deadlines()["http://b.test:9002"] is None
+
+
+def test_a_crawl_made_before_address_groups_gets_the_column_when_opened(postgres_dsn: str) -> None:
+    from niofetcher.crawl.frontier.postgres import PostgresFrontier
+
+    crawl = f"old_hosts_{next(_crawls)}"
+    with PostgresFrontier(postgres_dsn, crawl) as frontier:
+        frontier._conn.execute("ALTER TABLE hosts DROP COLUMN address")  # type: ignore[union-attr]  # as it was
+        frontier._conn.commit()  # type: ignore[union-attr]
+    with PostgresFrontier(postgres_dsn, crawl, group_by_address=True) as frontier:
+        frontier.add(["http://127.0.0.1:9001/"])
+        assert [item.host for item in frontier.claim(5)] == ["http://127.0.0.1:9001"]
+        assert frontier._conn.execute("SELECT address FROM hosts").fetchall() == [("127.0.0.1",)]  # type: ignore[union-attr]
+        assert frontier._conn.execute(  # type: ignore[union-attr]
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND indexname = 'hosts_address'", (crawl,)
+        ).fetchone() == (1,)
+
+
+def test_a_crawl_with_per_ip_limits_keeps_where_each_named_hosts_answers_came_from(postgres_dsn: str) -> None:
+    """A name's address is learnt from its answers (the crawler tells the frontier each peer):
+    a.test, mapped to 127.0.0.2 through ``resolve``, gets that address on its row.  Without per-IP
+    limits nothing is kept."""
+    import psycopg
+
+    from niofetcher.config import FetcherConfig
+    from niofetcher.crawl import CrawlConfig, Crawler
+    from niofetcher.testing import TestSite
+
+    with TestSite(hosts=1, pages=2, host="127.0.0.2", max_seconds=50) as site:
+        seed = f"http://a.test:{site.ports[0]}/"
+        for per_ip, address in ((2, "127.0.0.2"), (None, None)):
+            crawl = f"peers_{next(_crawls)}"
+            fetcher = FetcherConfig(resolve={"a.test": "127.0.0.2"}, max_connections_per_ip=per_ip)
+            config = CrawlConfig(seeds=[seed], frontier=postgres_dsn, crawl_name=crawl, allowed_domains=["a.test"],
+                                 parse_mode="thread", fetcher=fetcher)
+            assert Crawler(config).run().counts["done"] == 3  # / and its two pages
+            with psycopg.connect(postgres_dsn) as conn:
+                conn.execute(f"SET search_path TO {crawl}")
+                assert conn.execute("SELECT origin, address FROM hosts").fetchall() == [
+                    (f"http://a.test:{site.ports[0]}", address)]
+
+
+def test_a_worker_that_takes_a_host_of_an_address_another_is_settling_gives_it_back_at_once(
+    postgres_dsn: str,
+) -> None:
+    """Two workers settling one address at the same moment are put in order by the address's
+    advisory lock, which neither waits for: the one that finds it taken gives the host back in the
+    same transaction, before claiming anything of it."""
+    import psycopg
+
+    from niofetcher.crawl.frontier.postgres import PostgresFrontier
+
+    crawl = f"settling_{next(_crawls)}"
+    with PostgresFrontier(postgres_dsn, crawl, lease_seconds=60.0, group_by_address=True) as frontier, \
+            psycopg.connect(postgres_dsn) as other:
+        frontier.add(["http://127.0.0.1:9001/", "http://127.0.0.2:9002/"])
+        other.execute("SELECT pg_advisory_xact_lock(1852403553, hashtext('127.0.0.1'))")  # settling 127.0.0.1
+        frontier._take_soon = True
+        assert [item.host for item in frontier.claim(5)] == ["http://127.0.0.2:9002"]
+        assert frontier._conn.execute(  # type: ignore[union-attr]
+            "SELECT origin FROM hosts WHERE owner IS NULL").fetchall() == [("http://127.0.0.1:9001",)]
+        other.rollback()  # settled elsewhere (here: nothing holds it now): the next take keeps it
+        frontier._take_soon = True
+        assert [item.host for item in frontier.claim(5)] == ["http://127.0.0.1:9001"]
+
+
+def test_a_worker_over_its_share_lets_whole_address_groups_go(postgres_dsn: str) -> None:
+    """A worker alone takes six hosts, four on 127.0.0.1 and two on 127.0.0.2; a second joins and
+    the first's share falls to three.  It lets one whole address go and keeps the other whole: the
+    hosts of an address can only move together (letting the three least busy go split an address,
+    which then neither worker could finish alone)."""
+    from niofetcher.crawl.frontier.postgres import PostgresFrontier
+
+    crawl = f"shed_groups_{next(_crawls)}"
+    hosts = ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9004", "127.0.0.2:9005", "127.0.0.2:9006"]
+    with PostgresFrontier(postgres_dsn, crawl, lease_seconds=60.0, group_by_address=True) as first:
+        first.add([f"http://{host}/" for host in hosts])
+        first._take_soon = True
+        first.lost_hosts()
+        owners = "SELECT DISTINCT owner IS NOT NULL, address FROM hosts ORDER BY 1, 2"
+        assert first._conn.execute(owners).fetchall() == [(True, "127.0.0.1"), (True, "127.0.0.2")]  # type: ignore[union-attr]
+        with PostgresFrontier(postgres_dsn, crawl, lease_seconds=60.0, group_by_address=True):
+            first._renew_at = 0.0  # the renewal finds the share: three hosts
+            first.lost_hosts()
+            held = first._conn.execute(owners).fetchall()  # type: ignore[union-attr]
+            assert sorted(held) in ([(False, "127.0.0.1"), (True, "127.0.0.2")],
+                                    [(False, "127.0.0.2"), (True, "127.0.0.1")]), held

@@ -84,12 +84,12 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import ErrorKind
 from ..fetcher import NIOFetcher
-from ..models import URLBean
-from ..urls import Origin, parse_target, split_credentials
+from ..models import FetchResult, URLBean
+from ..urls import Origin, host_key, parse_target, split_credentials
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
 from .dedup import Duplicates, Fingerprint
 from .frontier import FrontierBackend, FrontierError, FrontierURL, Visit, open_frontier
@@ -153,6 +153,8 @@ class Crawler:
         self._counts: dict[str, int] = {}
         self._refused_now = 0  # links the trap rules refused, as the coordinator last read them
         self._fetcher: NIOFetcher | None = None  # while run() runs
+        # The frontier's note_addresses, in a crawl whose hosts of one address are one worker's (while run() runs).
+        self._note_addresses: Callable[[Mapping[str, str]], None] | None = None
         self._sitemaps = Sitemaps(self._scope, config.seeds, self._errors) if config.sitemaps else None
 
     # -- any thread -----------------------------------------------------------
@@ -200,6 +202,7 @@ class Crawler:
         config = self.config
         self._started = time.monotonic()
         with _open_frontier(config) as frontier:
+            self._note_addresses = getattr(frontier, "note_addresses", None) if _groups_by_address(config) else None
             if self.output is not None:
                 self.output.restore(frontier.checkpoint())
                 # Recorded now, not with the first batch: an output that appends to what it found must
@@ -400,6 +403,7 @@ class Crawler:
         (RobotsGate.arrived) is in the same transaction as the files' lengths that hold its records,
         and written after them, so that a crash, or an output that fails, keeps both or neither."""
         with frontier.batch():
+            self._learn_addresses(reply.result for reply in replies)
             offsets = self._archive_robots(replies)
             for reply in replies:
                 self._robots_arrived(reply, frontier, fetcher)
@@ -534,6 +538,7 @@ class Crawler:
         # record, would have that record cut away on resume and never written again; and one commit
         # rather than two writes each page of the frontier's indexes that both touch once.
         with frontier.batch():
+            self._learn_addresses(page.result for page in pages)
             if links and lastmods and self.config.revisit is not None:
                 # A page its sitemap dates after its last visit is due now, in this run.
                 frontier.add_many(links, lastmods, wake_modified=True)
@@ -585,6 +590,15 @@ class Crawler:
         # Only now: should recording them fail, they are still in progress, and run() gives them back.
         for url, _ in completed:
             self._in_progress.pop(url)
+
+    def _learn_addresses(self, results: Iterable[FetchResult]) -> None:
+        """In a crawl whose hosts of one address are one worker's: tell the frontier where these
+        answers came from (docs/distributed.md, "One worker per address")."""
+        note = self._note_addresses
+        if note is not None:
+            peers = {host_key(result.url): result.peer for result in results if result.peer is not None}
+            if peers:
+                note(peers)
 
     def _link_entries(self, page: Page, lastmods: dict[str, str]) -> list[tuple[str, int, str | None, int]]:
         """The frontier entries for the links ``page`` leads to: (url, depth, parent, priority);
@@ -664,6 +678,15 @@ def _not_followed(frontier: FrontierBackend) -> Mapping[str, int]:
     return refused
 
 
+def _groups_by_address(config: CrawlConfig) -> bool:
+    """Whether the hosts of one address are to be one worker's at a time: a shared frontier, and
+    per-IP limits, which hold per worker otherwise.  Not through a proxy, whose address every
+    answer would come from."""
+    fetcher = config.fetcher
+    return config.frontier is not None and fetcher.proxy is None and (
+        fetcher.max_connections_per_ip is not None or fetcher.ip_delay > 0)
+
+
 def _open_frontier(config: CrawlConfig) -> FrontierBackend:
     """The frontier of a crawl: shared by workers at ``config.frontier``, else the file at
     ``config.db_path`` (:func:`open_frontier` says which backend).  A worker of a shared crawl holds
@@ -671,11 +694,13 @@ def _open_frontier(config: CrawlConfig) -> FrontierBackend:
     the frontier's to apply (crawl/frontier/traps.py): every URL is admitted there, once."""
     traps = TrapRules(max_pages_per_host=config.max_pages_per_host, max_url_length=config.max_url_length,
                       max_path_repeats=config.max_path_repeats, strip_query_params=tuple(config.strip_query_params))
-    options = {"traps": traps} if traps else {}
+    options: dict[str, object] = {"traps": traps} if traps else {}
     if config.frontier is not None:
         fetcher = config.fetcher
         window, per_host = windows(fetcher.max_connections, fetcher.max_connections_per_host, fetcher.host_delay)
         max_hosts = max(1, window // per_host)
+        if _groups_by_address(config):
+            options["group_by_address"] = True
         return open_frontier(config.frontier, crawl=str(config.crawl_name), lease_seconds=config.lease_seconds,
                              max_hosts=max_hosts, **options)
     return open_frontier(config.db_path, **options)

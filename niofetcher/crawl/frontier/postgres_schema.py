@@ -18,6 +18,7 @@ from .base import check_crawl_name  # its home is base; named here as it always 
 from .service import MODIFIED_SINCE_FETCH
 
 __all__ = [
+    "ADDRESSES_HELD_ELSEWHERE",
     "ADMITTED_OF",
     "BUSIEST_HOSTS",
     "CLAIMS_OF_MINE",
@@ -35,6 +36,7 @@ __all__ = [
     "KNOWN_URLS",
     "LEAVE",
     "LIVE_WORKERS",
+    "LOCK_ADDRESSES",
     "LOCK_MINE",
     "MARK_CLAIMED",
     "MINE_LOCKED",
@@ -48,6 +50,7 @@ __all__ = [
     "REVISITS",
     "ROBOTS_OF",
     "SAVE_CHECKPOINT",
+    "SET_ADDRESSES",
     "SET_DUPLICATES",
     "SET_LASTMODS",
     "SHARE",
@@ -185,10 +188,46 @@ _FAIR_SHARE = f"""GREATEST(1, ceil((
 
 SHARE = f"WITH RECURSIVE {_WAITING_HOSTS} SELECT {_FAIR_SHARE}"
 
+# -- address groups (see "Address groups" in postgres/leases.py) -----------------------------
+#
+# %(by_address)s is true only in a crawl with per-IP limits: otherwise the branch below is constant
+# false, and a take costs what it did.
+
+# A host row {h} held by a live worker other than %(me)s: its lease runs, and its connection is there.
+_LIVE_OTHER = f"""{{h}}.owner <> %(me)s AND {{h}}.lease_until >= {_NOW}
+    AND EXISTS (SELECT 1 FROM workers AS lw JOIN pg_stat_activity AS la ON la.pid = lw.backend_pid
+                WHERE lw.id = {{h}}.owner)"""
+
+# Host {h} may be taken: per-IP limits are off, its address is not known yet, or no live other
+# worker holds a host of its address (one probe of hosts_address).
+_GROUP_FREE = f"""(NOT %(by_address)s OR {{h}}.address IS NULL OR NOT EXISTS (
+    SELECT 1 FROM hosts AS o WHERE o.address = {{h}}.address AND {_LIVE_OTHER.format(h="o")}))"""
+
+# Of the addresses %(addresses)s (in order), those another transaction is settling now: their
+# advisory locks (class 'nioa', the address's hash) are held elsewhere.  Not waited for: the
+# settling worker gives those hosts up instead (no lock waits on a lock, no deadlock).
+LOCK_ADDRESSES = """
+SELECT a FROM unnest(%(addresses)s::text[]) WITH ORDINALITY AS v(a, ord)
+WHERE NOT pg_try_advisory_xact_lock(1852403553, hashtext(a)) ORDER BY ord
+"""
+
+# The addresses of the hosts of %(ids)s that the worker holds, as learnt from the crawl.
+SET_ADDRESSES = """
+UPDATE hosts SET address = v.address FROM unnest(%(ids)s::int[], %(addresses)s::text[]) AS v(id, address)
+WHERE hosts.id = v.id AND hosts.owner = %(me)s AND hosts.address IS DISTINCT FROM v.address
+"""
+
+# Of %(addresses)s, those of a host a live other worker holds.
+ADDRESSES_HELD_ELSEWHERE = f"""
+SELECT DISTINCT o.address FROM hosts AS o
+WHERE o.address = ANY(%(addresses)s::text[]) AND {_LIVE_OTHER.format(h="o")}
+"""
+
 # Up to %(most)s hosts with work (a URL waiting, or one in flight to recover) -- and no more than
 # a fair share with the %(held)s the worker has -- whose lease ran out, or whose owner's connection
 # is gone (it can never write again), or that are free: those of other owners first, so that a dead
-# worker's hosts go before new ones, in the order they came.  The first are found among the hosts
+# worker's hosts go before new ones, in the order they came.  With per-IP limits, no host of an
+# address that a live other worker holds (_GROUP_FREE).  The first are found among the hosts
 # held (hosts_owner), the free ones through their URLs (_WITH_WORK).
 # SKIP LOCKED: a host another worker is taking, or claiming from, is not waited for.
 _TAKE_LIMIT = f"CASE WHEN %(fenced)s THEN GREATEST(0, LEAST(%(most)s, {_FAIR_SHARE} - %(held)s)) ELSE %(most)s END"
@@ -203,17 +242,19 @@ WITH RECURSIVE dead AS (
       AND (h.lease_until < {_NOW} OR h.owner IN (SELECT id FROM dead) OR NOT %(fenced)s)
       AND (EXISTS (SELECT 1 FROM urls WHERE urls.host_id = h.id AND urls.state = 'waiting')
            OR EXISTS (SELECT 1 FROM urls WHERE urls.host_id = h.id AND urls.state = 'processing'))
+      AND {_GROUP_FREE.format(h="h")}
     ORDER BY h.id
     LIMIT (SELECT n FROM room)
     FOR UPDATE OF h SKIP LOCKED
 ), free AS (
     SELECT f.id FROM ({_WITH_WORK}) AS c CROSS JOIN LATERAL (
-        SELECT h.id FROM hosts AS h WHERE h.id = c.host_id AND h.owner IS NULL FOR UPDATE SKIP LOCKED) AS f
+        SELECT h.id FROM hosts AS h WHERE h.id = c.host_id AND h.owner IS NULL AND {_GROUP_FREE.format(h="h")}
+        FOR UPDATE SKIP LOCKED) AS f
     LIMIT GREATEST(0, (SELECT n FROM room) - (SELECT count(*) FROM owned))
 )
 UPDATE hosts SET owner = %(me)s, lease_until = {_NOW} + %(lease)s, epoch = hosts.epoch + 1
 FROM (SELECT id FROM owned UNION ALL SELECT id FROM free) AS picked WHERE hosts.id = picked.id
-RETURNING hosts.id, hosts.origin, hosts.epoch
+RETURNING hosts.id, hosts.origin, hosts.epoch, hosts.address
 """
 
 # The URLs in flight of hosts just taken were their last owner's: they wait again, their attempt
@@ -237,7 +278,7 @@ UPDATE hosts SET owner = NULL, lease_until = NULL, epoch = epoch + 1 WHERE owner
 """
 
 # What the worker holds and has in flight, as committed (after a rollback).
-HELD = "SELECT id, origin, epoch FROM hosts WHERE owner = %(me)s"
+HELD = "SELECT id, origin, epoch, address FROM hosts WHERE owner = %(me)s"
 CLAIMS_OF_MINE = """
 SELECT urls.url, hosts.origin, hosts.epoch FROM hosts JOIN urls ON urls.host_id = hosts.id AND urls.state = 'processing'
 WHERE hosts.owner = %(me)s

@@ -11,7 +11,7 @@ fingerprints).  ``tables.py`` makes and checks its tables; the statements on the
 
 from ..base import CrawlStatus, WorkerStatus
 from .frontier import PostgresFrontier
-from .leases import NO_HOST_LEASES
+from .leases import NO_ADDRESS_GROUPS, NO_HOST_LEASES
 from .status import crawl_failures, crawl_status, prepare_crawl
 
-__all__ = ["NO_HOST_LEASES", "CrawlStatus", "PostgresFrontier", "WorkerStatus", "crawl_failures", "crawl_status", "prepare_crawl"]
+__all__ = ["NO_ADDRESS_GROUPS", "NO_HOST_LEASES", "CrawlStatus", "PostgresFrontier", "WorkerStatus", "crawl_failures", "crawl_status", "prepare_crawl"]

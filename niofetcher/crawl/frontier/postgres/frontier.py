@@ -117,6 +117,9 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
         lease_seconds: how long a host is this worker's after each renewal (see "Host leases" in leases.py).
         max_hosts: the most hosts this worker holds at once, None for no bound (a crawler gives
             the hosts its window can keep busy, so that workers share the hosts).
+        group_by_address: the crawl has per-IP limits: the hosts of one address are owned by one
+            worker at a time, their addresses learnt from the crawl (:meth:`note_addresses`; see
+            "Address groups" in leases.py).
         traps: the trap rules, as for the SQLite Frontier.  ``max_pages_per_host`` holds across
             workers as exactly as their counts do when they check them: each worker reads every
             worker's count of a host when it adds URLs of it, so workers adding URLs of one host at
@@ -138,6 +141,7 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
         statement_timeout: float | None = None,
         lease_seconds: float = 10.0,
         max_hosts: int | None = None,
+        group_by_address: bool = False,
         traps: TrapRules | None = None,
         **moved: object,
     ) -> None:
@@ -157,7 +161,7 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
             raise ImportError(f"a PostgreSQL frontier needs psycopg 3 ({exc}): "
                               "pip install 'niofetcher[postgres]'") from exc
 
-        super().__init__(psycopg, name, where_of(psycopg, dsn), clock, lease_seconds, max_hosts)
+        super().__init__(psycopg, name, where_of(psycopg, dsn), clock, lease_seconds, max_hosts, group_by_address)
         try:
             conn = psycopg.connect(
                 dsn, connect_timeout=max(1, round(connect_timeout)),

@@ -28,33 +28,56 @@ marked for a host that changed hands meanwhile -- a takeover that commits while 
 runs included -- and a host is never taken while its owner records (hosts, then their URLs: one
 lock order).
 
-*Test-only switch.*  With the environment variable ``NIOFETCHER_TEST_NO_HOST_LEASES=1`` every
+*Address groups.*  In a crawl with per-IP limits (``by_address``), the hosts of one address are
+owned by one worker at a time, so that one fetcher counts every connection to that address.  A
+host's address is learnt from the crawl: an IP literal's is its own, known when it is taken; a
+name's is where its answers came from (:meth:`note_addresses`, robots.txt's included), kept on
+its row (``hosts.address``).  A take skips a free host whose address a live other worker holds
+(one probe of ``hosts_address`` per candidate); a host whose address is not known yet may be
+taken.  Whenever a worker comes to hold a host of a known address -- a take, or the address
+learnt -- it settles the group in the same transaction: it takes the address's advisory lock
+without waiting (``pg_try_advisory_xact_lock``), then looks for a live other holder.  Locked
+elsewhere (another worker settling it now) or held elsewhere, it gives way: the host gets no more
+claims, :meth:`holds` says no for it (what waited for its robots.txt does not start), and it goes
+back once nothing of it is in flight.  Two workers settling one address are
+thereby put in the order of their commits, and the later one gives way; so exactly one keeps a
+group, and a group no one can settle now goes back free, for the next take.  Until a name's
+first answer its address is unknown, and its requests are counted against its own address only
+by this worker's fetcher: that is the window docs/distributed.md bounds.
+
+*Test-only switches.*  With the environment variable ``NIOFETCHER_TEST_NO_HOST_LEASES=1`` every
 check of an owner passes (read once, in ``__init__``): the negative control of the tests that
-prove the per-host limit holds across workers.  Never for a real crawl.
+prove the per-host limit holds across workers.  ``NIOFETCHER_TEST_NO_ADDRESS_GROUPS=1`` turns the
+address groups off alone (the per-IP limit then holds per worker only).  Never for a real crawl.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import os
 import time
 import types
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ....urls import parse_target
 from ..hosts import HostRotation
 from ..postgres_schema import (
+    ADDRESSES_HELD_ELSEWHERE,
     CLAIMS_OF_MINE,
     GIVE_BACK,
     HEARTBEAT,
     HELD,
+    LOCK_ADDRESSES,
     LOCK_MINE,
     MINE_LOCKED,
     QUEUED_HOSTS,
     RECOVER,
     RENEW,
+    SET_ADDRESSES,
     SHARE,
     TAKE,
 )
@@ -63,12 +86,14 @@ from .session import Session, single
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["DEEPEST", "NO_HOST_LEASES", "HostLeases"]
+__all__ = ["DEEPEST", "NO_ADDRESS_GROUPS", "NO_HOST_LEASES", "HostLeases"]
 
 log = logging.getLogger("niofetcher")
 
-#: The test-only switch that turns host ownership off (see "Test-only switch" above).
+#: The test-only switch that turns host ownership off (see "Test-only switches" above).
 NO_HOST_LEASES = "NIOFETCHER_TEST_NO_HOST_LEASES"
+#: The test-only switch that turns the address groups off (see "Test-only switches" above).
+NO_ADDRESS_GROUPS = "NIOFETCHER_TEST_NO_ADDRESS_GROUPS"
 
 #: The deepest a claim without a depth limit goes: depth is an INTEGER column.
 DEEPEST = 2**31 - 1
@@ -88,14 +113,18 @@ class HostLeases(Session):
         driver, crawl, where, clock: as for :class:`~niofetcher.crawl.frontier.postgres.session.Session`.
         lease_seconds: how long a host is this worker's after each renewal.
         max_hosts: the most hosts this worker holds at once, None for no bound.
+        by_address: the crawl has per-IP limits: the hosts of one address are one worker's at a
+            time (see "Address groups" above).
     """
 
     def __init__(self, driver: types.ModuleType, crawl: str, where: str, clock: Callable[[], float],
-                 lease_seconds: float, max_hosts: int | None) -> None:
+                 lease_seconds: float, max_hosts: int | None, by_address: bool = False) -> None:
         super().__init__(driver, crawl, where, clock)
         self.lease_seconds = lease_seconds
         self.max_hosts = max_hosts
         self._fenced = os.environ.get(NO_HOST_LEASES) != "1"  # the one place the test-only switch is read
+        self._by_address = by_address and self._fenced and os.environ.get(NO_ADDRESS_GROUPS) != "1"  # ... and this one
+        self._addresses: dict[str, str] = {}  # held host -> its address, where known
         #: Outcomes refused because their host had changed hands (see "Fencing"), since opening.
         self.refused = 0
         self._rotation = HostRotation()  # every host held with a waiting URL, in turn ...
@@ -107,6 +136,7 @@ class HostLeases(Session):
         self._lost: list[str] = []  # hosts lost since lost_hosts() last said
         self._given_back: set[str] = set()  # hosts this worker gave back: a URL of one waits -> take again
         self._leaving: set[str] = set()  # held hosts beyond a fair share: no more claims, given back once drained
+        self._gave_way: set[str] = set()  # ... leaving as another worker holds their address: nothing more starts
         self._take_soon = True  # free hosts with work are likely: take at the next call
         self._take_at = 0.0  # time.monotonic() of the next take otherwise
         self._renew_at = 0.0  # ... of the next renewal
@@ -124,10 +154,13 @@ class HostLeases(Session):
         self._shallowest_parked = DEEPEST
         me = {"me": self.worker_id}
         held_before = self._held
-        self._held = {origin: (host_id, epoch) for host_id, origin, epoch in conn.execute(HELD, me)}
+        held = conn.execute(HELD, me).fetchall()
+        self._held = {origin: (host_id, epoch) for host_id, origin, epoch, _address in held}
+        self._addresses = {origin: address for _id, origin, _epoch, address in held if address is not None}
         self._claimed = {url: (origin, epoch) for url, origin, epoch in conn.execute(CLAIMS_OF_MINE, me)}
         self._claims_by_host = Counter(host for host, _epoch in self._claimed.values())
         self._leaving.clear()
+        self._gave_way.clear()
         for host in held_before.keys() - self._held.keys():  # a take rolled back: not this worker's
             self._gate_changes[host] = -math.inf
         self._gated_until = math.nan  # every held host's gate again, from the deadline restored below
@@ -148,10 +181,11 @@ class HostLeases(Session):
 
     def holds(self, host: str) -> bool:
         """Whether requests to ``host`` (``host_key()``) may start now: it is this worker's, and
-        its lease cannot have ended by this worker's clock (see "Host leases" above)."""
+        its lease cannot have ended by this worker's clock (see "Host leases" above), and it has not
+        given way on its address (see "Address groups")."""
         if not self._fenced:
             return True
-        return host in self._held and time.monotonic() < self._deadline
+        return host in self._held and host not in self._gave_way and time.monotonic() < self._deadline
 
     def lost_hosts(self) -> list[str]:
         """Keep the leases (renew, take, give back, when due) and say which hosts this worker lost
@@ -221,26 +255,47 @@ class HostLeases(Session):
 
     def _give_back_idle(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         """Give back the hosts with nothing to do here: nothing waiting in line, nothing in flight."""
-        held = self._held
-        idle = [host for host in held
+        idle = [host for host in self._held
                 if host not in self._rotation and host not in self._too_deep and not self._claims_by_host[host]]
         if idle:
-            conn.execute(GIVE_BACK, {"me": self.worker_id, "ids": [held[host][0] for host in idle]})
-            self._forget_hosts(idle, lost=False)
-            self._given_back.update(idle)
+            self._give_back(conn, idle)
+
+    def _give_back(self, conn: psycopg.Connection[tuple[Any, ...]], hosts: list[str]) -> None:
+        conn.execute(GIVE_BACK, {"me": self.worker_id, "ids": [self._held[host][0] for host in hosts]})
+        self._forget_hosts(hosts, lost=False)
+        self._given_back.update(hosts)
 
     def _shed(self, share: int) -> None:
         """Fairness: hold no more than a fair share of the hosts with work (``share``: each live
-        worker the same), and let the hosts beyond it go -- those with the least in flight, which
-        stop being claimed for and are given back once nothing of them is in flight."""
+        worker the same), and let the hosts beyond it go -- those with the least in flight, or
+        with address groups whole groups, which stop being claimed for and are given back once
+        nothing of them is in flight."""
         staying = [host for host in self._held if host not in self._leaving]
         excess = len(staying) - share
         if excess <= 1:  # a host more than the share is no reason to move one
             return
-        for host in sorted(staying, key=self._claims_by_host.__getitem__)[:excess]:
-            self._leaving.add(host)
-            self._rotation.forget(host)
-            self._too_deep.pop(host, None)
+        busy = self._claims_by_host.__getitem__
+        if not self._by_address:
+            leaving = sorted(staying, key=busy)[:excess]
+        else:
+            # An address's hosts can only move together: whole groups go, the least busy first, but
+            # never the last one (a host whose address is unknown is a group of its own).
+            groups: dict[str, list[str]] = {}
+            for host in staying:
+                groups.setdefault(self._addresses.get(host, host), []).append(host)
+            leaving = []
+            for hosts in sorted(groups.values(), key=lambda hosts: sum(map(busy, hosts)))[:-1]:
+                if len(leaving) >= excess:
+                    break
+                leaving += hosts
+        for host in leaving:
+            self._leave(host)
+
+    def _leave(self, host: str) -> None:
+        """No more claims for ``host``: it goes back once nothing of it is in flight (_give_back_idle)."""
+        self._leaving.add(host)
+        self._rotation.forget(host)
+        self._too_deep.pop(host, None)
 
     def _take(self, conn: psycopg.Connection[tuple[Any, ...]], now: float) -> None:
         """Take free hosts with work (up to max_hosts held), and recover what their last owner had in flight."""
@@ -250,7 +305,8 @@ class HostLeases(Session):
         self._take_soon = False
         self._take_at = now + self.lease_seconds / 3
         taken = conn.execute(TAKE, {"me": self.worker_id, "lease": self.lease_seconds, "most": most,
-                                    "held": len(self._held), "fenced": self._fenced}).fetchall()
+                                    "held": len(self._held), "fenced": self._fenced,
+                                    "by_address": self._by_address}).fetchall()
         if len(taken) == most:
             self._take_at = now  # there may be more: at the next call
         if not taken:
@@ -259,19 +315,65 @@ class HostLeases(Session):
             self._deadline = now + self.lease_seconds * _SAFE_SHARE
             self._renew_at = now + self.lease_seconds / 3
         ids = []
-        for host_id, host, epoch in taken:
+        addresses = {}
+        for host_id, host, epoch, address in taken:
             self._held[host] = (host_id, epoch)
             self._gate_changes[host] = self._deadline
             self._given_back.discard(host)
             ids.append(host_id)
+            if self._by_address and (known := address or _literal_address(host)) is not None:
+                addresses[host] = known
         if self._fenced:
             self._move("processing", "waiting", conn.execute(RECOVER, {"ids": ids}).rowcount)
-        self._line_up(conn, ids)
+        if addresses:
+            self._settle_addresses(conn, addresses)
+        kept = {host_id for host_id, _epoch in self._held.values()}  # less those given way
+        self._line_up(conn, [host_id for host_id in ids if host_id in kept])
+
+    def note_addresses(self, peers: Mapping[str, str]) -> None:
+        """Where answers came from: ``host_key()`` -> ``FetchResult.peer`` (``"ip:port"``).  In a
+        crawl with per-IP limits, the address of each host this worker holds is kept with it, and a
+        group another worker holds is given way to (see "Address groups" above); otherwise nothing."""
+        if not self._by_address:
+            return
+        fresh = {}
+        for host, peer in peers.items():
+            address = _ip(peer.rpartition(":")[0].strip("[]"))
+            if address is not None and host in self._held and self._addresses.get(host) != address:
+                fresh[host] = address
+        if fresh:
+            with self._db() as conn:
+                self._settle_addresses(conn, fresh)
+                self._commit(conn)
+
+    def _settle_addresses(self, conn: psycopg.Connection[tuple[Any, ...]], addresses: dict[str, str]) -> None:
+        """Held hosts with their addresses (just taken, or just learnt): keep them on their rows, and
+        give way where another worker settles or holds the address (see "Address groups" above)."""
+        self._addresses.update(addresses)
+        groups = sorted(set(addresses.values()))
+        busy = {address for (address,) in conn.execute(LOCK_ADDRESSES, {"addresses": groups})}
+        conn.execute(SET_ADDRESSES, {"me": self.worker_id, "ids": [self._held[host][0] for host in addresses],
+                                     "addresses": list(addresses.values())})
+        mine = [address for address in groups if address not in busy]
+        elsewhere = {address for (address,) in conn.execute(
+            ADDRESSES_HELD_ELSEWHERE, {"me": self.worker_id, "addresses": mine})} if mine else set()
+        giving = [host for host, address in addresses.items() if address in busy or address in elsewhere]
+        if giving:
+            log.info("crawl %s: worker %s gives way on %d hosts: another worker holds their addresses",
+                     self.crawl, self.worker_id, len(giving))
+            for host in giving:
+                self._leave(host)
+            self._gave_way.update(giving)
+            idle = [host for host in giving if not self._claims_by_host[host]]
+            if idle:
+                self._give_back(conn, idle)
 
     def _forget_hosts(self, hosts: list[str], *, lost: bool) -> None:
         for host in hosts:
             del self._held[host]
+            self._addresses.pop(host, None)
             self._leaving.discard(host)
+            self._gave_way.discard(host)
             self._rotation.forget(host)
             self._too_deep.pop(host, None)
             self._gate_changes[host] = -math.inf if lost else None
@@ -324,3 +426,15 @@ class HostLeases(Session):
             self.refused += n
             log.info("crawl %s: %d %s refused: their hosts changed hands", self.crawl, n, action)
 
+
+def _ip(text: str) -> str | None:
+    """``text`` as an IP address in its one written form, None when it is not one."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+def _literal_address(host: str) -> str | None:
+    """The address of a host (``host_key()``) named by an IP literal: its own; None for a name."""
+    return _ip(parse_target(host).origin.host)

@@ -23,7 +23,7 @@ __all__ = ["SCHEMA_VERSION", "create_or_check"]
 #: alone (its crawl then counts what it adds from the next open of a newer one on).  So did duplicate
 #: detection's (``urls.duplicate_of``, ``fingerprints``): a crawl without them gets them when opened.
 #: So did what a revisit needs (``urls.etag`` ... ``next_due`` and the index ``urls_revisit``),
-#: then ``urls.captured_at``, then ``urls.changed_time`` and ``unchanged_time``.
+#: then ``urls.captured_at``, then ``urls.changed_time`` and ``unchanged_time``, then ``hosts.address``.
 SCHEMA_VERSION = 3
 
 # {schema} is the quoted crawl name.  The tables are created in it; the statements of
@@ -49,6 +49,7 @@ CREATE TABLE {schema}.hosts (
     robots_at     DOUBLE PRECISION        -- unix time of that fetch
 );
 CREATE INDEX hosts_owner ON {schema}.hosts (owner);
+{addresses}
 
 -- The workers of the crawl: who, where, the server process of its connection (a worker whose
 -- connection is gone can never write again, so its hosts are free at once), and its heartbeat
@@ -115,6 +116,13 @@ CREATE TABLE {schema}.state_counts (
 {admitted}
 {dedup}
 {revisit}
+"""
+
+# The address each host's answers came from, learnt from the crawl when it has per-IP limits; the
+# hosts of one address are owned by one worker at a time ("Address groups" in postgres/leases.py).
+_ADDRESS_COLUMN = """
+ALTER TABLE {schema}.hosts ADD COLUMN address TEXT;
+CREATE INDEX hosts_address ON {schema}.hosts (address) WHERE address IS NOT NULL;
 """
 
 # The trap rules' tables: the URLs admitted per host, for CrawlConfig.max_pages_per_host, and the links
@@ -207,7 +215,8 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
     name = f"crawl {crawl!r} at {where}"
     if not tables:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-        conn.execute(sql.SQL(_TABLES).format(schema=schema, admitted=sql.SQL(_TRAP_TABLES).format(schema=schema),
+        conn.execute(sql.SQL(_TABLES).format(schema=schema, addresses=sql.SQL(_ADDRESS_COLUMN).format(schema=schema),
+                                             admitted=sql.SQL(_TRAP_TABLES).format(schema=schema),
                                              dedup=sql.SQL(_DEDUP_TABLES).format(schema=schema),
                                              revisit=sql.SQL(_REVISIT_COLUMNS + _CAPTURED_AT_COLUMN
                                                              + _VISIT_TIME_COLUMNS).format(schema=schema)))
@@ -238,6 +247,9 @@ def create_or_check(conn: psycopg.Connection[tuple[object, ...]], crawl: str, wh
             conn.execute(sql.SQL(_CAPTURED_AT_COLUMN).format(schema=schema))
         if "changed_time" not in columns:
             conn.execute(sql.SQL(_VISIT_TIME_COLUMNS).format(schema=schema))
+        if not conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s"
+                            " AND table_name = 'hosts' AND column_name = 'address'", (crawl,)).fetchone():
+            conn.execute(sql.SQL(_ADDRESS_COLUMN).format(schema=schema))
     if version != str(SCHEMA_VERSION):
         raise FrontierError(f"{name} has frontier schema version {version or 'none'}; "
                             f"this niofetcher reads version {SCHEMA_VERSION}", FrontierErrorKind.NOT_A_FRONTIER)
