@@ -296,9 +296,9 @@ def test_with_per_ip_limits_a_killed_workers_address_groups_are_taken_over(worke
     live worker's, so others take them (a take skips only the addresses live workers hold), and
     no address ever serves more than 2 requests at once.  Not all within the lease: the hosts of a
     group beyond its new holder's fair share wait for it to make room."""
-    with TestSite(hosts=4, pages=30, delay=0.2, log_requests=True, max_seconds=140) as first, \
-            TestSite(hosts=4, pages=30, delay=0.2, host="127.0.0.2", log_requests=True, max_seconds=140) as second, \
-            TestSite(hosts=4, pages=30, delay=0.2, host="127.0.0.3", log_requests=True, max_seconds=140) as third:
+    with TestSite(hosts=4, pages=30, delay=0.1, log_requests=True, max_seconds=140) as first, \
+            TestSite(hosts=4, pages=30, delay=0.1, host="127.0.0.2", log_requests=True, max_seconds=140) as second, \
+            TestSite(hosts=4, pages=30, delay=0.1, host="127.0.0.3", log_requests=True, max_seconds=140) as third:
         sites = (first, second, third)
         kill_one_of_three(workers(sites, "--lease", "2", "--per-ip", "2"), *sites, takeover_within=None)
         assert max(peak_at_address(site) for site in sites) <= 2
