@@ -137,18 +137,8 @@ def test_a_kept_run_on_postgresql(postgres_dsn: str) -> None:
 def test_sigterm_ends_crawl_keep_running_with_one_record_per_visit(tmp_path: Path) -> None:
     db, out = tmp_path / "crawl.db", tmp_path / "pages.jsonl"
     with site_of().running() as site:
-        command = [sys.executable, "-m", "niofetcher", "crawl", site.base_url, "--db", str(db), "--progress", "none",
-                   "--revisit", f"{INTERVAL}s", "--fixed-revisit", "--keep-running", "--out", str(out)]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_for(lambda: len(site.served()) >= 9)
-            process.send_signal(signal.SIGTERM)
-            stdout, stderr = process.communicate(timeout=30)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-        assert process.returncode == 0, stderr
+        returncode, stdout, stderr = kept_crawl(site, ["--db", str(db), "--out", str(out)], 9, signal.SIGTERM)
+        assert returncode == 0, stderr
         records: list[dict[str, Any]] = [json.loads(line) for line in out.read_text().splitlines()]
         # Every visit the site answered, and no other, has its record: one per visit.
         assert Counter(record["url"] for record in records) == Counter(
@@ -158,11 +148,21 @@ def test_sigterm_ends_crawl_keep_running_with_one_record_per_visit(tmp_path: Pat
         assert "done" in stdout
 
 
-def kept_crawl(site: KeptSite, where: list[str], out: Path, warc: Path) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "niofetcher", "crawl", site.base_url, *where, "--progress", "none",
-               "--revisit", f"{INTERVAL}s", "--fixed-revisit", "--keep-running", "--out", str(out),
-               "--warc", str(warc)]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def kept_crawl(site: KeptSite, options: list[str], served: int, signum: int) -> tuple[int, str, str]:
+    """``crawl --keep-running`` of ``site`` with ``options``, sent ``signum`` once the site has served
+    ``served`` page requests in all: its exit status, standard output and standard error."""
+    command = [sys.executable, "-m", "niofetcher", "crawl", site.base_url, *options, "--progress", "none",
+               "--revisit", f"{INTERVAL}s", "--fixed-revisit", "--keep-running"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(site.served()) >= served)
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return process.returncode, stdout, stderr
 
 
 @pytest.mark.parametrize(("store", "signum"), [("sqlite", signal.SIGKILL), ("sqlite", signal.SIGTERM),
@@ -183,16 +183,8 @@ def test_after_any_stop_and_a_resume_each_visit_has_one_record_in_out_and_warc(
         # Requests served in all when each run is stopped: the first run and a resumed one by
         # ``signum``, then a last one gracefully (a killed run's unrecorded tail is cut by the next).
         for stop_after, stop in ((7, signum), (14, signum), (17, signal.SIGTERM)):
-            process = kept_crawl(site, where, out, warc)
-            try:
-                wait_for(lambda: len(site.served()) >= stop_after)  # noqa: B023 - waited for before the next turn
-                process.send_signal(stop)
-                _, stderr = process.communicate(timeout=30)
-            finally:
-                if process.poll() is None:
-                    process.kill()
-                    process.communicate()
-            assert process.returncode == (-signal.SIGKILL if stop == signal.SIGKILL else 0), stderr
+            returncode, _, stderr = kept_crawl(site, [*where, "--out", str(out), "--warc", str(warc)], stop_after, stop)
+            assert returncode == (-signal.SIGKILL if stop == signal.SIGKILL else 0), stderr
         stored = dict(visits_of(where))
         assert sum(stored.values()) >= 3 * 2  # every page visited, and visited again
         assert Counter(json.loads(line)["url"] for line in out.read_text().splitlines()) == Counter(stored)
