@@ -118,7 +118,9 @@ def scrapy_sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _start_run(sdist: Path, name: str, extra: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
     """Start pytest on Scrapy's handler tests in ``sdist``; its junit XML goes to the returned path."""
     junit = sdist.parent / f"{name}.xml"
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    # Scrapy's run is a pytest session of its own: not a worker of ours (xdist's PYTEST_XDIST_* would
+    # tell its plugins they run under xdist), nor given our options.
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS" and not k.startswith("PYTEST_XDIST_")}
     # The niofetcher this run imports, installed or not: the child's cwd is the sdist, not this checkout.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), str(NIOFETCHER_ROOT), env.get("PYTHONPATH")]))
     command = [
