@@ -19,6 +19,7 @@ from .errors import ErrorKind
 from .fetcher import NIOFetcher
 from .models import Exchange, FetcherStats, FetchResult, HostStats, URLBean
 from .protocols import FetchedHandler, Fetcher, URLRegister
+from .resolver import ResolvedAddresses
 from .throttle import Throttle
 from .urls import Origin
 
@@ -72,6 +73,7 @@ __all__ = [
     "NIOFetcher",
     "Origin",
     "PageLinks",
+    "ResolvedAddresses",
     "RevisitPolicy",
     "Throttle",
     "URLBean",

@@ -16,6 +16,7 @@ from .urls import NoProxy, Proxy, normal_host, parse_proxy
 
 Sockaddr = tuple[Any, ...]  # (host, port) or (host, port, flowinfo, scope_id), as socket.connect() takes it
 Address = tuple[int, Sockaddr]  # (family, sockaddr)
+# A resolver that knows how long its answer holds returns a ResolvedAddresses (resolver.py): a list with a ttl.
 Resolver = Callable[[str, int], Sequence[Address]]
 
 MiB = 1024 * 1024

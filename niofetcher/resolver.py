@@ -5,18 +5,22 @@ Lookups go to up to ``workers`` threads, started when first needed; answers
 come back to the loop through ``post`` (the loop's call_soon_threadsafe).
 Several connections waiting for the same name share one lookup.
 
-Answers are cached for ``dns_cache_ttl`` seconds (getaddrinfo does not tell
-the record's real TTL).  Failures are cached too, briefly, so that a crawl
-of a thousand URLs on a dead host does not ask a thousand times.
+Answers are kept for ``dns_cache_ttl`` seconds: getaddrinfo does not tell
+the record's real TTL.  A resolver that knows it returns a ResolvedAddresses,
+kept for its ``ttl`` but never longer than ``dns_cache_ttl`` (the ceiling: a
+record of a day must not pin an address for a day of crawling), and not at
+all when its ``ttl`` is 0.  Failures are cached too, for NEGATIVE_TTL, so that
+a crawl of a thousand URLs on a dead host does not ask a thousand times.
 
 The cache holds DNS_CACHE_SIZE names at most, so that a crawl of a million
-hosts does not keep a million answers.  It is kept in the order answers
-arrived, which (one TTL for answers, a shorter one for failures) is nearly
-the order they expire in: each lookup purges expired answers from the old
-end, and a full cache drops its oldest answer, the one that expires first
--- which beats least-recently-used for a TTL cache, where a hit does not
-extend an answer's life.  A failure cached behind a younger answer outlives
-its NEGATIVE_TTL until that answer expires: at most ``dns_cache_ttl``.
+hosts does not keep a million answers.  With a TTL per answer, arrival order
+is not the order answers expire in, so a heap of (expiry, key) beside the
+answers gives the one that expires first: each lookup pops the expired ones
+off its top, and a full cache drops its top -- which beats least-recently-used
+for a TTL cache, where a hit does not extend an answer's life.  O(log n) per
+answer kept, nothing scanned per lookup.  A name is asked for only when it is
+not cached (the purge leaves nothing expired behind), so an answer never
+replaces a cached one and each cached key has exactly one heap entry.
 
 Address order: getaddrinfo already sorts by RFC 6724; we interleave the
 families (RFC 8305 section 4) so that a broken IPv6 route costs one attempt
@@ -25,13 +29,14 @@ before an IPv4 address is tried, not all of them.
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
+import math
 import queue
 import socket
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .config import Address, FetcherConfig, Resolver
 from .errors import ErrorKind, FetchFailure
@@ -41,6 +46,29 @@ Post = Callable[..., None]
 
 NEGATIVE_TTL = 5.0
 DNS_CACHE_SIZE = 10_000
+
+
+class ResolvedAddresses(list[Address]):
+    """A resolver's answer that says how long it holds: ``ttl`` seconds, the DNS record's TTL.
+
+    A ``resolver`` returns it instead of a plain list when it knows the TTL;
+    the pool keeps the answer for ``ttl`` seconds, at most ``dns_cache_ttl``,
+    and not at all for 0.  A ``ttl`` that is not a finite number of seconds
+    >= 0 raises ValueError here, in the resolver: that lookup is a dns_error.
+    """
+
+    __slots__ = ("_ttl",)
+
+    def __init__(self, addresses: Iterable[Address], *, ttl: float) -> None:
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl < 0:
+            raise ValueError(f"ttl must be a finite number of seconds >= 0, not {ttl!r}")
+        super().__init__(addresses)
+        self._ttl = float(ttl)
+
+    @property
+    def ttl(self) -> float:
+        """Seconds the answer holds, as the resolver said; the pool keeps it at most ``dns_cache_ttl``."""
+        return self._ttl
 
 
 def system_resolver(host: str, port: int) -> list[Address]:
@@ -82,8 +110,8 @@ class ResolverPool:
         self._resolve: Resolver = config.resolver or system_resolver
         self._post = post
         self._max_workers = workers
-        self._cache: OrderedDict[tuple[str, int], tuple[float, list[Address] | None, FetchFailure | None]]
-        self._cache = OrderedDict()  # oldest answer first
+        self._cache: dict[tuple[str, int], tuple[list[Address] | None, FetchFailure | None]] = {}
+        self._expiries: list[tuple[float, tuple[str, int]]] = []  # a heap: the cached key that expires first on top
         self._waiting: dict[tuple[str, int], list[Answer]] = {}
         self._jobs: queue.SimpleQueue[tuple[str, int] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -99,15 +127,12 @@ class ResolverPool:
             answer(addresses, None)
             return
         key = (host, port)
-        cache = self._cache
-        while cache:
-            oldest = next(iter(cache.values()))
-            if oldest[0] > now:
-                break
-            cache.popitem(last=False)
-        cached = cache.get(key)
-        if cached is not None and cached[0] > now:  # a failure behind a younger answer may have expired
-            answer(cached[1], cached[2])
+        expiries = self._expiries
+        while expiries and expiries[0][0] <= now:
+            del self._cache[heapq.heappop(expiries)[1]]
+        cached = self._cache.get(key)
+        if cached is not None:
+            answer(*cached)
             return
         waiters = self._waiting.get(key)
         if waiters is not None:
@@ -142,22 +167,30 @@ class ResolverPool:
             if key is None:
                 return
             host, port = key
+            ttl = min(self._ttl, NEGATIVE_TTL)  # a failure's
             try:
-                found = interleave_families(list(self._resolve(host, port)))
-                failure = None if found else FetchFailure(ErrorKind.DNS_ERROR, f"{host}: no addresses")
+                given = self._resolve(host, port)
+                found = interleave_families(list(given))
+                if found:
+                    failure = None
+                    ttl = min(self._ttl, given.ttl) if isinstance(given, ResolvedAddresses) else self._ttl
+                else:
+                    failure = FetchFailure(ErrorKind.DNS_ERROR, f"{host}: no addresses")
             except Exception as exc:  # noqa: BLE001 - the resolver may be user code: any failure is a failed lookup
                 reason = getattr(exc, "strerror", None) or exc
                 found, failure = [], FetchFailure(ErrorKind.DNS_ERROR, f"{host}: {reason}")
-            self._post(self._answered, key, found or None, failure)
+            self._post(self._answered, key, found or None, failure, ttl)
 
-    def _answered(self, key: tuple[str, int], found: list[Address] | None, failure: FetchFailure | None) -> None:
-        ttl = self._ttl if failure is None else min(self._ttl, NEGATIVE_TTL)
+    def _answered(
+        self, key: tuple[str, int], found: list[Address] | None, failure: FetchFailure | None, ttl: float
+    ) -> None:
         if ttl > 0:
-            cache = self._cache
-            cache[key] = (time.monotonic() + ttl, found, failure)
-            cache.move_to_end(key)  # a refreshed answer expires last
-            if len(cache) > DNS_CACHE_SIZE:
-                cache.popitem(last=False)
+            self._cache[key] = (found, failure)
+            expiry = (time.monotonic() + ttl, key)
+            if len(self._cache) > DNS_CACHE_SIZE:  # drop the answer that expires first: maybe this one
+                del self._cache[heapq.heappushpop(self._expiries, expiry)[1]]
+            else:
+                heapq.heappush(self._expiries, expiry)
         for answer in self._waiting.pop(key, ()):
             answer(found, failure)
 

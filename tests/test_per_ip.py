@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from rawserver import ConnInfo, RawServer, get_unused_port, http_response, read_request
 
-from niofetcher import FetcherConfig, FetchResult, NIOFetcher, pool
+from niofetcher import FetcherConfig, FetchResult, NIOFetcher, ResolvedAddresses, pool
 from niofetcher.cli.args import build_parser, config_from
 from niofetcher.config import Address
 from niofetcher.models import URLBean
@@ -372,6 +372,44 @@ def test_without_a_dns_cache_each_new_connection_follows_the_answer_of_its_time(
         assert peers == [f"127.0.0.1:{first.port}"] + [f"127.0.0.2:{second.port}"] * 2
         assert first.accepted == 1 and second.accepted == 2
         assert len(asked) == 3  # one lookup per new connection, none spent twice
+    finally:
+        other_watch.stop()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("per_ip", [1, None])
+def test_a_name_whose_record_expires_and_moves_counts_on_its_new_address(
+    watch: Watch, per_ip: int | None, no_leaks: object
+) -> None:
+    # The resolver's own TTL (ResolvedAddresses): moving.test's first answer holds 0 s and its next
+    # one puts it on staying.test's address, which the limit must then hold over both names.
+    other_watch = Watch()
+    try:
+        old = other_watch.serve(other_watch.handler(pause=0.05))
+        new = watch.serve(watch.handler(pause=0.05), host="127.0.0.2")
+        asked: list[str] = []
+
+        def resolver(host: str, port: int) -> Sequence[Address]:
+            asked.append(host)
+            if host == "staying.test":
+                return [(socket.AF_INET, new.address)]
+            first = asked.count(host) == 1
+            return ResolvedAddresses([(socket.AF_INET, old.address if first else new.address)], ttl=0 if first else 300)
+
+        config = FetcherConfig(resolver=resolver, max_connections_per_ip=per_ip, max_connections_per_host=1,
+                               max_requests_per_connection=1)
+        urls = [f"http://{name}:{new.port}/{i}" for i in range(5) for name in ("moving.test", "staying.test")]
+        results = fetch_all(config, urls)
+
+        assert [(r.url, r.error_detail) for r in results if not r.ok] == []
+        moving = sorted((r.url, r.peer) for r in results if r.url.startswith("http://moving.test"))
+        assert [peer for _, peer in moving] == [f"127.0.0.1:{old.port}"] + [f"127.0.0.2:{new.port}"] * 4
+        assert (old.accepted, new.accepted) == (1, 9)
+        if per_ip is None:
+            assert watch.max_open == 2  # the negative control: both names at once on the new address
+        else:
+            assert watch.max_open == per_ip
+            assert asked.count("moving.test") == 2  # the 0 s answer asked again, the next one kept
     finally:
         other_watch.stop()
 

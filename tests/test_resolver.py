@@ -2,7 +2,8 @@
 
 Proves docs/guarantees.md, "the loop never blocks" for DNS (lookups run in the resolver pool and
 come back through ``post``; IP literals and ``resolve`` overrides never reach
-a resolver), the ``dns_cache_ttl`` and ``resolver`` settings, and the rule
+a resolver), the ``dns_cache_ttl`` and ``resolver`` settings, a resolver's own
+TTL (``ResolvedAddresses``: kept that long, at most ``dns_cache_ttl``), and the rule
 that no test sends a name lookup off the machine: every resolver here is a
 stub.  The pool's ``post`` is a queue, so callbacks run in the test thread,
 as they would in the loop thread.
@@ -10,7 +11,9 @@ as they would in the loop thread.
 
 from __future__ import annotations
 
+import math
 import queue
+import random
 import socket
 import threading
 import time
@@ -22,7 +25,7 @@ from conftest import MakeServer
 from rawserver import ok
 
 import niofetcher.resolver as resolver_module
-from niofetcher import FetcherConfig, NIOFetcher
+from niofetcher import FetcherConfig, NIOFetcher, ResolvedAddresses
 from niofetcher.config import Address
 from niofetcher.errors import ErrorKind, FetchFailure
 from niofetcher.resolver import NEGATIVE_TTL, ResolverPool, interleave_families
@@ -214,6 +217,151 @@ def test__failures_are_dns_error_and_cached_briefly(harness_factory: Any, answer
     assert stub.count("dead.test") == 2, "but only briefly, not for dns_cache_ttl"
 
     assert harness.resolve("next.test").got[0][1].kind is ErrorKind.DNS_ERROR, "the pool keeps working"
+
+
+# -- a TTL per answer (ResolvedAddresses) -----------------------------------
+
+
+def _with_ttls(ttls: dict[str, float]) -> Callable[[str, int], Sequence[Address]]:
+    """A resolver that knows its records' TTLs: a name without one gets a plain list."""
+
+    def answer(host: str, port: int) -> Sequence[Address]:
+        found = [(V4, ("127.0.0.1", port))]
+        return ResolvedAddresses(found, ttl=ttls[host]) if host in ttls else found
+
+    return answer
+
+
+def _resolve_between(harness: PoolHarness, host: str) -> tuple[float, float]:
+    """Resolve ``host`` through a worker; the answer was cached at a time between the two returned."""
+    before = time.monotonic()
+    harness.resolve(host)
+    return before, time.monotonic()
+
+
+@pytest.mark.timeout(10)
+def test__an_answer_is_kept_for_its_own_ttl(harness_factory: Any) -> None:
+    ttl = 0.3
+    stub = StubResolver(_with_ttls({"short.test": ttl}))
+    harness = harness_factory(stub, dns_cache_ttl=300.0)
+    before, after = _resolve_between(harness, "short.test")
+    harness.resolve("plain.test")
+
+    assert harness.lookup("short.test", now=before + ttl - 0.01).got, "before its TTL ends the cache answers"
+    assert stub.count("short.test") == 1
+    harness.resolve("short.test", now=after + ttl + 0.01)
+    assert stub.count("short.test") == 2, "after its TTL the name is asked again"
+    assert harness.lookup("plain.test", now=after + ttl + 0.01).got, "a plain list keeps dns_cache_ttl"
+    assert stub.count("plain.test") == 1
+
+
+@pytest.mark.timeout(10)
+def test__a_ttl_above_dns_cache_ttl_is_cut_to_it(harness_factory: Any) -> None:
+    ceiling = 10.0
+    stub = StubResolver(_with_ttls({"day.test": 86_400.0}))
+    harness = harness_factory(stub, dns_cache_ttl=ceiling)
+    before, after = _resolve_between(harness, "day.test")
+    assert harness.lookup("day.test", now=before + ceiling - 0.01).got
+    harness.resolve("day.test", now=after + ceiling + 0.01)
+    assert stub.count("day.test") == 2, "a record of a day is kept for dns_cache_ttl, not a day"
+
+
+@pytest.mark.timeout(10)
+def test__a_ttl_of_zero_is_never_cached(harness_factory: Any) -> None:
+    stub = StubResolver(_with_ttls({"zero.test": 0}))
+    harness = harness_factory(stub, dns_cache_ttl=300.0)
+    first = harness.resolve("zero.test")
+    assert first.got == [([(V4, ("127.0.0.1", 80))], None)], "the answer is used"
+    harness.resolve("zero.test")
+    assert stub.count("zero.test") == 2
+    assert harness.pool._cache == {}
+
+
+@pytest.mark.timeout(10)
+def test__a_full_cache_drops_the_answer_that_expires_first_not_the_oldest(
+    harness_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(resolver_module, "DNS_CACHE_SIZE", 3)
+    ttls = {"long.test": 200.0, "soon.test": 10.0, "mid1.test": 50.0, "mid2.test": 60.0, "brief.test": 1.0}
+    stub = StubResolver(_with_ttls(ttls))
+    harness = harness_factory(stub, dns_cache_ttl=300.0)
+    for name in ("long.test", "soon.test", "mid1.test", "mid2.test"):  # the fourth makes room
+        harness.resolve(name)
+    assert sorted(host for host, _ in harness.pool._cache) == ["long.test", "mid1.test", "mid2.test"]
+    assert harness.lookup("long.test").got, "the oldest answer, which expires last, stays"
+    harness.resolve("soon.test")  # dropped: asked again, and dropped again as the soonest to expire
+    assert stub.count("soon.test") == 2
+
+    harness.resolve("brief.test")
+    assert "brief.test" not in {host for host, _ in harness.pool._cache}, "a newcomer that expires first is the one dropped"
+    assert len(harness.pool._cache) == 3
+
+
+@pytest.mark.timeout(10)
+def test__an_expired_failure_is_purged_though_younger_answers_outlive_it(harness_factory: Any) -> None:
+    def answer(host: str, port: int) -> Sequence[Address]:
+        if host == "dead.test":
+            raise OSError("no such host")
+        return [(V4, ("127.0.0.1", port))]
+
+    harness = harness_factory(StubResolver(answer), dns_cache_ttl=300.0)
+    harness.resolve("alive.test")
+    harness.resolve("dead.test")  # behind a younger answer in arrival order, it expires first
+    harness.lookup("alive.test", now=time.monotonic() + NEGATIVE_TTL + 1)
+    assert list(harness.pool._cache) == [("alive.test", 80)]
+
+
+@pytest.mark.timeout(20)
+def test__the_expiry_heap_holds_exactly_the_cached_answers(
+    harness_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many names with TTLs of every size, failures among them, a full cache and time passing:
+    every cached answer has one heap entry and nothing else is in the heap."""
+    monkeypatch.setattr(resolver_module, "DNS_CACHE_SIZE", 20)
+    rng = random.Random(28)
+    names = [f"n{i}.test" for i in range(60)]
+    ttls = {name: rng.choice([0, 0.5, 2.0, 30.0, 500.0]) for name in names[::2]}
+
+    def answer(host: str, port: int) -> Sequence[Address]:
+        if host.endswith("7.test"):
+            raise OSError("no such host")
+        return _with_ttls(ttls)(host, port)
+
+    stub = StubResolver(answer)
+    harness = harness_factory(stub, dns_cache_ttl=60.0)
+    now = time.monotonic()
+    for _ in range(300):
+        now += rng.choice([0.0, 0.1, 1.0, 10.0])
+        answers = harness.lookup(rng.choice(names), now=now)
+        if not answers.got:
+            harness.run_posted()
+        pool = harness.pool
+        assert sorted(key for _, key in pool._expiries) == sorted(pool._cache)
+        assert len(pool._cache) <= 20
+    assert len(stub.calls) > 60, "names were asked again: the run saw answers expire and be dropped"
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("ttl", [-1.0, math.nan, math.inf, "300", None, True])
+def test__a_garbage_ttl_fails_that_lookup_as_a_dns_error(harness_factory: Any, ttl: Any) -> None:
+    stub = StubResolver(_with_ttls({"bad.test": ttl}))
+    harness = harness_factory(stub, dns_cache_ttl=300.0)
+    (addresses, failure), = harness.resolve("bad.test").got
+    assert addresses is None
+    assert failure is not None and failure.kind is ErrorKind.DNS_ERROR
+    assert failure.detail == f"bad.test: ttl must be a finite number of seconds >= 0, not {ttl!r}"
+    assert "\n" not in failure.detail
+    assert harness.resolve("good.test").got[0][1] is None, "the pool keeps working"
+
+
+@pytest.mark.timeout(5)
+def test__resolved_addresses_is_the_list_it_was_given() -> None:
+    given = [_a(V6, 1), _a(V4, 1)]
+    resolved = ResolvedAddresses(given, ttl=30)
+    assert resolved == given and isinstance(resolved, list)
+    assert resolved.ttl == 30.0
+    with pytest.raises(AttributeError):
+        resolved.ttl = 5.0  # type: ignore[misc]
 
 
 # -- address order -----------------------------------------------------------
