@@ -67,8 +67,8 @@ def assert_each_done_url_once(db: Path, out: Path, warc: Path | None = None) -> 
 
 
 def non_progress_lines(stderr: str) -> list[str]:
-    """stderr without the periodic progress lines of --progress lines."""
-    return [line for line in stderr.splitlines() if " pages (" not in line]
+    """stderr without the periodic progress lines of --progress lines (cli/display.py's format)."""
+    return [line for line in stderr.splitlines() if " pages/s this run" not in line]
 
 
 # -- exactly once across stops and resumes ------------------------------------------------------
