@@ -17,6 +17,7 @@ def basic_authorization(user: str, password: str | None) -> str:
     token = base64.b64encode(f"{unquote(user)}:{unquote(password or '')}".encode()).decode("ascii")
     return f"Basic {token}"
 
+
 def split_credentials(url: str) -> tuple[str, str | None]:
     """``url`` without its userinfo, and the ``Authorization`` value that userinfo stands for
     (``Basic``, as curl and browsers send ``http://user:pass@host/``), None when it has none.
@@ -42,6 +43,7 @@ def split_credentials(url: str) -> tuple[str, str | None]:
     bare = f"{scheme}{sep}{hostport}{rest[end:]}"
     # "http://@h/" and "http://:@h/" carry no credentials: browsers send no header for them.
     return bare, basic_authorization(user, password) if user or password else None
+
 
 #: The longest URL an error message repeats: a line of a seeds file may be megabytes long.
 _SHOWN_LENGTH = 200

@@ -23,6 +23,7 @@ import idna
 # form of an IPv4 address, or none, and the general path says which).
 DOTTED_DECIMAL = r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 
+
 @functools.lru_cache(maxsize=4096)
 def normal_host(host: str) -> str:
     """A host name as it goes on the wire, to the resolver and into the frontier.
@@ -72,6 +73,7 @@ def whatwg_host(host: str) -> str:
     if _ends_in_number(host):
         return _ipv4(host)
     return host
+
 
 # WHATWG's forbidden domain code points: C0 controls, space, "#%/:<>?@[\]^|" and DEL.
 _FORBIDDEN_IN_DOMAIN = re.compile(r"[\x00-\x20#%/:<>?@\[\\\]^|\x7f]").search
@@ -127,6 +129,7 @@ def _a_labels(host: str) -> str:
     return ".".join(label if label.isascii() else "xn--" + label.encode("punycode").decode("ascii")
                     for label in labels)
 
+
 def bracketed(host: str) -> str:
     """A host as it is written before a ":port" or after "//": an IPv6 literal in brackets (RFC 3986 3.2.2).
 
@@ -134,6 +137,7 @@ def bracketed(host: str) -> str:
     ``hostname`` hold it; only an IPv6 literal has a ":".
     """
     return f"[{host}]" if ":" in host else host
+
 
 def authority(netloc: str) -> tuple[str, str]:
     """The userinfo (as written) and the host of urlsplit's ``netloc``, the host as WHATWG parses it:

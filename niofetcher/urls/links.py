@@ -53,12 +53,14 @@ def redirect_url(location: str, base: str) -> tuple[str, str]:
         url += "?"  # urljoin drops an empty query ("/x?"), which the next request keeps
     return url, urlsplit(url).scheme.lower()
 
+
 # A dot segment with an escaped dot in a path ("%2e", "%2E%2e", ".%2e", ...).
 _escaped_dot_segment = re.compile(r"(?:(?<=/)|\A)(?=[.%]*%2[eE])(?:\.|%2[eE]){1,2}(?=/|\Z)")
 
 
 def _literal_dots(match: re.Match[str]) -> str:
     return "." * (len(match.group()) - 2 * match.group().count("%"))
+
 
 # WHATWG's userinfo percent-encode set, plus everything non-ASCII.
 _USERINFO_SAFE = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in '"#<>?`{}/:;=@[\\]^|')
@@ -72,6 +74,7 @@ def _userinfo(userinfo: str) -> str:
     if password:
         return f"{user}:{quote(password, safe=_USERINFO_SAFE)}@"
     return f"{user}@" if user else ""
+
 
 # The shape of most URLs on real pages, already in the form the general path
 # below would give them: lower-case http(s), a plain lower-case host that does not

@@ -29,6 +29,7 @@ def percent_encoded(path: str, query: str | None) -> tuple[str, str | None]:
         query = quote(query, safe=_QUERY_SAFE)
     return path, query
 
+
 # An escape with a lower-case hex digit: "%c3%bc" is "%C3%BC" (RFC 3986 6.2.2.1), and
 # upper case is the form both are stored and sent in.
 lower_escape = re.compile(r"%(?:[a-f][0-9a-fA-F]|[0-9A-F][a-f])").search
@@ -49,6 +50,7 @@ dot_segment = re.compile(r"/(?:\.|%2[eE]){1,2}(?:[/?#]|\Z)").search
 DOT = frozenset([".", "%2e", "%2E"])
 DOUBLE_DOT = frozenset(a + b for a in DOT for b in DOT)
 
+
 def remove_dot_segments(path: str) -> str:
     """An absolute path without "." and ".." segments, as WHATWG removes them: ``/a/./b/../c`` -> ``/a/c``.
 
@@ -65,6 +67,7 @@ def remove_dot_segments(path: str) -> str:
     if segments[-1] in DOT or segments[-1] in DOUBLE_DOT:
         kept.append("")  # "/a/.." is the directory "/", not "/a" minus its name
     return "/" + "/".join(kept)
+
 
 def path_and_query(path: str, query: str | None) -> str:
     """The request target of a path (at least "/") and a query (None for none, "" for an empty one,

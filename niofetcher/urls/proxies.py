@@ -17,6 +17,7 @@ from .hosts import bracketed, normal_host
 # Characters no host may hold once it is in A-labels (urlsplit lets them through).
 _bad_host_char = re.compile(r"[\x00-\x20\x7f/\\@\[\]]").search
 
+
 class Proxy(NamedTuple):
     """An HTTP forward proxy, as :func:`parse_proxy` reads ``http://[user:pass@]host:port``.
 
@@ -80,6 +81,7 @@ def parse_proxy(url: str) -> Proxy:
         raise ValueError(f"invalid host in {shown!r}")
     authorization = basic_authorization(parts.username, parts.password) if parts.username is not None else None
     return Proxy(host, port, f"{bracketed(host)}:{port}", authorization)
+
 
 class NoProxy:
     """The hosts that go direct although a proxy is set: curl's ``NO_PROXY`` rules.

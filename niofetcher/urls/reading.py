@@ -79,6 +79,7 @@ def query_start(text: str) -> int:
     """Where the query or fragment of a reference starts: its first "?" or "#", else its end."""
     return _first_of(text, "?#")
 
+
 def _authority_end(text: str) -> int:
     """Where the authority at the start of ``text`` ends: at its first "/", "?" or "#"."""
     return _first_of(text, "/?#")
@@ -92,6 +93,7 @@ def ambiguous_authority(url: str) -> bool:
     end = _authority_end(rest)
     backslash = rest.find("\\", 0, end)
     return backslash >= 0 and rest.find("@", backslash, end) >= 0
+
 
 def empty_query(url: str) -> str | None:
     """"" when ``url`` (with no query but maybe an empty one) ends its path with a "?", else None:

@@ -50,6 +50,7 @@ class _Parts(NamedTuple):
     port: int | None
     target: str  # path and query, as a request line carries them
 
+
 # The shape nearly every crawled URL has: a plain host, maybe a port, no userinfo,
 # no IPv6 literal, no whitespace or control characters.  It is split here at a
 # fraction of urlsplit's cost (register() spent ~8 us of its ~11 us in urlsplit);
@@ -70,10 +71,11 @@ _NORMAL_FORM = re.compile(
     # that starts with a letter
     r"(https?)://(?:[a-z0-9.\-]*[g-wyz\-]|"
     rf"{DOTTED_DECIMAL}|(?:[a-z0-9\-]*+\.)*+[a-z\-][a-z0-9\-]*+)(?::([1-9][0-9]{{0,4}}))?"
-    # the path and the query: nothing of their WHATWG percent-encode sets (below), no "\\"
+    # the path and the query: nothing of their WHATWG percent-encode sets (paths.py), no "\\"
     r"/[^\x00-\x20\x7f-\U0010ffff\"#<>?\\`{}]*+(?:\?[^\x00-\x20\x7f-\U0010ffff\"#<>'\\]*+)?"
 )
 _normal_match = _NORMAL_FORM.fullmatch
+
 
 def check_url_characters(url: str) -> None:
     """ValueError for characters no request line or UTF-8 store can carry: NUL, or a lone surrogate.
@@ -88,6 +90,7 @@ def check_url_characters(url: str) -> None:
             url.encode("utf-8")
         except UnicodeEncodeError:
             raise ValueError(f"URL is not valid Unicode (it holds a lone surrogate): {shown_url(url)!r}") from None
+
 
 def parse_target(url: str) -> Target:
     """Split an absolute http(s) URL into its request target, or raise ValueError saying what is wrong with it."""
@@ -242,6 +245,7 @@ def _split(url: str) -> _Parts:
     if not host:
         raise ValueError(f"URL has no host: {shown_url(url)!r}")
     return _Parts(scheme, host, port, path_and_query(parts.path or "/", parts.query or empty_query(text)))
+
 
 @functools.lru_cache(maxsize=4096)
 def _origin(scheme: str, host: str, port: int | None) -> tuple[Origin, str]:
