@@ -119,7 +119,7 @@ def test_the_sqlite_frontier_has_every_method_of_the_protocol_with_its_parameter
 @pytest.mark.parametrize("module", [crawler_module, opening_module], ids=["crawler", "opening"])
 def test_the_coordinator_never_names_the_sqlite_class(module: ModuleType) -> None:
     """open_frontier names the backends, the crawler none (tests/test_layers.py holds the modules to it)."""
-    tree = ast.parse(Path(module.__file__).read_text())
+    tree = ast.parse(inspect.getsource(module))
     uses = [
         function.name
         for function in ast.walk(tree) if isinstance(function, ast.FunctionDef)
