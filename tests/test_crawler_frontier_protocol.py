@@ -7,7 +7,7 @@ second backend (PostgreSQL, issue 12) plugs in without touching it.
   (``min_due_depth``) included.  The proxy refuses
   ``lookup`` too, which the protocol has for the contract suite only.
 - The SQLite ``Frontier`` has every method of the protocol, with the same parameters.
-- ``crawler.py`` names the SQLite class in one place only, the function that opens a crawl's frontier.
+- Neither ``crawler.py`` nor ``opening.py``, which opens a crawl's frontier, names the SQLite class.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ import ast
 import inspect
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 from conftest import LeakBaseline
 
 import niofetcher.crawl.crawler as crawler_module
+import niofetcher.crawl.opening as opening_module
 from niofetcher.crawl import CrawlConfig, Crawler, CrawlSummary
 from niofetcher.crawl.frontier import Frontier, FrontierBackend
 from niofetcher.testing import TestSite
@@ -92,7 +94,7 @@ def test_a_crawl_on_a_frontier_that_has_only_the_protocol_runs_as_on_the_sqlite_
         ))
         return frontiers[-1]
 
-    monkeypatch.setattr(crawler_module, "_open_frontier", open_only_the_protocol)
+    monkeypatch.setattr(crawler_module, "open_crawl_frontier", open_only_the_protocol)
     proxied = crawl_two_sites(tmp_path / "proxied.sqlite")
     (proxy,) = frontiers
     assert (proxied.counts, proxied.errors, proxied.stopped) == (plain.counts, plain.errors, plain.stopped)
@@ -114,9 +116,10 @@ def test_the_sqlite_frontier_has_every_method_of_the_protocol_with_its_parameter
         ], name
 
 
-def test_the_coordinator_never_names_the_sqlite_class() -> None:
+@pytest.mark.parametrize("module", [crawler_module, opening_module], ids=["crawler", "opening"])
+def test_the_coordinator_never_names_the_sqlite_class(module: ModuleType) -> None:
     """open_frontier names the backends, the crawler none (tests/test_layers.py holds the modules to it)."""
-    tree = ast.parse(Path(crawler_module.__file__).read_text())
+    tree = ast.parse(inspect.getsource(module))
     uses = [
         function.name
         for function in ast.walk(tree) if isinstance(function, ast.FunctionDef)

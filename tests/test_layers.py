@@ -1,8 +1,9 @@
 """The package's layers, read from its source with ``ast``: imports point one way.
 
-The fetcher (the modules directly in ``niofetcher/``) knows nothing of the
-crawler, the command line or the test site; the crawler knows nothing of the
-command line; the test site is the standard library only. Above
+The fetcher (the modules directly in ``niofetcher/``, and the URL rules'
+package ``niofetcher/urls/``) knows nothing of the crawler, the command line
+or the test site; the crawler knows nothing of the command line; the test
+site is the standard library only. Above
 ``crawl/frontier/`` nothing imports or names a database driver (sqlite3,
 psycopg) nor a backend's module: ``open_frontier()`` opens a frontier and
 ``FrontierError`` carries its failures (issue 26). A module that breaks
@@ -213,6 +214,8 @@ def test_the_checker_sees_a_wrong_import(tmp_path: Path) -> None:
     (fake / "crawl" / "__init__.py").write_text("from ..engine import Engine\n")
     (fake / "engine.py").write_text("import os\nfrom .crawl import frontier\n")
     (fake / "pool.py").write_text("from . import cli\n")
+    (fake / "urls").mkdir()  # a subpackage of the fetcher's (the URL rules) is the fetcher too
+    (fake / "urls" / "links.py").write_text("from ..crawl.frontier import traps\n")
     (fake / "__init__.py").write_text("if TYPE_CHECKING:\n    from .crawl import Crawler\nfrom .crawl import frontier\n")
     found = violations(fake)
     assert found == [
@@ -221,6 +224,8 @@ def test_the_checker_sees_a_wrong_import(tmp_path: Path) -> None:
         "niofetcher/engine.py:2: fetcher imports niofetcher.crawl",
         "niofetcher/engine.py:2: fetcher imports niofetcher.crawl.frontier",
         "niofetcher/pool.py:1: fetcher imports niofetcher.cli",
+        "niofetcher/urls/links.py:1: fetcher imports niofetcher.crawl.frontier",
+        "niofetcher/urls/links.py:1: fetcher imports niofetcher.crawl.frontier.traps",
     ]
 
 

@@ -18,10 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_parse import NO_CORPUS, PAGES, corpus_base
 
-from niofetcher import urls
 from niofetcher.crawl.parse import EXTRACTORS, _harvester, extract, utf8_of
 from niofetcher.crawl.parse.harvest import Harvest
-from niofetcher.urls import C0_CONTROL_OR_SPACE, LinkResolver, _absolute_general, absolute_url
+from niofetcher.urls import C0_CONTROL_OR_SPACE, LinkResolver, absolute_url
+from niofetcher.urls import links as links_module
+from niofetcher.urls.links import _absolute_general
 
 # Bases as a page URL or a <base href> may come: fast-shaped ones, and each way of not being one.
 RAW_BASES = [
@@ -179,5 +180,5 @@ def test_one_base_for_many_pages_keeps_a_bounded_memory_of_directories() -> None
     for n in range(2000):
         href = f"shop/{n}/item"
         assert absolute_url(href, base) == urljoin(base, href)
-    parsed = urls._base_of(base)
-    assert parsed is not None and 0 < len(parsed.prefixes) <= urls._MAX_PREFIXES
+    parsed = links_module._base_of(base)
+    assert parsed is not None and 0 < len(parsed.prefixes) <= links_module._MAX_PREFIXES

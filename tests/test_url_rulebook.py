@@ -1,4 +1,4 @@
-"""The URL rules (niofetcher/urls.py) against the WHATWG URL Standard's own test data (issue 25, item 1).
+"""The URL rules (niofetcher/urls/) against the WHATWG URL Standard's own test data (issue 25, item 1).
 
 ``tests/data/wpt-url/urltestdata.json`` is web-platform-tests'
 ``url/resources/urltestdata.json`` (see the README beside it).  Every case

@@ -1,4 +1,4 @@
-"""The URL rules (niofetcher/urls.py): the request target, the stored form and the absolute link, held to the table.
+"""The URL rules (niofetcher/urls/): the request target, the stored form and the absolute link, held to the table.
 
 The module docstring of niofetcher.urls has one table of what each of the
 three forms accepts, refuses and guarantees.  First each form alone: its
@@ -31,13 +31,9 @@ from rawserver import Handler, RawServer, http_response, ok, serve_keepalive
 from test_parse import NO_CORPUS, PAGES
 
 from niofetcher import FetcherConfig, FetchResult, NIOFetcher
-from niofetcher import urls as urls_module
 from niofetcher.urls import (
     Origin,
     Target,
-    _absolute_general,
-    _normalize_split,
-    _parse_target_general,
     absolute_url,
     bracketed,
     normalize_url,
@@ -45,6 +41,9 @@ from niofetcher.urls import (
     redirect_url,
     remove_dot_segments,
 )
+from niofetcher.urls import targets as targets_module
+from niofetcher.urls.links import _absolute_general
+from niofetcher.urls.targets import _normalize_split, _parse_target_general
 
 QUICK = {"connect_timeout": 2.0, "read_timeout": 4.0}
 
@@ -267,23 +266,23 @@ def test_normal_forms_remembered_are_the_normal_forms(urls: list[tuple[str, str,
                     normalize_url(url)
                 continue
             assert normalize_url(url) == expected
-        urls_module._normal_forms.clear()
+        targets_module._normal_forms.clear()
 
 
 def test_normal_forms_are_remembered_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(urls_module, "_MAX_NORMAL_FORMS", 4)
+    monkeypatch.setattr(targets_module, "_MAX_NORMAL_FORMS", 4)
     urls = [f"HTTP://H{i}.test:80/a/../b" for i in range(10)]
     assert [normalize_url(url) for url in urls * 2] == [f"http://h{i}.test/b" for i in range(10)] * 2
-    assert len(urls_module._normal_forms) <= 4
+    assert len(targets_module._normal_forms) <= 4
 
 
 def test_a_str_subclass_is_normalised_not_remembered() -> None:
     class Odd(str):
         pass
 
-    urls_module._normal_forms.clear()
+    targets_module._normal_forms.clear()
     assert normalize_url(Odd("http://H.test/x")) == "http://h.test/x"
-    assert not urls_module._normal_forms
+    assert not targets_module._normal_forms
 
 
 

@@ -70,9 +70,8 @@ again, not parsed, no links added.  Every completed page tells the frontier its
 after the longest interval.
 
 Credentials: a seed's ``user:pass@`` is taken out of it as the Crawler is
-made (``self.config.seeds`` are bare); every request to that seed's origin,
-robots.txt included, carries the ``Authorization`` it stands for, and no other
-origin's does -- a redirect is followed as a link, a request of its own.
+made (``self.config.seeds`` are bare), and sent to that seed's origin alone
+(``headers.py``).  The frontier is opened by ``opening.py``.
 """
 
 from __future__ import annotations
@@ -84,17 +83,18 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ..errors import ErrorKind
 from ..fetcher import NIOFetcher
 from ..models import FetchResult, URLBean
-from ..urls import Origin, host_key, parse_target, split_credentials
+from ..urls import Origin, host_key, parse_target
 from .config import CrawlConfig, CrawledPage, CrawlOutput, CrawlProgress, CrawlSummary
 from .dedup import Duplicates, Fingerprint
-from .frontier import FrontierBackend, FrontierError, FrontierURL, Visit, open_frontier
-from .frontier.traps import TrapRules
+from .frontier import FrontierBackend, FrontierError, FrontierURL, Visit
+from .headers import RequestHeaders, take_credentials
 from .inflight import InProgress, windows
+from .opening import groups_by_address, not_followed, open_crawl_frontier
 from .parsing import ParseExecutor
 from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
 from .policy import LinkScope, error_text, is_redirect, retry_after
@@ -112,9 +112,10 @@ class Crawler:
         self, config: CrawlConfig, on_page: Callable[[CrawledPage], None] | None = None,
         output: CrawlOutput | None = None,
     ) -> None:
-        seeds, self._credentials = _take_credentials(config.seeds)
-        if self._credentials:  # the frontier, the records and the logs get the seeds without them
+        seeds, credentials = take_credentials(config.seeds)
+        if credentials:  # the frontier, the records and the logs get the seeds without them
             config = dataclasses.replace(config, seeds=seeds)
+        self._headers = RequestHeaders(credentials, conditional=config.revisit is not None)
         self.config = config
         self.on_page = on_page
         self.output = output
@@ -201,8 +202,8 @@ class Crawler:
         """
         config = self.config
         self._started = time.monotonic()
-        with _open_frontier(config) as frontier:
-            self._note_addresses = getattr(frontier, "note_addresses", None) if _groups_by_address(config) else None
+        with open_crawl_frontier(config) as frontier:
+            self._note_addresses = getattr(frontier, "note_addresses", None) if groups_by_address(config) else None
             if self.output is not None:
                 self.output.restore(frontier.checkpoint())
                 # Recorded now, not with the first batch: an output that appends to what it found must
@@ -251,7 +252,7 @@ class Crawler:
                             self._in_progress.clear()
             self._counts = frontier.counts()
             stopped = self._counts["waiting"] > 0
-            refused = {cause: n for cause, n in _not_followed(frontier).items() if n}
+            refused = {cause: n for cause, n in not_followed(frontier).items() if n}
             self._refused_now = sum(refused.values())
             revisits = frontier.revisits() if config.revisit is not None else None
         return CrawlSummary(
@@ -318,7 +319,7 @@ class Crawler:
                     # due period: done again, it is due an interval later.
                     frontier.wake()
                 self._counts = frontier.counts()
-                self._refused_now = sum(_not_followed(frontier).values())
+                self._refused_now = sum(not_followed(frontier).values())
                 counted_at = time.monotonic()
             if not self._in_progress:
                 if self._stop.is_set() or budget == 0:
@@ -492,19 +493,6 @@ class Crawler:
                 self._in_progress.pop(bean.url)
             frontier.release([bean.url for bean in refused])  # stopping: the URLs wait for a resume
 
-    def _headers(self, origin: Origin, item: FrontierURL | None = None) -> dict[str, str]:
-        """The headers of a request to ``origin``: the Authorization a seed's ``user:pass@`` stands for,
-        to that seed's origin only (a redirect elsewhere is a link of another origin: it gets none);
-        for a revisit of ``item``, the conditional GET its stored validators make."""
-        authorization = self._credentials.get(origin)
-        headers = {"Authorization": authorization} if authorization is not None else {}
-        if item is not None and self.config.revisit is not None:
-            if item.etag is not None:
-                headers["If-None-Match"] = item.etag
-            if item.last_modified is not None:
-                headers["If-Modified-Since"] = item.last_modified
-        return headers
-
     @staticmethod
     def _gate(frontier: FrontierBackend, fetcher: NIOFetcher) -> None:
         """Bring the fetcher's start gates up to date with the hosts' leases: a worker that cannot
@@ -644,22 +632,6 @@ class Crawler:
             frontier.fail(url, error, status, revisit_in=policy.error_revisit_in())
 
 
-def _take_credentials(seeds: Sequence[str]) -> tuple[list[str], dict[Origin, str]]:
-    """The seeds without their ``user:pass@``, and the Authorization value it stands for, by origin:
-    the password is sent to that origin, and kept out of the frontier, the records and the logs.
-    Seeds of one origin that give different credentials: the first seed's are used."""
-    bare_seeds: list[str] = []
-    credentials: dict[Origin, str] = {}
-    for seed in seeds:
-        bare, authorization = split_credentials(seed)
-        bare_seeds.append(bare)
-        if authorization is not None:
-            origin = parse_target(bare).origin
-            if credentials.setdefault(origin, authorization) != authorization:
-                log.warning("seeds give %s different credentials (user:pass@): the first seed's are used", origin)
-    return bare_seeds, credentials
-
-
 @contextlib.contextmanager
 def _cleaning_up_after(error: BaseException | None) -> Iterator[None]:
     """Clean-up after ``error`` ended the crawl: an I/O error of its own (the disk is still full)
@@ -670,37 +642,3 @@ def _cleaning_up_after(error: BaseException | None) -> Iterator[None]:
         if error is None:
             raise
 
-
-def _not_followed(frontier: FrontierBackend) -> Mapping[str, int]:
-    """The links ``frontier`` refused by cause since it was opened (this run); a backend that applies
-    no trap rules (one an installed package adds, made before them) refused none."""
-    refused: Mapping[str, int] = getattr(frontier, "not_followed", {})
-    return refused
-
-
-def _groups_by_address(config: CrawlConfig) -> bool:
-    """Whether the hosts of one address are to be one worker's at a time: a shared frontier, and
-    per-IP limits, which hold per worker otherwise.  Not through a proxy, whose address every
-    answer would come from."""
-    fetcher = config.fetcher
-    return config.frontier is not None and fetcher.proxy is None and (
-        fetcher.max_connections_per_ip is not None or fetcher.ip_delay > 0)
-
-
-def _open_frontier(config: CrawlConfig) -> FrontierBackend:
-    """The frontier of a crawl: shared by workers at ``config.frontier``, else the file at
-    ``config.db_path`` (:func:`open_frontier` says which backend).  A worker of a shared crawl holds
-    no more hosts than its window keeps busy, so that workers share the hosts.  The trap rules are
-    the frontier's to apply (crawl/frontier/traps.py): every URL is admitted there, once."""
-    traps = TrapRules(max_pages_per_host=config.max_pages_per_host, max_url_length=config.max_url_length,
-                      max_path_repeats=config.max_path_repeats, strip_query_params=tuple(config.strip_query_params))
-    options: dict[str, object] = {"traps": traps} if traps else {}
-    if config.frontier is not None:
-        fetcher = config.fetcher
-        window, per_host = windows(fetcher.max_connections, fetcher.max_connections_per_host, fetcher.host_delay)
-        max_hosts = max(1, window // per_host)
-        if _groups_by_address(config):
-            options["group_by_address"] = True
-        return open_frontier(config.frontier, crawl=str(config.crawl_name), lease_seconds=config.lease_seconds,
-                             max_hosts=max_hosts, **options)
-    return open_frontier(config.db_path, **options)
