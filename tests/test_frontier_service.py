@@ -1,11 +1,11 @@
-"""``service.prepare_additions``: the one preparation of ``add_many()`` both backends call (issue 26, item 1).
+"""``service.prepare_additions``: the one preparation of ``add_many()``, the service's (issue 26, item 1).
 
 What a batch of ``(url, depth, parent, priority)`` entries becomes before any storage sees it: URLs
 in stored form, the invalid ones left out, a URL given twice folded into one row (its first place
 and priority, its smallest depth with that entry's parent), parents in stored form, the hosts with
 their highest priority, the URLs the recent-URL memory knows to change nothing skipped, lastmods by
 stored URL; a depth or priority that is not an int refused before anything is prepared.  The
-backends' own tests (test_frontier_backends.py) hold them to the same results through add_many().
+stores are held to the same results through add_many() (test_frontier_backends.py).
 """
 
 from __future__ import annotations
@@ -69,11 +69,17 @@ def test_a_bad_depth_or_priority_is_refused(depth: object, priority: object, err
         prepare_additions(entries, None, RecentURLs())  # type: ignore[arg-type]
 
 
-def test_both_backends_prepare_their_additions_here() -> None:
-    """One home: each backend's add_many() calls prepare_additions and normalises nothing itself."""
+def called_in(path: Path, function: str) -> set[str]:
+    """The names called by name in the one function ``function`` of the module at ``path``."""
+    tree = ast.parse(path.read_text())
+    (found,) = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == function]
+    return {node.func.id for node in ast.walk(found) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+
+
+def test_the_service_prepares_the_additions_and_no_store_does() -> None:
+    """One home: the service's add_many() calls prepare_additions, and a store's insert() is given
+    them prepared -- it normalises, checks and groups nothing itself."""
+    assert "prepare_additions" in called_in(FRONTIER / "service.py", "add_many")
     for name in ("sqlite/frontier.py", "postgres/frontier.py"):
-        tree = ast.parse((FRONTIER / name).read_text())
-        (add_many,) = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "add_many"]
-        called = {node.func.id for node in ast.walk(add_many)
-                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
-        assert "prepare_additions" in called and not called & {"normalize_url", "check_int", "host_key"}, name
+        called = called_in(FRONTIER / name, "insert")
+        assert not called & {"prepare_additions", "normalize_url", "check_int", "host_key"}, name
