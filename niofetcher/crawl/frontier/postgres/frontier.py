@@ -4,7 +4,7 @@ It keeps the promises of ``base.py`` the way the SQLite :class:`~niofetcher.craw
 does -- the states, attempts, retries with backoff, depth, priority, parent, status, error, the
 checkpoint, claims host by host -- and the same ``urls`` table (see ``postgres_schema.py``).
 psycopg 3 is loaded by this package only, when one is opened (the extra ``postgres``); nothing else of
-niofetcher imports it.  The class is built in layers, a module each (the package's ``__init__.py``
+niofetcher imports it.  The store is built in layers, a module each (the package's ``__init__.py``
 lists them); this one is what a worker does: open, add, claim, record outcomes.
 
 Theory of operation
