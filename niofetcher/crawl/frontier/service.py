@@ -518,6 +518,14 @@ class FrontierService:
         changed since the last call (nothing, from a store one process holds)."""
         return self._leases.start_deadlines()
 
+    def note_addresses(self, peers: Mapping[str, str]) -> None:
+        """Where answers came from (``host_key()`` -> ``FetchResult.peer``), for a store shared by
+        workers whose hosts of one address are one worker's (an optional method of a store, the
+        PostgreSQL one's); nothing for a store without it."""
+        note: Callable[[Mapping[str, str]], None] | None = getattr(self.store, "note_addresses", None)
+        if note is not None:
+            note(peers)
+
     # -- closing -------------------------------------------------------------
 
     @property

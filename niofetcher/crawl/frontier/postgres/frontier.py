@@ -164,11 +164,6 @@ class PostgresFrontier(FrontierService):
         """The most hosts this worker holds at once, None for no bound."""
         return self.store.max_hosts
 
-    def note_addresses(self, peers: Mapping[str, str]) -> None:
-        """Where answers came from, for a crawl whose hosts of one address are one worker's
-        (``PostgresStore.note_addresses``)."""
-        self.store.note_addresses(peers)
-
 
 class PostgresStore(CrawlReads, HostData, SQLStore):
     """One worker's store of a crawl in PostgreSQL: the storage operations of ``store.Store`` and
