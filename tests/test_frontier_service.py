@@ -11,12 +11,15 @@ stores are held to the same results through add_many() (test_frontier_backends.p
 from __future__ import annotations
 
 import ast
+import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from memory_store import MemoryStore, Place
 
 from niofetcher.crawl.frontier.recent import RecentURLs
-from niofetcher.crawl.frontier.service import Additions, prepare_additions
+from niofetcher.crawl.frontier.service import Additions, FrontierService, prepare_additions
 
 FRONTIER = Path(__file__).resolve().parent.parent / "niofetcher" / "crawl" / "frontier"
 
@@ -83,3 +86,23 @@ def test_the_service_prepares_the_additions_and_no_store_does() -> None:
     for name in ("sqlite/frontier.py", "postgres/frontier.py"):
         called = called_in(FRONTIER / name, "insert")
         assert not called & {"prepare_additions", "normalize_url", "check_int", "host_key"}, name
+
+
+def test_the_service_passes_addresses_on_to_a_store_that_takes_them() -> None:
+    """note_addresses() is an optional method of a store (the PostgreSQL one's): the service passes
+    the crawler's peers on to a store that has it, and asks nothing of one that has not."""
+
+    class Noting(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__(Place(), time.time)
+            self.noted: list[dict[str, str]] = []
+
+        def note_addresses(self, peers: Mapping[str, str]) -> None:
+            self.noted.append(dict(peers))
+
+    store = Noting()
+    with FrontierService(store) as frontier:
+        frontier.note_addresses({"http://a.test": "127.0.0.1:80"})
+    assert store.noted == [{"http://a.test": "127.0.0.1:80"}]
+    with FrontierService(MemoryStore(Place(), time.time)) as frontier:
+        frontier.note_addresses({"http://a.test": "127.0.0.1:80"})  # nothing to pass it to
