@@ -335,7 +335,7 @@ class PostgresBench(Bench):
         return PostgresFrontier(self.dsn, "bench")
 
     def storage_bytes(self) -> tuple[int, int]:
-        conn = self.frontier._conn
+        conn = self.frontier.store._conn
         (total,) = conn.execute(
             "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class AS c"
             " JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE n.nspname = 'bench' AND c.relkind = 'r'"
@@ -347,7 +347,7 @@ class PostgresBench(Bench):
         """Round trips per page of one more crawl-like group, from libpq's trace (see above)."""
         with tempfile.NamedTemporaryFile("r", suffix=".trace") as trace:
             descriptor = os.open(trace.name, os.O_WRONLY)
-            pgconn = self.frontier._conn.pgconn
+            pgconn = self.frontier.store._conn.pgconn
             pgconn.trace(descriptor)
             try:
                 pages, links, _seconds = self.crawl(CLAIM)

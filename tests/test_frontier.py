@@ -277,8 +277,8 @@ def test_a_batch_of_urls_is_as_many_statements_as_a_single_url(db: Path, operati
             frontier.add_many((url, 0, None, 0) for url in many)
             if operation != "add_many" and operation != "claim":
                 frontier.claim(n)
-            counting = CountingConnection(frontier._conn)
-            frontier._conn = counting  # type: ignore[assignment]
+            counting = CountingConnection(frontier.store._conn)
+            frontier.store._conn = counting  # type: ignore[assignment]
             if operation == "add_many":
                 frontier.add_many((url, 1, "http://a.test/", 0) for url in urls(n, "b.test"))
             elif operation == "claim":
@@ -287,7 +287,7 @@ def test_a_batch_of_urls_is_as_many_statements_as_a_single_url(db: Path, operati
                 frontier.complete_many((url, 200) for url in many)
             else:
                 frontier.release(many)
-            frontier._conn = counting.conn
+            frontier.store._conn = counting.conn
             return counting.calls
 
     assert statements(1) == statements(300) <= 6

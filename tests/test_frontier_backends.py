@@ -31,11 +31,13 @@ from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 import pytest
+from memory_store import MemoryStore, Place
 from test_frontier import FakeClock
 
-from niofetcher.crawl.frontier import Frontier, FrontierBackend, FrontierError, FrontierErrorKind, open_frontier
+from niofetcher.crawl.frontier import FrontierBackend, FrontierError, FrontierErrorKind, open_frontier
 from niofetcher.crawl.frontier.base import STATES, FrontierURL, Revisits, StoredURL, Visit
-from niofetcher.crawl.frontier.capabilities import with_capabilities
+from niofetcher.crawl.frontier.service import FrontierService
+from niofetcher.crawl.frontier.sqlite import frontier as sqlite_frontier
 from niofetcher.crawl.schedule import RetrySchedule
 from niofetcher.urls import normalize_url
 
@@ -102,9 +104,13 @@ class SQLiteStore(Store):
         self.options = {"commit_every": 1}
 
     def kill(self, frontier: Any) -> None:
-        conn, frontier._conn = frontier._conn, None
+        self.kill_file(frontier.store)
+
+    @staticmethod
+    def kill_file(store: Any) -> None:
+        conn, store._conn = store._conn, None
         conn.close()  # what is not committed is rolled back
-        frontier._let_go()  # the lock a dead process's file descriptors let go of
+        store._let_go()  # the lock a dead process's file descriptors let go of
 
 
 _crawl_names = itertools.count()
@@ -121,14 +127,13 @@ class PostgresStore(Store):
         self.options = {"crawl": self.crawl}
 
     def kill(self, frontier: Any) -> None:
-        conn, frontier._conn = frontier._conn, None
+        conn, frontier.store._conn = frontier.store._conn, None
         conn.close()  # the open transaction is rolled back by the server; the lock goes with the session
 
 
 class CoreOnly:
     """A store of the core methods alone -- no host leases, no robots.txt store, the two
-    capabilities a store may lack (capabilities.py) -- with a SQLite frontier behind them: what a
-    newcomer's first store may be."""
+    capabilities a store may lack (capabilities.py) -- with a SQLite store behind them."""
 
     LACKS = ("holds", "lost_hosts", "recordable", "start_deadlines", "robots", "store_robots")
 
@@ -140,27 +145,39 @@ class CoreOnly:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    def __enter__(self) -> CoreOnly:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.inner.close()
 
 
 class CoreOnlyStore(SQLiteStore):
-    """The suite passes a store without the capabilities: open_frontier() gives it their plain answers."""
+    """The suite passes a store without the capabilities: the service gives it their plain answers."""
 
     name = "core-only"
 
     def make(self, **options: Any) -> FrontierBackend:
-        return with_capabilities(CoreOnly(Frontier(self.location, **options)))
+        store = sqlite_frontier.SQLiteStore(self.location, commit_interval=0.1, count_admitted=False, **options)
+        return FrontierService(CoreOnly(store))
 
     def kill(self, frontier: Any) -> None:
-        super().kill(frontier._store.inner)
+        self.kill_file(frontier.store.inner)
+
+
+class InMemoryStore(Store):
+    """The store of one module written against ``store.Store`` alone (memory_store.py): the newcomer's."""
+
+    name = "memory"
+
+    def __init__(self, request: pytest.FixtureRequest, clock: FakeClock) -> None:
+        super().__init__(request, clock)
+        self.place = Place()
+
+    def make(self, **options: Any) -> FrontierBackend:
+        return FrontierService(MemoryStore(self.place, **options))
+
+    def kill(self, frontier: Any) -> None:
+        frontier.store.die()
 
 
 #: Every store the suite runs for: a new store adds its Store here.
-STORES: list[type[Store]] = [SQLiteStore, PostgresStore, CoreOnlyStore]
+STORES: list[type[Store]] = [SQLiteStore, PostgresStore, CoreOnlyStore, InMemoryStore]
 
 
 @pytest.fixture

@@ -33,14 +33,14 @@ def committed_counts(db: Path) -> dict[str, int]:
 
 def fill_the_disk(frontier: Frontier) -> None:
     """No page more than the file has now."""
-    conn = frontier._conn
+    conn = frontier.store._conn
     assert conn is not None
     (pages,) = conn.execute("PRAGMA page_count").fetchone()
     conn.execute(f"PRAGMA max_page_count = {pages}")
 
 
 def make_room(frontier: Frontier) -> None:
-    conn = frontier._conn
+    conn = frontier.store._conn
     assert conn is not None
     conn.execute("PRAGMA max_page_count = 1073741823")
 
@@ -132,8 +132,8 @@ def test_a_commit_that_fails_rolls_back_and_the_counts_agree(
     claimed; the pending outcomes are rolled back with them; the counts say what the file says."""
     frontier, db, _ = busy
     before = committed_counts(db)
-    conn = CommitFails(frontier._conn)  # type: ignore[arg-type]
-    frontier._conn = conn  # type: ignore[assignment]
+    conn = CommitFails(frontier.store._conn)  # type: ignore[arg-type]
+    frontier.store._conn = conn  # type: ignore[assignment]
     with pytest.raises(FrontierError) as info:
         frontier.claim(5) if operation == "claim" else frontier.flush()
     assert_one_line_full(info.value, db)
@@ -149,7 +149,7 @@ def test_close_that_cannot_commit_raises_that_once_and_closes(busy: tuple[Fronti
     """The pending outcomes cannot be committed: close() says so in the same one line, rolls them
     back and still closes the file and lets go of the lock; a second close() is a no-op."""
     frontier, db, _ = busy
-    frontier._conn = CommitFails(frontier._conn)  # type: ignore[arg-type,assignment]
+    frontier.store._conn = CommitFails(frontier.store._conn)  # type: ignore[arg-type,assignment]
     with pytest.raises(FrontierError) as info:
         frontier.close()
     assert_one_line_full(info.value, db)

@@ -76,7 +76,7 @@ def test_a_host_comes_back_in_line_whenever_a_url_of_it_waits_again(tmp_path: Pa
     with Frontier(db, clock=lambda: clock[0]) as frontier:
         frontier.add(["http://a.test/1", "http://b.test/1", "http://c.test/1"])
         a, b, _c = frontier.claim(10)
-        assert frontier.claim(10) == [] and frontier._queues.rotation.hosts() == []  # every queue empty, nobody in line
+        assert frontier.claim(10) == [] and frontier.store._queues.rotation.hosts() == []  # every queue empty, nobody in line
         frontier.release([a.url])
         frontier.fail(b.url, "connect_error", retry_in=1.0)
         frontier.add(["http://d.test/1"])
@@ -98,7 +98,7 @@ def test_a_host_whose_urls_are_not_due_yet_stays_in_line() -> None:
         frontier.fail(first.url, "read_timeout", retry_in=10.0)
         frontier.complete(second.url, 200)
         assert frontier.claim(10) == []
-        assert frontier._queues.rotation.hosts() == ["http://a.test"]  # b.test is empty and forgotten; a.test waits
+        assert frontier.store._queues.rotation.hosts() == ["http://a.test"]  # b.test is empty and forgotten; a.test waits
         clock[0] += 11
         assert [u.url for u in frontier.claim(10)] == ["http://a.test/1"]
 
@@ -188,10 +188,10 @@ def test_the_stored_counts_are_those_of_the_last_commit(tmp_path: Path) -> None:
     frontier.complete(first.url, 200)
     frontier.flush()
     frontier.complete(second.url, 200)  # pending when the process "dies"
-    conn, frontier._conn = frontier._conn, None  # as a SIGKILL leaves it: the open transaction lost
+    conn, frontier.store._conn = frontier.store._conn, None  # as a SIGKILL leaves it: the open transaction lost
     assert conn is not None
     conn.close()
-    frontier._let_go()
+    frontier.store._let_go()
     assert read_counts(db) == {"waiting": 6, "processing": 3, "done": 1}
     with Frontier(db) as reopened:
         assert reopened.counts() == {"waiting": 9, "processing": 0, "done": 1, "error": 0}
@@ -207,7 +207,7 @@ def read_counts(db: Path) -> dict[str, int]:
 
 def counted(frontier: Frontier) -> dict[str, int]:
     """The rows per state, counted the long way."""
-    conn = frontier._conn
+    conn = frontier.store._conn
     assert conn is not None
     counts = dict.fromkeys(("waiting", "processing", "done", "error"), 0)
     counts.update(conn.execute("SELECT state, COUNT(*) FROM urls GROUP BY state"))
@@ -267,18 +267,18 @@ def test_a_host_with_nothing_within_the_depth_is_parked_until_the_depth_or_its_u
         frontier.add_many((f"http://deep.test/{i}", 3, None, 0) for i in range(20_000))
         frontier.add(["http://a.test/1", "http://a.test/2"], depth=1)
         assert [c.url for c in frontier.claim(1, max_depth=1)] == ["http://a.test/1"]
-        assert frontier._queues.rotation.hosts() == ["http://a.test"]  # deep.test is out of line
+        assert frontier.store._queues.rotation.hosts() == ["http://a.test"]  # deep.test is out of line
         steps = [0]
 
         def count() -> int:
             steps[0] += 1
             return 0
 
-        frontier._conn.set_progress_handler(count, 100)  # type: ignore[union-attr]
+        frontier.store._conn.set_progress_handler(count, 100)  # type: ignore[union-attr]
         for _ in range(20):
             frontier.claim(10, max_depth=1)
         assert steps[0] < 200, steps[0]  # 20,000 rows walked 20 times would be thousands
-        frontier._conn.set_progress_handler(None, 100)  # type: ignore[union-attr]
+        frontier.store._conn.set_progress_handler(None, 100)  # type: ignore[union-attr]
         frontier.add(["http://deep.test/shallow"], depth=1)  # new URLs: back in line
         assert [c.url for c in frontier.claim(10, max_depth=1)] == ["http://deep.test/shallow"]
         assert frontier.claim(10, max_depth=2) == []
@@ -360,10 +360,10 @@ def test_a_claim_of_hosts_with_nothing_due_asks_them_in_few_passes() -> None:
             frontier.fail(item.url, "http_503", retry_in=10.0)
         frontier.flush()
         statements: list[str] = []
-        assert frontier._conn is not None
-        frontier._conn.set_trace_callback(statements.append)
+        assert frontier.store._conn is not None
+        frontier.store._conn.set_trace_callback(statements.append)
         assert frontier.claim(1) == []
-        frontier._conn.set_trace_callback(None)
+        frontier.store._conn.set_trace_callback(None)
         assert len(statements) < 60, len(statements)  # one pass a host would be 800
         now[0] += 11
         assert len(frontier.claim(1000)) == 400  # and no host was lost on the way
@@ -375,12 +375,12 @@ def test_a_link_added_lately_skips_the_database_unless_it_is_nearer_or_was_rolle
     with Frontier(commit_every=1000, commit_interval=3600) as frontier:
         frontier.add(["http://a.test/menu"], depth=2)
         statements: list[str] = []
-        frontier._conn.set_trace_callback(statements.append)  # type: ignore[union-attr]
+        frontier.store._conn.set_trace_callback(statements.append)  # type: ignore[union-attr]
         assert frontier.add(["http://a.test/menu", "http://A.test:80/menu#top"], depth=3) == 0
         assert statements == []  # known at no smaller depth: nothing to ask the file
         assert frontier.add(["http://a.test/menu"], depth=1) == 0  # nearer: the file lowers its depth
         assert statements and [c.depth for c in frontier.claim(1)] == [1]
-        frontier._conn.set_trace_callback(None)  # type: ignore[union-attr]
+        frontier.store._conn.set_trace_callback(None)  # type: ignore[union-attr]
         with pytest.raises(ValueError), frontier.batch():
             frontier.add(["http://a.test/rolled-back"])
             frontier.fail("http://a.test/unknown", "no such URL")

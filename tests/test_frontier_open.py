@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_store import MemoryStore
 
 from niofetcher.crawl import CrawlConfig
 from niofetcher.crawl.frontier import (
@@ -31,6 +32,7 @@ from niofetcher.crawl.frontier import (
     frontier_status,
     open_frontier,
 )
+from niofetcher.crawl.frontier.service import FrontierService
 from niofetcher.testing import free_port
 
 pytest_plugins = ["pg_cluster"]
@@ -40,15 +42,19 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def mem_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An installed package (on sys.path, with its dist-info) declaring a ``mem://`` frontier backend:
-    a SQLite frontier in memory, which records the location and options it was opened with."""
+    the store of memory_store.py, one place a location, which records the location and options it
+    was opened with."""
     (tmp_path / "memstore.py").write_text(textwrap.dedent("""
-        from niofetcher.crawl.frontier import Frontier
+        import time
+
+        from memory_store import MemoryStore, Place
 
         opened = []
+        places = {}
 
-        def open_store(location, *, crawl=None, lease_seconds=10.0, max_hosts=None, traps=None, **options):
+        def open_store(location, *, crawl=None, lease_seconds=10.0, max_hosts=None, clock=time.time, **options):
             opened.append((location, {"crawl": crawl, **options}))
-            return Frontier(":memory:", traps=traps, **options)
+            return MemoryStore(places.setdefault(location, Place()), clock)
 
         class CoreOnly:
             # The core methods of a store alone: no host leases, no robots.txt store.
@@ -62,8 +68,8 @@ def mem_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                     raise AttributeError(name)
                 return getattr(self.inner, name)
 
-        def open_core_only(location, *, crawl=None, lease_seconds=10.0, max_hosts=None, **options):
-            return CoreOnly(Frontier(":memory:", **options))
+        def open_core_only(location, *, crawl=None, lease_seconds=10.0, max_hosts=None, clock=time.time):
+            return CoreOnly(MemoryStore(Place(), clock))
     """))
     info = tmp_path / "memstore-1.0.dist-info"
     info.mkdir()
@@ -77,7 +83,7 @@ def mem_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_path_opens_the_sqlite_frontier_with_its_options(tmp_path: Path) -> None:
     for location in (str(tmp_path / "a.db"), tmp_path / "b.db", ":memory:"):
         with open_frontier(location, commit_every=5) as frontier:
-            assert isinstance(frontier, Frontier) and frontier._commit_every == 5
+            assert isinstance(frontier, Frontier) and frontier.store._commit_every == 5
             assert frontier.add(["http://a.test/"]) == 1
     with open_frontier(tmp_path / "a.db") as again:  # the same file: the URL is there
         assert again.counts()["waiting"] == 1
@@ -130,7 +136,7 @@ def test_a_scheme_no_backend_takes_is_one_line_of_kind_unavailable() -> None:
 
 def test_an_entry_point_adds_a_backend_by_its_scheme(mem_backend: Path) -> None:
     with open_frontier("MEM://crawl-one", commit_every=4) as frontier:
-        assert isinstance(frontier, Frontier) and frontier._commit_every == 4
+        assert isinstance(frontier, FrontierService) and isinstance(frontier.store, MemoryStore)
     import memstore  # type: ignore[import-not-found]
 
     assert memstore.opened == [("MEM://crawl-one", {"crawl": None, "commit_every": 4})]
@@ -223,7 +229,7 @@ def test_a_frontier_in_use_says_locked(tmp_path: Path) -> None:
 
 def test_a_full_disk_says_storage_and_a_closed_frontier_closed(tmp_path: Path) -> None:
     frontier = Frontier(tmp_path / "full.db")
-    conn = frontier._conn
+    conn = frontier.store._conn
     assert conn is not None
     (pages,) = conn.execute("PRAGMA page_count").fetchone()
     conn.execute(f"PRAGMA max_page_count = {pages}")
@@ -259,9 +265,9 @@ def test_a_postgres_statement_that_fails_says_storage(postgres_dsn: str) -> None
     from niofetcher.crawl.frontier.postgres import PostgresFrontier
 
     with PostgresFrontier(postgres_dsn, "lost_connection") as frontier:
-        assert frontier._conn is not None
+        assert frontier.store._conn is not None
         with psycopg.connect(postgres_dsn, autocommit=True) as admin:  # the server ends the worker's session
-            admin.execute("SELECT pg_terminate_backend(%s)", (frontier._conn.info.backend_pid,))
+            admin.execute("SELECT pg_terminate_backend(%s)", (frontier.store._conn.info.backend_pid,))
         error = error_of(lambda: frontier.add(["http://a.test/lost"]))
         assert error.kind is FrontierErrorKind.STORAGE and str(error).endswith(" crawl 'lost_connection' at "
                                                                                  f"{frontier.where}")

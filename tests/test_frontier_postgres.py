@@ -247,8 +247,8 @@ def test_what_cannot_be_used_is_one_line_of_error(pg: Crawl) -> None:
     name = f"{pg.crawl}_b"
     with PostgresFrontier(pg.dsn, name, statement_timeout=0.2) as frontier:
         frontier.add(["http://a.test/"])
-        assert frontier._conn is not None
-        with pytest.raises(FrontierError, match="statement timeout") as slow, frontier._db() as conn:
+        assert frontier.store._conn is not None
+        with pytest.raises(FrontierError, match="statement timeout") as slow, frontier.store._db() as conn:
             conn.execute("SELECT pg_sleep(2)")
         assert "\n" not in str(slow.value)
         assert frontier.counts()["waiting"] == 1 and [c.url for c in frontier.claim(5)] == ["http://a.test/"]
@@ -266,7 +266,7 @@ def test_a_lost_connection_is_one_line_of_error_and_a_reopen_carries_on(pg: Craw
     frontier = pg.open()
     frontier.add(urls(3))
     (claimed,) = frontier.claim(1)
-    assert pg.rows(f"SELECT pg_terminate_backend({frontier._conn.info.backend_pid})") == [(True,)]
+    assert pg.rows(f"SELECT pg_terminate_backend({frontier.store._conn.info.backend_pid})") == [(True,)]
     with pytest.raises(FrontierError) as lost:
         frontier.next_due()
     assert "\n" not in str(lost.value) and pg.crawl in str(lost.value), lost.value
@@ -281,7 +281,7 @@ def test_a_lost_connection_is_one_line_of_error_and_a_reopen_carries_on(pg: Craw
 
 def wait_for_lock(pg: Crawl, frontier: Any, call: Future[Any]) -> None:
     """Until ``frontier``'s statement in ``call`` (another thread) waits for a row lock, or ``call`` ended."""
-    pid = frontier._conn.info.backend_pid
+    pid = frontier.store._conn.info.backend_pid
     deadline = time.monotonic() + 20
     while pg.rows(f"SELECT wait_event_type FROM pg_stat_activity WHERE pid = {pid}") != [("Lock",)]:
         if call.done():
@@ -325,7 +325,7 @@ def test_an_outcome_that_waited_for_a_takeover_is_refused(pg: Crawl, outcome: st
     (url,) = old.claim(1)
     new = pg.open()
     pg.rows("UPDATE hosts SET lease_until = 0")  # the old owner stalled past its lease
-    new._take_soon = True
+    new.store._take_soon = True
     with ThreadPoolExecutor(1) as pool:
         with new.batch():
             assert [c.url for c in new.claim(5)] == [url.url]  # taken over, recovered, claimed again
@@ -347,13 +347,13 @@ def test_a_takeover_and_the_old_owners_renewal_do_not_deadlock(pg: Crawl) -> Non
     first, _second = old.claim(2)
     new = pg.open()
     pg.rows("UPDATE hosts SET lease_until = 0")
-    new._take_soon = True
+    new.store._take_soon = True
     with ThreadPoolExecutor(1) as pool:
         with old.batch():
             old.complete_many([(first.url, 200)])
             taking = pool.submit(new.claim, 5)
             wait_for_lock(pg, new, taking)
-            old._renew_at = 0.0  # a renewal is due
+            old.store._renew_at = 0.0  # a renewal is due
             assert old.lost_hosts() == []
         assert taking.result(timeout=20) == []
     assert old.refused == 0 and old.holds("http://a.test")
@@ -373,7 +373,7 @@ def test_recordable_leaves_out_a_host_taken_over_and_holds_its_answer_until_the_
     assert [item.url for item in new.claim(5)] == [b]  # taken over, recovered, claimed again
     pg.rows("UPDATE hosts SET lease_until = 0 WHERE origin = 'http://a.test'")
     new.add(urls(1, "c.test"))  # a free host, so that a fair share lets the new worker take one more
-    new._take_soon = True
+    new.store._take_soon = True
     with old.batch():
         assert old.recordable([a, b]) == [a]
         with ThreadPoolExecutor(1) as pool:  # a, expired, would come first: locked, it is skipped

@@ -1,22 +1,25 @@
-"""``service.prepare_additions``: the one preparation of ``add_many()`` both backends call (issue 26, item 1).
+"""``service.prepare_additions``: the one preparation of ``add_many()``, the service's (issue 26, item 1).
 
 What a batch of ``(url, depth, parent, priority)`` entries becomes before any storage sees it: URLs
 in stored form, the invalid ones left out, a URL given twice folded into one row (its first place
 and priority, its smallest depth with that entry's parent), parents in stored form, the hosts with
 their highest priority, the URLs the recent-URL memory knows to change nothing skipped, lastmods by
 stored URL; a depth or priority that is not an int refused before anything is prepared.  The
-backends' own tests (test_frontier_backends.py) hold them to the same results through add_many().
+stores are held to the same results through add_many() (test_frontier_backends.py).
 """
 
 from __future__ import annotations
 
 import ast
+import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from memory_store import MemoryStore, Place
 
 from niofetcher.crawl.frontier.recent import RecentURLs
-from niofetcher.crawl.frontier.service import Additions, prepare_additions
+from niofetcher.crawl.frontier.service import Additions, FrontierService, prepare_additions
 
 FRONTIER = Path(__file__).resolve().parent.parent / "niofetcher" / "crawl" / "frontier"
 
@@ -69,11 +72,37 @@ def test_a_bad_depth_or_priority_is_refused(depth: object, priority: object, err
         prepare_additions(entries, None, RecentURLs())  # type: ignore[arg-type]
 
 
-def test_both_backends_prepare_their_additions_here() -> None:
-    """One home: each backend's add_many() calls prepare_additions and normalises nothing itself."""
+def called_in(path: Path, function: str) -> set[str]:
+    """The names called by name in the one function ``function`` of the module at ``path``."""
+    tree = ast.parse(path.read_text())
+    (found,) = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == function]
+    return {node.func.id for node in ast.walk(found) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+
+
+def test_the_service_prepares_the_additions_and_no_store_does() -> None:
+    """One home: the service's add_many() calls prepare_additions, and a store's insert() is given
+    them prepared -- it normalises, checks and groups nothing itself."""
+    assert "prepare_additions" in called_in(FRONTIER / "service.py", "add_many")
     for name in ("sqlite/frontier.py", "postgres/frontier.py"):
-        tree = ast.parse((FRONTIER / name).read_text())
-        (add_many,) = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "add_many"]
-        called = {node.func.id for node in ast.walk(add_many)
-                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
-        assert "prepare_additions" in called and not called & {"normalize_url", "check_int", "host_key"}, name
+        called = called_in(FRONTIER / name, "insert")
+        assert not called & {"prepare_additions", "normalize_url", "check_int", "host_key"}, name
+
+
+def test_the_service_passes_addresses_on_to_a_store_that_takes_them() -> None:
+    """note_addresses() is an optional method of a store (the PostgreSQL one's): the service passes
+    the crawler's peers on to a store that has it, and asks nothing of one that has not."""
+
+    class Noting(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__(Place(), time.time)
+            self.noted: list[dict[str, str]] = []
+
+        def note_addresses(self, peers: Mapping[str, str]) -> None:
+            self.noted.append(dict(peers))
+
+    store = Noting()
+    with FrontierService(store) as frontier:
+        frontier.note_addresses({"http://a.test": "127.0.0.1:80"})
+    assert store.noted == [{"http://a.test": "127.0.0.1:80"}]
+    with FrontierService(MemoryStore(Place(), time.time)) as frontier:
+        frontier.note_addresses({"http://a.test": "127.0.0.1:80"})  # nothing to pass it to

@@ -158,7 +158,7 @@ def test_a_frontier_starts_its_log_thread_once_the_log_is_long_and_stops_it_at_c
         added = grow_log(frontier, db) + 1
         assert [t.daemon for t in log_threads()] == [True]
         # Its own connection checkpoints only past 256 MiB, as a floor.
-        (pages,) = frontier._conn.execute("PRAGMA wal_autocheckpoint").fetchone()  # type: ignore[union-attr]
+        (pages,) = frontier.store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()  # type: ignore[union-attr]
         assert pages * PAGE == 256 << 20
     assert not log_threads()
     assert not os.path.exists(str(db) + "-wal")  # the last connection to close removed it
@@ -199,7 +199,7 @@ def test_a_path_that_is_not_utf8_is_watched_and_opened_too(tmp_path: Path, no_le
     with Frontier(directory / "crawl.db") as frontier:
         grow_log(frontier, directory / "crawl.db")
         time.sleep(0.5)  # rounds of the thread
-        assert frontier._log is not None and frontier._log.running
+        assert frontier.store._log is not None and frontier.store._log.running
     assert not log_threads()
 
 
@@ -221,7 +221,7 @@ def test_a_thread_that_cannot_start_costs_the_frontier_nothing(
             added += frontier.add([f"http://127.0.0.1:{1 + n % 50}/{batch}/{n}" for n in range(500)])
             if os.path.getsize(str(db) + "-wal") > 9 << 20:
                 break
-        assert os.path.getsize(str(db) + "-wal") > 9 << 20 and not frontier._log.running  # type: ignore[union-attr]
+        assert os.path.getsize(str(db) + "-wal") > 9 << 20 and not frontier.store._log.running  # type: ignore[union-attr]
     finally:
         frontier.close()
     monkeypatch.undo()

@@ -59,20 +59,20 @@ def test_start_deadlines_give_each_host_its_lease_deadline_then_only_what_change
         assert deadline is not None and before < deadline <= time.monotonic() + lease * 2 / 3
         assert gates["http://127.0.0.1:9002"] == deadline and old.holds("http://127.0.0.1:9001")
         assert old.start_deadlines() == {}
-        old._renew_at = 0.0  # a renewal is due
+        old.store._renew_at = 0.0  # a renewal is due
         assert old.lost_hosts() == []
         renewed = old.start_deadlines()
         assert set(renewed) == set(claimed) and renewed["http://127.0.0.1:9001"] > deadline  # type: ignore[operator]
         old.complete_many([(claimed["http://127.0.0.1:9001"].url, 200)])
-        old._renew_at = 0.0  # gives back the host with nothing to do
+        old.store._renew_at = 0.0  # gives back the host with nothing to do
         old.lost_hosts()
         assert old.start_deadlines()["http://127.0.0.1:9001"] is None
         with PostgresFrontier(postgres_dsn, crawl, lease_seconds=lease) as new:
-            new._conn.execute("UPDATE hosts SET lease_until = 0")  # type: ignore[union-attr]  # its lease ran out
-            new._conn.commit()  # type: ignore[union-attr]
-            new._take_soon = True
+            new.store._conn.execute("UPDATE hosts SET lease_until = 0")  # type: ignore[union-attr]  # its lease ran out
+            new.store._conn.commit()  # type: ignore[union-attr]
+            new.store._take_soon = True
             assert [item.url for item in new.claim(10)] == [claimed["http://127.0.0.1:9002"].url]
-            old._renew_at = 0.0
+            old.store._renew_at = 0.0
             assert old.lost_hosts() == ["http://127.0.0.1:9002"]
             assert old.start_deadlines()["http://127.0.0.1:9002"] == -math.inf
 
@@ -92,13 +92,13 @@ def test_the_connection_notices_a_dead_server_within_a_lease_and_a_statement_run
     ]
     for dsn, given, settings, timeout in cases:
         with PostgresFrontier(dsn, f"keepalive_{next(_crawls)}", lease_seconds=9.0, **given) as frontier:
-            conn = frontier._conn
+            conn = frontier.store._conn
             assert conn is not None
             parameters = conn.info.get_parameters()
             assert {name: parameters.get(name) for name in settings} == settings
             assert conn.execute("SHOW statement_timeout").fetchone() == (timeout,)
     with PostgresFrontier(postgres_dsn, f"keepalive_{next(_crawls)}", lease_seconds=2.0) as frontier:
-        assert frontier._conn.execute("SHOW statement_timeout").fetchone() == ("5s",)  # type: ignore[union-attr]
+        assert frontier.store._conn.execute("SHOW statement_timeout").fetchone() == ("5s",)  # type: ignore[union-attr]
 
 
 def _rows_read(node: dict[str, Any]) -> int:
@@ -171,7 +171,7 @@ def test_with_per_ip_limits_a_host_whose_address_another_worker_holds_is_not_tak
             with PostgresFrontier(postgres_dsn, crawl, lease_seconds=60.0, group_by_address=grouped) as two:
                 assert {item.host for item in two.claim(10)} == second_takes
                 if grouped:
-                    assert two._conn.execute(  # type: ignore[union-attr]
+                    assert two.store._conn.execute(  # type: ignore[union-attr]
                         "SELECT origin, address FROM hosts WHERE owner IS NOT NULL ORDER BY origin").fetchall() == [
                         ("http://127.0.0.1:9001", "127.0.0.1"), ("http://127.0.0.2:9003", "127.0.0.2")]
 
@@ -191,7 +191,7 @@ def test_a_worker_that_learns_an_address_another_worker_holds_gives_its_host_way
             PostgresFrontier(postgres_dsn, crawl, max_hosts=1, lease_seconds=60.0, group_by_address=True) as two:
         one.add(a_urls + b_urls)
         first = one.claim(1)
-        two._take_soon = True  # the URLs came in after it opened (from another worker)
+        two.store._take_soon = True  # the URLs came in after it opened (from another worker)
         second = two.claim(2)
         assert [item.host for item in first] == ["http://a.test:9001"]
         assert [item.host for item in second] == ["http://b.test:9002"] * 2
@@ -199,15 +199,15 @@ def test_a_worker_that_learns_an_address_another_worker_holds_gives_its_host_way
         two.note_addresses({"http://b.test:9002": "127.0.0.5:9002"})
         assert one.holds("http://a.test:9001") and not two.holds("http://b.test:9002")  # nothing more of b.test starts
         owner = "SELECT owner IS NOT NULL, address FROM hosts WHERE origin = %s"
-        assert two._conn.execute(owner, ("http://b.test:9002",)).fetchone() == (True, "127.0.0.5")  # type: ignore[union-attr]
+        assert two.store._conn.execute(owner, ("http://b.test:9002",)).fetchone() == (True, "127.0.0.5")  # type: ignore[union-attr]
         two.complete_many([(second[0].url, 200)])
         assert two.claim(5) == []  # b.test gets no more claims: one of its URLs is still in flight
         two.complete_many([(second[1].url, 200)])
         two.note_addresses({"http://b.test:9002": "127.0.0.5:9002"})  # known: nothing to settle
-        two._renew_at = 0.0  # the renewal gives back what has nothing in flight
+        two.store._renew_at = 0.0  # the renewal gives back what has nothing in flight
         two.lost_hosts()
-        assert two._conn.execute(owner, ("http://b.test:9002",)).fetchone() == (False, "127.0.0.5")  # type: ignore[union-attr]
-        two._take_soon = True
+        assert two.store._conn.execute(owner, ("http://b.test:9002",)).fetchone() == (False, "127.0.0.5")  # type: ignore[union-attr]
+        two.store._take_soon = True
         assert two.claim(5) == []  # the address is another's: b.test stays free
         assert [item.host for item in one.claim(5)] == ["http://a.test:9001"] * 3
         assert one.start_deadlines() and two.start_deadlines()["http://b.test:9002"] is None
@@ -218,13 +218,13 @@ def test_a_crawl_made_before_address_groups_gets_the_column_when_opened(postgres
 
     crawl = f"old_hosts_{next(_crawls)}"
     with PostgresFrontier(postgres_dsn, crawl) as frontier:
-        frontier._conn.execute("ALTER TABLE hosts DROP COLUMN address")  # type: ignore[union-attr]  # as it was
-        frontier._conn.commit()  # type: ignore[union-attr]
+        frontier.store._conn.execute("ALTER TABLE hosts DROP COLUMN address")  # type: ignore[union-attr]  # as it was
+        frontier.store._conn.commit()  # type: ignore[union-attr]
     with PostgresFrontier(postgres_dsn, crawl, group_by_address=True) as frontier:
         frontier.add(["http://127.0.0.1:9001/"])
         assert [item.host for item in frontier.claim(5)] == ["http://127.0.0.1:9001"]
-        assert frontier._conn.execute("SELECT address FROM hosts").fetchall() == [("127.0.0.1",)]  # type: ignore[union-attr]
-        assert frontier._conn.execute(  # type: ignore[union-attr]
+        assert frontier.store._conn.execute("SELECT address FROM hosts").fetchall() == [("127.0.0.1",)]  # type: ignore[union-attr]
+        assert frontier.store._conn.execute(  # type: ignore[union-attr]
             "SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND indexname = 'hosts_address'", (crawl,)
         ).fetchone() == (1,)
 
@@ -268,12 +268,12 @@ def test_a_worker_that_takes_a_host_of_an_address_another_is_settling_gives_it_b
             psycopg.connect(postgres_dsn) as other:
         frontier.add(["http://127.0.0.1:9001/", "http://127.0.0.2:9002/"])
         other.execute("SELECT pg_advisory_xact_lock(1852403553, hashtext('127.0.0.1'))")  # settling 127.0.0.1
-        frontier._take_soon = True
+        frontier.store._take_soon = True
         assert [item.host for item in frontier.claim(5)] == ["http://127.0.0.2:9002"]
-        assert frontier._conn.execute(  # type: ignore[union-attr]
+        assert frontier.store._conn.execute(  # type: ignore[union-attr]
             "SELECT origin FROM hosts WHERE owner IS NULL").fetchall() == [("http://127.0.0.1:9001",)]
         other.rollback()  # settled elsewhere (here: nothing holds it now): the next take keeps it
-        frontier._take_soon = True
+        frontier.store._take_soon = True
         assert [item.host for item in frontier.claim(5)] == ["http://127.0.0.1:9001"]
 
 
@@ -288,13 +288,13 @@ def test_a_worker_over_its_share_lets_whole_address_groups_go(postgres_dsn: str)
     hosts = ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9004", "127.0.0.2:9005", "127.0.0.2:9006"]
     with PostgresFrontier(postgres_dsn, crawl, lease_seconds=60.0, group_by_address=True) as first:
         first.add([f"http://{host}/" for host in hosts])
-        first._take_soon = True
+        first.store._take_soon = True
         first.lost_hosts()
         owners = "SELECT DISTINCT owner IS NOT NULL, address FROM hosts ORDER BY 1, 2"
-        assert first._conn.execute(owners).fetchall() == [(True, "127.0.0.1"), (True, "127.0.0.2")]  # type: ignore[union-attr]
+        assert first.store._conn.execute(owners).fetchall() == [(True, "127.0.0.1"), (True, "127.0.0.2")]  # type: ignore[union-attr]
         with PostgresFrontier(postgres_dsn, crawl, lease_seconds=60.0, group_by_address=True):
-            first._renew_at = 0.0  # the renewal finds the share: three hosts
+            first.store._renew_at = 0.0  # the renewal finds the share: three hosts
             first.lost_hosts()
-            held = first._conn.execute(owners).fetchall()  # type: ignore[union-attr]
+            held = first.store._conn.execute(owners).fetchall()  # type: ignore[union-attr]
             assert sorted(held) in ([(False, "127.0.0.1"), (True, "127.0.0.2")],
                                     [(False, "127.0.0.2"), (True, "127.0.0.1")]), held

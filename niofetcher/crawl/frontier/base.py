@@ -361,12 +361,13 @@ def processing_key(url: str, action: str, state_of: Callable[[str], str | None])
 
 class FrontierBackend(Protocol):
     """What the crawler's coordinator asks of a frontier, and one read more (:meth:`lookup`, by
-    which the contract suite checks the rest): a backend (SQLite, PostgreSQL, one of a
-    ``niofetcher.frontiers`` entry point) is anything with these methods, keeping the promises
-    above; tests/test_frontier_backends.py is the bar it passes (docs/extending.md).
+    which the contract suite checks the rest), keeping the promises above: every method is
+    ``service.FrontierService``'s, over the store it holds (SQLite, PostgreSQL, one of a
+    ``niofetcher.frontiers`` entry point: ``store.Store``); tests/test_frontier_backends.py is the
+    bar a store passes (docs/extending.md).
 
-    Not ``Frontier``: that name is the SQLite class, which users construct by it.  The
-    coordinator calls a frontier from one thread; see the SQLite class for what each method
+    Not ``Frontier``: that name is the service over the SQLite store, which users construct by
+    it.  The coordinator calls a frontier from one thread; the service says what each method
     does in detail.
     """
 

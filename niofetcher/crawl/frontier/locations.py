@@ -8,8 +8,8 @@ A location is a filesystem path -- a SQLite file, or ``":memory:"`` -- or a URL:
 (or ``postgres://``) is a crawl in a PostgreSQL database, shared by workers; any other scheme is a
 backend that an installed package declares as an entry point of the group ``niofetcher.frontiers``,
 named after the scheme, whose object is a callable ``(location, **options)`` returning a
-:class:`~niofetcher.crawl.frontier.base.FrontierBackend`, or one without host leases or a robots.txt
-store (``capabilities.py``).  A backend's module is imported only when
+:class:`~niofetcher.crawl.frontier.store.Store`, with host leases or a robots.txt store or neither
+(``capabilities.py``), which the frontier service holds.  A backend's module is imported only when
 a location names it, so that psycopg is loaded by a PostgreSQL crawl alone.
 """
 
@@ -23,7 +23,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
 from .base import CrawlStatus, FrontierError, FrontierErrorKind
-from .capabilities import with_capabilities
+from .service import FrontierService
 
 if TYPE_CHECKING:
     from .base import FrontierBackend
@@ -57,7 +57,8 @@ def open_frontier(location: str | os.PathLike[str], **options: Any) -> FrontierB
     ``traps``, ...).  A ``postgresql://`` URL: a worker of a
     :class:`~niofetcher.crawl.frontier.postgres.PostgresFrontier` (``crawl`` names the crawl,
     required; ``lease_seconds``, ``max_hosts``, ...).  Another scheme: the backend of the
-    ``niofetcher.frontiers`` entry point of that name.
+    ``niofetcher.frontiers`` entry point of that name: the store it opens (given the options but
+    ``traps``, which the service applies) under a :class:`FrontierService`.
 
     Raises:
         FrontierError: one line, when it cannot be opened; its ``kind`` says why (a URL no backend
@@ -79,8 +80,10 @@ def open_frontier(location: str | os.PathLike[str], **options: Any) -> FrontierB
     if entry is None:
         raise FrontierError(f"no frontier backend takes {scheme}:// URLs (known: a path, postgresql://, "
                             f"postgres://{_others()})", FrontierErrorKind.UNAVAILABLE)
-    # A third party's store may lack host leases or a robots.txt store: it gets their plain answers.
-    return with_capabilities(entry.load()(dsn, **options))
+    # The trap rules are the service's; a third party's store may lack host leases or a robots.txt
+    # store: the service gives their plain answers.
+    traps = options.pop("traps", None)
+    return FrontierService(entry.load()(dsn, **options), traps=traps)
 
 
 def frontier_status(location: str | os.PathLike[str], *, top: int = 10, **options: Any) -> CrawlStatus:

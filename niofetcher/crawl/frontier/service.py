@@ -1,9 +1,10 @@
-"""What every frontier backend does the same way above its storage: the preparation of
-``add_many()`` -- normalising, checking, the trap rules (``traps.py``), the recent-URL filter,
-folding a batch's duplicates and its parents, the hosts of the batch --, the per-host budget, which
-asks the storage what it knows (:func:`fit_host_budget`), and :class:`FrontierService`, the part of
-a frontier class that is the same on every backend (``add()``, batches, the reads of one URL, the
-closed checks).
+"""The frontier the crawler asks: :class:`FrontierService`, which holds a store (``store.py``) and
+does above it what would otherwise be the same in every store -- the preparation of ``add_many()``
+(:func:`prepare_additions`: normalising, checking, the trap rules of ``traps.py``, the recent-URL
+filter, folding a batch's duplicates and its parents, the hosts of the batch), the per-host budget,
+which asks the store what it knows (:func:`fit_host_budget`), a sitemap's dates as times
+(:func:`modified_times`), the argument checks, the answers of a capability the store lacks, the
+context manager and the repr.
 
 A crawler adds about 50 links a page, most of them known, so this loop runs for every link found:
 it stays one pass with nothing called per URL that a batch shares (the depth and priority of a
@@ -15,22 +16,38 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...urls import host_key, normalize_url
-from .base import StoredURL, check_int, normal_lastmods
+from .base import (
+    FrontierError,
+    FrontierErrorKind,
+    FrontierURL,
+    Revisits,
+    StoredRobots,
+    StoredURL,
+    Visit,
+    check_checkpoint,
+    check_int,
+    check_time,
+    check_visit,
+    normal_lastmods,
+)
+from .capabilities import HostLeases, NoRobotsStore, RobotsStore, WholeFile
 from .recent import RecentURLs
 from .traps import RefusedURLs, TrapRules
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing's own from Python 3.11
 
+    from .store import Store
+
 __all__ = [
-    "MODIFIED_SINCE_FETCH", "Additions", "FrontierService", "fit_host_budget", "lastmod_time", "modified_times",
-    "prepare_additions",
+    "MODIFIED_SINCE_FETCH", "Additions", "FrontierService", "check_traps", "fit_host_budget", "lastmod_time",
+    "modified_times", "prepare_additions",
 ]
 
 
@@ -203,59 +220,44 @@ def modified_times(lastmods: Mapping[str, str], now: float, woke_at: float) -> d
     return times
 
 
-class FrontierService:
-    """What a frontier class does the same way whatever its backend, above the backend's own
-    connection and transactions: the base last in a backend class's bases, so that the backend's
-    layers come first and this reads only what they provide (``_db()``, ``_commit()``, ``_lock``,
-    ``_conn``, ``_clock``, and the class's SQL of one URL: :attr:`_STATE_OF`, :attr:`_LOOKUP`,
-    :attr:`_MIN_DUE_DEPTH`, each with one ``url`` or ``now`` placeholder in its driver's style).
 
-    Each backend keeps the promises of ``base.py`` its own way; what it keeps the same way is here,
-    once: the trap rules and what they refused, ``add()`` over ``add_many()``, batches (the same
-    counter of open blocks on both: a commit asked for inside one waits for its end), the reads of
-    one URL, ``closed``, the context manager and the repr.
+def check_traps(traps: TrapRules | None) -> TrapRules | None:
+    """The trap rules ``add_many()`` applies: None for None or rules that limit nothing."""
+    if traps is not None and not isinstance(traps, TrapRules):
+        raise TypeError(f"traps must be a TrapRules or None, not {traps!r}")
+    return traps if traps else None
+
+
+class FrontierService:
+    """A frontier: what the crawler asks (``base.FrontierBackend``, every method of it here), over
+    the ``store`` it holds (``store.Store``), which keeps the URLs.
+
+    Each method is a Python call or two above one operation of the store, whatever the number of
+    URLs: what runs per URL (the preparation of ``add_many()``) is a loop that every store would
+    run alike, and the store's batch statements do the rest.
+
+    Args:
+        store: the storage, opened; the frontier closes it.
+        traps: the trap rules :meth:`add_many` applies to what it is given (``traps.py``); None:
+            none.  The links refused are counted in :attr:`not_followed` and stored by cause.
     """
 
-    _STATE_OF: ClassVar[str]  # a stored URL's state
-    _LOOKUP: ClassVar[str]  # the columns of StoredURL, in its order, of a stored URL
-    _MIN_DUE_DEPTH: ClassVar[str]  # the smallest depth of a waiting URL due at a time, a row or none
-
-    traps: TrapRules | None
-    not_followed: Counter[str]
-    _refused_urls: RefusedURLs
-    _recent: RecentURLs
-    _conn: Any  # the backend's connection, None once closed
-    _lock: Any  # the backend's RLock around it
-    _batching: int  # open batch() blocks: while there are any, no commit happens
-    _commit_deferred: bool  # a commit was asked for inside a batch
-    _clock: Callable[[], float]
-    _woke_at: float  # the start of the due period (modified_times): the last wake(), or the opening
-
-    if TYPE_CHECKING:  # the backend's layers provide these
-
-        def _db(self) -> contextlib.AbstractContextManager[Any]: ...
-
-        def _commit(self, conn: Any) -> None: ...
-
-        def close(self) -> None:
-            """The backend's: commit what is pending and let go of the frontier."""
-
-        def add_many(
-            self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None,
-            wake_modified: bool = False,
-        ) -> int:
-            """The backend's: add ``(url, depth, parent, priority)`` entries; how many were new."""
-
-    def _take_rules(self, traps: TrapRules | None) -> None:
-        """Keep the trap rules ``add_many()`` applies (None, or rules that limit nothing: none), and
-        start the memories every backend keeps: what was refused, and the links known lately."""
-        if traps is not None and not isinstance(traps, TrapRules):
-            raise TypeError(f"traps must be a TrapRules or None, not {traps!r}")
-        self.traps = traps if traps else None
+    def __init__(self, store: Store, *, traps: TrapRules | None = None) -> None:
+        self.traps = check_traps(traps)
+        self.store = store
         #: The links :meth:`add_many` refused since this frontier was opened, by cause (traps.CAUSES).
-        self.not_followed = Counter()
+        self.not_followed: Counter[str] = Counter()
         self._refused_urls = RefusedURLs()
-        self._recent = RecentURLs()  # known links skip the storage (recent.py)
+        self._recent = RecentURLs()  # known links skip the store (recent.py)
+        self._rollbacks = store.rollbacks  # what the two memories above were true for
+        self._woke_at = store.clock()  # the start of the due period (modified_times): the last wake(), or the opening
+        leases, robots = isinstance(store, HostLeases), isinstance(store, RobotsStore)
+        self._leases: HostLeases = store if leases else WholeFile()  # type: ignore[assignment]
+        self._robots: RobotsStore = store if robots else NoRobotsStore()  # type: ignore[assignment]
+        #: The capabilities the store lacks ("host_leases", "robots_store"): the frontier answers for it.
+        self.lacks = frozenset(name for name, has in (("host_leases", leases), ("robots_store", robots)) if not has)
+
+    # -- adding ------------------------------------------------------------
 
     def add(self, urls: Iterable[str], depth: int = 0, parent: str | None = None, priority: int = 0) -> int:
         """Add URLs found at one depth on one page (or seeds: depth 0, no parent).
@@ -275,87 +277,265 @@ class FrontierService:
         check_int("priority", priority)
         return self.add_many((url, depth, parent, priority) for url in urls)
 
+    def add_many(
+        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None,
+        wake_modified: bool = False,
+    ) -> int:
+        """Add ``(url, depth, parent, priority)`` entries, like :meth:`add`, in one transaction.
+
+        ``lastmods`` gives some of these URLs the ``<lastmod>`` a sitemap listed them with, as
+        written there: stored with each, new or known (replacing what an earlier listing said),
+        and handed back with its claims (:attr:`FrontierURL.lastmod`).
+
+        ``wake_modified`` (a crawl with a revisit policy): a done or error URL of ``lastmods`` whose
+        lastmod is a W3C datetime later than its last fetch (and not in the future), fetched before
+        the due period began (the last :meth:`wake`, or the opening), goes back to 'waiting', due
+        now, its attempts from 0, as :meth:`wake` moves one due again (:func:`modified_times` and
+        :data:`MODIFIED_SINCE_FETCH` have the rule).
+
+        Returns:
+            How many URLs were new.
+        """
+        store = self.store
+        if store.closed:  # asked here: a batch of known links never reaches the store
+            raise FrontierError(f"the frontier {store.describe()}", FrontierErrorKind.CLOSED)
+        if store.rollbacks != self._rollbacks:
+            # Undone: what was added lately may be gone, and a refusal for a host's budget went by
+            # counts that were undone.
+            self._recent.clear()
+            self._refused_urls.clear()
+            self._rollbacks = store.rollbacks
+        traps = self.traps
+        additions = prepare_additions(entries, lastmods, self._recent, traps, self._refused_urls)
+        if traps is not None and traps.max_pages_per_host is not None and additions.rows:
+            with store.transaction():  # the counts read and the rows added, one unit
+                additions = fit_host_budget(additions, traps.max_pages_per_host, store.admitted, store.known,
+                                            self._refused_urls)
+                return self._insert(additions, wake_modified)
+        return self._insert(additions, wake_modified)
+
+    def _insert(self, additions: Additions, wake_modified: bool) -> int:
+        if not additions:
+            return 0
+        modified = (modified_times(additions.lastmods, self.store.clock(), self._woke_at)
+                    if wake_modified and additions.lastmods else None)
+        added = self.store.insert(additions, modified)
+        self.not_followed.update(additions.refused)
+        recent = self._recent
+        for key, row in additions.rows.items():
+            recent.added(key, row[0])
+        return added
+
+    # -- claiming and outcomes -------------------------------------------------
+
+    def claim(
+        self, limit: int, max_depth: int | None = None, host_room: Callable[[str], int] | None = None
+    ) -> list[FrontierURL]:
+        """Hand out up to ``limit`` waiting URLs that are due, spread over hosts: the hosts take
+        turns (round-robin), highest priority first; within a host the URLs come highest priority
+        first, then the lowest depth (breadth first), then in the order they were discovered.
+
+        ``host_room(host)`` says how many URLs of ``host`` (a :func:`~niofetcher.urls.host_key`)
+        the caller can take now: 0 skips the host this time.  Without it every host can take any
+        number.  They move to 'processing' and their attempts go up by one, in one transaction:
+        no URL is handed out twice, whichever thread asks.
+        """
+        check_int("limit", limit, 0)
+        if limit == 0:
+            return []
+        return self.store.take(limit, max_depth, host_room)
+
+    def complete(self, url: str, status: int | None) -> None:
+        """Record that a claimed URL was fetched: processing → done (:meth:`complete_many` of one).
+
+        Raises:
+            ValueError: when ``url`` is not in 'processing'.
+        """
+        self.store.finish([(url, status)], None, None)
+
+    def complete_many(
+        self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None,
+        visits: Mapping[str, Visit] | None = None,
+    ) -> None:
+        """Claimed URLs (``(url, status)`` pairs, a URL in any form) to 'done', all or none.
+
+        ``checkpoint`` (names and integers >= 0, such as ``{"out": 12345, "warc": 67890}``, the
+        lengths of the output files holding these pages) is stored in the same transaction as
+        these outcomes, also when there are none: whichever commit makes the outcomes durable
+        makes it durable too, and never one without the other.  Entries replace those of the same
+        name; :meth:`checkpoint` reads them.
+
+        ``visits`` (a crawl with a revisit policy), by the URLs of ``outcomes`` as given: what each
+        visit leaves on its row for the next (:class:`~niofetcher.crawl.frontier.Visit`), in the
+        same transaction; ``next_due`` is ``revisit_in`` from now.
+
+        Raises:
+            ValueError: for the first URL that is not in 'processing'; then nothing of this call is
+                recorded, neither the outcomes nor the checkpoint.
+            TypeError, ValueError: for a checkpoint name that is not a str or a value that is
+                not an int >= 0, or a visit's time that is no number of seconds >= 0, before
+                anything is recorded.
+        """
+        entries = None if checkpoint is None else check_checkpoint(checkpoint)
+        checked = {url: check_visit(visit) for url, visit in visits.items()} if visits else None
+        rows = list(outcomes)
+        if rows or entries is not None:
+            self.store.finish(rows, entries, checked)
+
+    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None,
+             revisit_in: float | None = None) -> str:
+        """Record a failed attempt of a claimed URL: it waits again, or it ends 'error'.
+
+        With ``retry_in`` (seconds >= 0, which the crawl's schedule gave:
+        :meth:`~niofetcher.crawl.schedule.RetrySchedule.retry_in`), the URL waits again and is
+        due that long from now by the frontier's clock; with None it becomes an 'error'.
+        ``status`` and ``error`` are recorded either way.  An 'error' given ``revisit_in`` (a revisit
+        policy) is due again that long from now (:meth:`wake`).
+
+        Returns:
+            The URL's new state, 'waiting' or 'error' ('refused' on a store shared by workers, when
+            the URL's host changed hands since its claim: nothing is recorded).
+
+        Raises:
+            ValueError: when ``url`` is not in 'processing'.
+            TypeError, ValueError: for a ``retry_in`` that is no number of seconds >= 0.
+        """
+        wait = None if retry_in is None else check_time("retry_in", retry_in)
+        again = None if revisit_in is None else check_time("revisit_in", revisit_in)
+        return self.store.fail(url, error, status, wait, again)
+
+    def release(self, urls: Iterable[str]) -> None:
+        """Put claimed URLs back to 'waiting' without counting the attempt: they were not fetched (a
+        graceful stop).  URLs that are not 'processing' are left alone."""
+        if isinstance(urls, str):
+            raise TypeError("release() takes an iterable of URLs; wrap a single URL in a list")
+        keys = set()
+        for url in urls:
+            with contextlib.suppress(TypeError, ValueError):
+                keys.add(normalize_url(url))
+        if keys:
+            self.store.give_back(list(keys))
+
+    def wake(self) -> int:
+        """Done and error URLs whose ``next_due`` has come (by the frontier's clock) back to 'waiting',
+        due since then, their attempts from 0; how many.  A due period begins (:func:`modified_times`)."""
+        now = self._woke_at = self.store.clock()
+        return self.store.wake(now)
+
+    def revisits(self) -> Revisits:
+        """How many done and error URLs are due again now, and when the next one falls due."""
+        return self.store.revisits()
+
     # -- batches -----------------------------------------------------------
 
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self) -> contextlib.AbstractContextManager[None]:
         """Make the calls in the block durable together: nothing commits until it ends.
 
         A crawler records one batch of pages with several calls -- fail() for some,
         release() for others, complete_many() with the outputs' checkpoint last -- and a
-        crash must keep all of them or none: a failure committed before the checkpoint
-        that covers its output record would lose that record on resume.  A block that
-        raises commits nothing on its way out (the next commit will, or a crash undoes it).
-        """
-        with self._lock:
-            self._batching += 1
-            try:
-                yield
-            finally:
-                self._batching -= 1
-            if not self._batching and self._commit_deferred:
-                self._commit_deferred = False
-                with self._db() as conn:
-                    self._commit(conn)
+        crash must keep all of them or none.  A block that raises commits nothing on its way
+        out (the next commit will, or a crash undoes it)."""
+        return self.store.transaction()
 
-    def flush(self) -> None:
-        """Commit what is pending (outcomes a backend batches; outside a batch() block)."""
-        with self._db() as conn:
-            self._commit(conn)
+    def checkpoint(self) -> dict[str, int]:
+        """The checkpoint entries stored by :meth:`complete_many`, committed (empty for a new frontier)."""
+        return self.store.checkpoint()
 
-    # -- one URL -------------------------------------------------------------
+    # -- reading -------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """URLs per state; all four states are always there."""
+        return self.store.counts()
+
+    def next_due(self) -> float | None:
+        """The earliest time (unix) a waiting URL is due, None when none waits.  A time not later
+        than now means :meth:`claim` has work now; a later one is how long a crawler with nothing
+        in flight may sleep."""
+        return self.store.next_due()
 
     def min_due_depth(self) -> int | None:
         """The smallest depth among waiting URLs that are due now, None when there is none."""
-        with self._db() as conn:
-            self._commit(conn)
-            row = conn.execute(self._MIN_DUE_DEPTH, (self._clock(),)).fetchone()
-            return int(row[0]) if row is not None else None
+        return self.store.min_due_depth()
 
-    def state(self, url: str) -> str | None:
-        """The state of a URL (in any form that normalises to a known one), None if unknown or invalid."""
-        row = self._row_of(url, self._STATE_OF)
-        return str(row[0]) if row is not None else None
+    def failures(self, since: float, limit: int) -> list[tuple[str, str]]:
+        """The first ``limit`` URLs that ended in 'error' at or after ``since`` (unix time), oldest
+        first, each with its error."""
+        return self.store.failures(since, limit)
 
     def lookup(self, url: str) -> StoredURL | None:
         """``url`` (in any form that normalises to a known one) as the frontier keeps it, whichever
         worker wrote it last; None if unknown or invalid."""
-        row = self._row_of(url, self._LOOKUP)
-        if row is None:
-            return None
-        (url, state, attempts, depth, priority, parent, status, error, discovered, fetched, due, lastmod,
-         etag, last_modified, digest, visits, changes, next_due, changed_time, unchanged_time) = row
-        return StoredURL(url, state, attempts, depth, priority, parent, status, error, float(discovered),
-                         None if fetched is None else float(fetched), None if due is None else float(due),
-                         lastmod, etag, last_modified, digest, int(visits), int(changes),
-                         None if next_due is None else float(next_due), float(changed_time), float(unchanged_time))
-
-    def _row_of(self, url: str, statement: str) -> tuple[Any, ...] | None:
-        """The row ``statement`` reads of ``url``'s key, committed first; None for no row or a URL
-        that is not valid."""
         try:
             key = normalize_url(url)
         except (TypeError, ValueError):
             return None
-        with self._db() as conn:
-            self._commit(conn)
-            row: tuple[Any, ...] | None = conn.execute(statement, (key,)).fetchone()
-            return row
+        return self.store.lookup(key)
+
+    def state(self, url: str) -> str | None:
+        """The state of a URL (in any form that normalises to a known one), None if unknown or invalid."""
+        stored = self.lookup(url)
+        return stored.state if stored is not None else None
+
+    # -- what a store keeps of a host ----------------------------------------
+
+    def fingerprints(self, host: str) -> list[tuple[str, bytes, int]]:
+        """Duplicate detection's fingerprints of ``host``'s done pages that duplicate nothing:
+        (url, digest, simhash), as :meth:`store_fingerprints` kept them."""
+        return self.store.fingerprints(host)
+
+    def store_fingerprints(self, pages: Iterable[tuple[str, bytes, int, str | None]]) -> None:
+        """For claimed URLs about to be completed, (url, digest, simhash, duplicate_of): a
+        duplicate's ``duplicate_of`` on its row, the others' fingerprints for :meth:`fingerprints`;
+        in the transaction of their outcomes."""
+        self.store.store_fingerprints(pages)
+
+    def robots(self, host: str) -> StoredRobots | None:
+        """``host``'s robots.txt as the crawl fetched it in the last day, None when there is none
+        to reuse (always, from a store without a robots.txt store)."""
+        return self._robots.robots(host)
+
+    def store_robots(self, host: str, status: int, body: bytes) -> None:
+        """Keep what ``host``'s robots.txt said (2xx or 4xx), for :meth:`robots`."""
+        self._robots.store_robots(host, status, body)
+
+    # -- host leases (capabilities.HostLeases) -------------------------------
+
+    def holds(self, host: str) -> bool:
+        """Whether requests to ``host`` may start now (always, from a store one process holds)."""
+        return self._leases.holds(host)
+
+    def lost_hosts(self) -> list[str]:
+        """The hosts this worker lost since the last call (none, from a store one process holds)."""
+        return self._leases.lost_hosts()
+
+    def recordable(self, urls: Iterable[str]) -> list[str]:
+        """Of these claimed URLs, in order, those whose outcomes will count if recorded in the
+        current :meth:`batch` (all of them, from a store one process holds)."""
+        return self._leases.recordable(urls)
+
+    def start_deadlines(self) -> dict[str, float | None]:
+        """Per host, the ``time.monotonic()`` from which none of its requests may start, what
+        changed since the last call (nothing, from a store one process holds)."""
+        return self._leases.start_deadlines()
+
+    def note_addresses(self, peers: Mapping[str, str]) -> None:
+        """Where answers came from (``host_key()`` -> ``FetchResult.peer``), for a store shared by
+        workers whose hosts of one address are one worker's (an optional method of a store, the
+        PostgreSQL one's); nothing for a store without it."""
+        note: Callable[[Mapping[str, str]], None] | None = getattr(self.store, "note_addresses", None)
+        if note is not None:
+            note(peers)
 
     # -- closing -------------------------------------------------------------
 
     @property
     def closed(self) -> bool:
         """True once the frontier is closed: no call but ``close()`` may follow."""
-        return self._conn is None
+        return self.store.closed
 
-    def _describe(self) -> str:
-        """Where the frontier is, for its repr."""
-        raise NotImplementedError
-
-    def _summary(self) -> str:
-        """What an open frontier holds, for its repr."""
-        raise NotImplementedError
+    def close(self) -> None:
+        """Commit what is pending and let go of the store.  Closing twice is fine."""
+        self.store.close()
 
     def __enter__(self) -> Self:
         return self
@@ -364,7 +544,5 @@ class FrontierService:
         self.close()
 
     def __repr__(self) -> str:
-        name = type(self).__name__
-        if self._conn is None:
-            return f"<{name} {self._describe()} closed>"
-        return f"<{name} {self._describe()} {self._summary()}>"
+        lacking = f" without {', '.join(sorted(self.lacks))}" if self.lacks else ""
+        return f"<{type(self).__name__} {self.store.describe()}{lacking}>"

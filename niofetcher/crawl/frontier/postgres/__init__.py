@@ -1,7 +1,8 @@
-"""The PostgreSQL frontier: :class:`PostgresFrontier`, one worker of a crawl that workers share, and
-:func:`crawl_status`, which reads a crawl as no worker.
+"""The PostgreSQL frontier: :class:`PostgresFrontier`, the service over one worker's store of a
+crawl that workers share (``frontier.PostgresStore``), and :func:`crawl_status`, which reads a
+crawl as no worker.
 
-The class is built in layers, one job a module: ``session.py`` (the connection, and when its
+The store is built in layers, one job a module: ``session.py`` (the connection, and when its
 changes commit), ``leases.py`` (the hosts a worker holds: leases, renewal, takeover, fencing),
 ``status.py`` (what a worker reads of the whole crawl, and :func:`crawl_status`), ``frontier.py``
 (opening, adding, claiming, outcomes), ``hostdata.py`` (robots.txt answers and page

@@ -4,7 +4,7 @@ It keeps the promises of ``base.py`` the way the SQLite :class:`~niofetcher.craw
 does -- the states, attempts, retries with backoff, depth, priority, parent, status, error, the
 checkpoint, claims host by host -- and the same ``urls`` table (see ``postgres_schema.py``).
 psycopg 3 is loaded by this package only, when one is opened (the extra ``postgres``); nothing else of
-niofetcher imports it.  The class is built in layers, a module each (the package's ``__init__.py``
+niofetcher imports it.  The store is built in layers, a module each (the package's ``__init__.py``
 lists them); this one is what a worker does: open, add, claim, record outcomes.
 
 Theory of operation
@@ -32,7 +32,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ....urls import normalize_url
@@ -42,11 +42,9 @@ from ..base import (
     FrontierURL,
     Revisits,
     Visit,
-    check_checkpoint,
     check_crawl_name,
     check_int,
     check_time,
-    check_visit,
     processing_key,
     refuse_moved_options,
 )
@@ -74,7 +72,8 @@ from ..postgres_schema import (
     WAKE,
     WAKE_MODIFIED,
 )
-from ..service import Additions, FrontierService, fit_host_budget, modified_times, prepare_additions
+from ..service import Additions, FrontierService, check_traps
+from ..sqlstore import SQLStore
 from ..traps import TrapRules
 from .hostdata import HostData
 from .leases import DEEPEST
@@ -85,7 +84,7 @@ from .tables import create_or_check
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PostgresFrontier"]
+__all__ = ["PostgresFrontier", "PostgresStore"]
 
 # A claim asks the hosts of a pass again for more while it is short, at most this many times.
 _CLAIM_ROUNDS = 4
@@ -98,8 +97,9 @@ _INSERT_ROWS = 20_000
 _Row = tuple[Any, ...]
 
 
-class PostgresFrontier(CrawlReads, HostData, FrontierService):
-    """The crawl frontier of crawl ``crawl``, in the PostgreSQL database at ``dsn``: one worker of it.
+class PostgresFrontier(FrontierService):
+    """The crawl frontier of crawl ``crawl``, in the PostgreSQL database at ``dsn``: one worker of
+    it, a :class:`PostgresStore` under the service.
 
     Args:
         dsn: a libpq connection string (``postgresql://user@host:port/db``); a password in it
@@ -146,7 +146,43 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
         **moved: object,
     ) -> None:
         refuse_moved_options("PostgresFrontier", moved)
-        self._take_rules(traps)
+        traps = check_traps(traps)
+        store = PostgresStore(dsn, crawl, clock=clock, connect_timeout=connect_timeout,
+                              statement_timeout=statement_timeout, lease_seconds=lease_seconds, max_hosts=max_hosts,
+                              group_by_address=group_by_address)
+        super().__init__(store, traps=traps)
+        self.store: PostgresStore = store
+        self.crawl, self.where, self.worker_id = store.crawl, store.where, store.worker_id
+
+    @property
+    def refused(self) -> int:
+        """Outcomes refused because their host had changed hands (see "Fencing" in leases.py), since opening."""
+        return self.store.refused
+
+    @property
+    def max_hosts(self) -> int | None:
+        """The most hosts this worker holds at once, None for no bound."""
+        return self.store.max_hosts
+
+
+class PostgresStore(CrawlReads, HostData, SQLStore):
+    """One worker's store of a crawl in PostgreSQL: the storage operations of ``store.Store`` and
+    the host leases of ``capabilities.HostLeases`` (``leases.py``).  The arguments are
+    :class:`PostgresFrontier`'s but ``traps``.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        crawl: str,
+        *,
+        clock: Callable[[], float],
+        connect_timeout: float,
+        statement_timeout: float | None,
+        lease_seconds: float,
+        max_hosts: int | None,
+        group_by_address: bool,
+    ) -> None:
         name = check_crawl_name(crawl)
         connect_timeout = check_time("connect_timeout", connect_timeout)
         lease_seconds = check_time("lease_seconds", lease_seconds)
@@ -202,35 +238,18 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
         self._keep_leases(conn)
         self._store_and_commit(conn)
 
-    def _reload(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        """What the frontier keeps in memory, from the database as committed (after a rollback)."""
-        self._recent.clear()
-        self._refused_urls.clear()  # a refusal for a host's budget went by counts that were rolled back
-        super()._reload(conn)
-
     # -- adding ------------------------------------------------------------
 
-    def add_many(
-        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None,
-        wake_modified: bool = False,
-    ) -> int:
-        """Add ``(url, depth, parent, priority)`` entries in one statement; how many were new.
-        ``lastmods`` and ``wake_modified`` as in the SQLite Frontier's add_many() (one more statement
-        for each when given).  The URLs a sitemap's date wakes go in line if this worker holds their
-        hosts; the others wait for whoever takes their host, as :meth:`wake`'s do.
+    def insert(self, additions: Additions, modified: Mapping[str, float] | None) -> int:
+        """Store prepared additions (``store.Store.insert``) in one statement; one more for the
+        lastmods, and one for the URLs their dates wake, which go in line if this worker holds their
+        hosts (the others wait for whoever takes their host, as :meth:`wake`'s do).
 
-        A URL given twice keeps its first place and priority, and the smallest depth with the
-        parent that gave it (PostgreSQL's upsert may not touch a row twice in one statement, so
-        service.prepare_additions folds the batch).  URLs of hosts another worker holds wait for it;
-        new hosts are free, and this worker takes them at its next claim if it has room.
+        URLs of hosts another worker holds wait for it; new hosts are free, and this worker takes
+        them at its next claim if it has room.  (PostgreSQL's upsert may not touch a row twice in one
+        statement: service.prepare_additions folds the batch.)
         """
         with self._db() as conn:
-            traps = self.traps
-            additions = prepare_additions(entries, lastmods, self._recent, traps, self._refused_urls)
-            if traps is not None and traps.max_pages_per_host is not None:
-                additions = self._fit_budget(conn, additions, traps.max_pages_per_host)
-            if not additions:
-                return 0
             rows, hosts = additions.rows, additions.hosts
             # In statements of a cut each, in URL order across the cuts: workers adding the same huge
             # seed list take its keys in one order (each statement inserts in URL order), never
@@ -259,11 +278,9 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
             if additions.lastmods:
                 dated = additions.lastmods
                 conn.execute(SET_LASTMODS, {"urls": list(dated), "lastmods": list(dated.values())})
-                now = self._clock()
-                modified = modified_times(dated, now, self._woke_at) if wake_modified else None
                 if modified:
                     woken = conn.execute(WAKE_MODIFIED, {"urls": list(modified), "modified": list(modified.values()),
-                                                         "now": now}).fetchall()
+                                                         "now": self._clock()}).fetchall()
                     for state, _host, _priority in woken:
                         self._move(state, "waiting")
             refused = additions.refused
@@ -274,36 +291,28 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
             if fresh or woken:
                 self._take_soon = True
             self._commit(conn)
-            for key, row in rows.items():
-                self._recent.added(key, row[0])
             for host, top in (*hosts.items(), *((host, priority) for _state, host, priority in woken)):
                 self._offer(host, top)
-            self.not_followed.update(refused)
             return int(added)
 
-    def _fit_budget(self, conn: psycopg.Connection[tuple[Any, ...]], additions: Additions, most: int) -> Additions:
-        """``additions`` without the URLs past their hosts' ``max_pages_per_host``, by every
-        worker's counts as committed now (one statement; one more when a host would go past it)."""
-
-        def admitted(hosts: list[str]) -> dict[str, int]:
+    def admitted(self, hosts: list[str]) -> dict[str, int]:
+        """Every worker's count of URLs admitted per host, as committed now (``store.Store.admitted``)."""
+        with self._db() as conn:
             return {str(host): int(n) for host, n in conn.execute(ADMITTED_OF, {"hosts": hosts})}
 
-        def known(urls: list[str]) -> set[str]:
+    def known(self, urls: list[str]) -> set[str]:
+        """Those of ``urls`` that the crawl has (``store.Store.known``)."""
+        with self._db() as conn:
             return {str(url) for (url,) in conn.execute(KNOWN_URLS, {"urls": urls})}
-
-        return fit_host_budget(additions, most, admitted, known, self._refused_urls)
 
     # -- claiming ------------------------------------------------------------
 
-    def claim(
-        self, limit: int, max_depth: int | None = None, host_room: Callable[[str], int] | None = None
+    def take(
+        self, limit: int, max_depth: int | None, host_room: Callable[[str], int] | None
     ) -> list[FrontierURL]:
         """Up to ``limit`` due URLs of this worker's hosts, no deeper than ``max_depth``, moved to
         'processing': hosts in turn, each no more than ``host_room(host)`` says it can take now --
-        the order and the rules of the SQLite Frontier's claim()."""
-        check_int("limit", limit, 0)
-        if limit == 0:
-            return []
+        the order and the rules of the SQLite store's take()."""
         deepest = DEEPEST if max_depth is None else min(max_depth, DEEPEST)
         with self._db() as conn:
             self._keep_leases(conn)
@@ -447,40 +456,25 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
         if not self._claims_by_host[host]:
             del self._claims_by_host[host]
 
-    def complete(self, url: str, status: int | None) -> None:
-        """Record that a claimed URL was fetched: processing → done (:meth:`complete_many` of one)."""
-        self.complete_many([(url, status)])
-
-    def complete_many(
-        self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None,
-        visits: Mapping[str, Visit] | None = None,
-    ) -> None:
-        """``(url, status)`` pairs of claimed URLs to 'done', all or none, with ``checkpoint`` (names
-        and ints >= 0) and ``visits`` stored in the same transaction -- the SQLite Frontier's complete_many().
-        An outcome whose host changed hands since its claim is refused (counted in :attr:`refused`).
-
-        Raises:
-            ValueError: for the first URL that this worker did not claim; nothing of the call is recorded.
-            TypeError, ValueError: for a bad checkpoint, before anything is recorded.
-        """
-        entries = None if checkpoint is None else check_checkpoint(checkpoint)
-        visited = {url: check_visit(visit) for url, visit in visits.items()} if visits else None
-        rows = list(outcomes)
-        if not rows and entries is None:
-            return
+    def finish(self, outcomes: list[tuple[str, int | None]], checkpoint: dict[str, int] | None,
+               visits: Mapping[str, Visit] | None) -> None:
+        """Claimed URLs to 'done', all or none, with ``checkpoint`` and ``visits`` in the same
+        transaction (``store.Store.finish``).  An outcome whose host changed hands since its claim
+        is refused (counted in :attr:`refused`); ValueError for the first URL that this worker did
+        not claim, and nothing of the call is recorded."""
         with self._db() as conn:
             seen: set[str] = set()
-            owned = [self._own(conn, url, "complete", seen) for url, _status in rows]
+            owned = [self._own(conn, url, "complete", seen) for url, _status in outcomes]
             now = self._clock()
             with conn.pipeline():  # one round trip for all of it
                 self._lock_mine(conn, [host for _key, host, _epoch in owned])
                 done = conn.execute(COMPLETE_MANY, {
                     "now": now, "urls": [key for key, _host, _epoch in owned],
-                    "statuses": [status for _, status in rows], "epochs": [epoch for _key, _host, epoch in owned],
+                    "statuses": [status for _, status in outcomes], "epochs": [epoch for _key, _host, epoch in owned],
                     "me": self.worker_id, "fenced": self._fenced})
-                if visited:
-                    stored = {url: key for (url, _status), (key, _host, _epoch) in zip(rows, owned, strict=True)}
-                    kept = [(stored[url], visit) for url, visit in visited.items() if url in stored]
+                if visits:
+                    stored = {url: key for (url, _status), (key, _host, _epoch) in zip(outcomes, owned, strict=True)}
+                    kept = [(stored[url], visit) for url, visit in visits.items() if url in stored]
                     conn.execute(VISITED, {
                         "now": now, "urls": [key for key, _ in kept], "etags": [v.etag for _, v in kept],
                         "last_modifieds": [v.last_modified for _, v in kept], "digests": [v.digest for _, v in kept],
@@ -488,11 +482,11 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
                         "captured_at": [v.captured_at for _, v in kept],
                         "changed_time": [v.changed_time for _, v in kept],
                         "unchanged_time": [v.unchanged_time for _, v in kept]})
-                if entries:
-                    conn.execute(SAVE_CHECKPOINT, {"names": list(entries), "values": list(entries.values())})
+                if checkpoint:
+                    conn.execute(SAVE_CHECKPOINT, {"names": list(checkpoint), "values": list(checkpoint.values())})
             for _key, host, _epoch in owned:
                 self._unclaim(host)
-            self._refuse(len(rows) - done.rowcount, "completions")
+            self._refuse(len(outcomes) - done.rowcount, "completions")
             self._move("processing", "done", done.rowcount)
             if done.rowcount:
                 self._done_times.append((time.monotonic(), done.rowcount))
@@ -507,27 +501,18 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
 
         return processing_key(url, action, state_of)
 
-    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None,
-             revisit_in: float | None = None) -> str:
-        """A failed attempt of a claimed URL: with ``retry_in`` it waits again, due that many
-        seconds from now, with None it is an 'error' (due again ``revisit_in`` from now when given)
-        -- the SQLite Frontier's fail().  Returns its
-        new state, or 'refused' when its host changed hands since its claim (nothing recorded,
-        counted in :attr:`refused`).
-
-        Raises:
-            ValueError: when ``url`` is not a URL this worker claimed.
-            TypeError, ValueError: for a ``retry_in`` that is no number of seconds >= 0.
-        """
-        wait = None if retry_in is None else check_time("retry_in", retry_in)
-        again = None if revisit_in is None else check_time("revisit_in", revisit_in)
+    def fail(self, url: str, error: str, status: int | None, retry_in: float | None,
+             revisit_in: float | None) -> str:
+        """A failed attempt of a claimed URL (``store.Store.fail``): its new state, or 'refused'
+        when its host changed hands since its claim (nothing recorded, counted in :attr:`refused`).
+        ValueError when ``url`` is not a URL this worker claimed."""
         with self._db() as conn:
             key, host, epoch = self._own(conn, url, "fail", set())
             self._unclaim(host)
             with conn.pipeline():
                 self._lock_mine(conn, [host])
                 failed = conn.execute(FAIL, {
-                    "wait": wait, "revisit": again, "status": status, "error": error, "now": self._clock(), "url": key,
+                    "wait": retry_in, "revisit": revisit_in, "status": status, "error": error, "now": self._clock(), "url": key,
                     "epoch": epoch, "me": self.worker_id, "fenced": self._fenced,
                 })
             row = failed.fetchone()
@@ -542,13 +527,12 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
             self._commit(conn)
             return str(new_state)
 
-    def wake(self) -> int:
-        """Done and error URLs of the crawl whose ``next_due`` has come (by this worker's clock) back
-        to 'waiting' -- the SQLite Frontier's wake(); rows another worker is waking are skipped.
-        Those of hosts this worker holds go in line; the others wait for whoever takes their host."""
+    def wake(self, now: float) -> int:
+        """Done and error URLs of the crawl whose ``next_due`` is ``now`` or earlier back to
+        'waiting' -- the SQLite store's wake(); rows another worker is waking are skipped.  Those
+        of hosts this worker holds go in line; the others wait for whoever takes their host."""
         with self._db() as conn:
-            self._woke_at = self._clock()
-            woken = conn.execute(WAKE, {"now": self._woke_at}).fetchall()
+            woken = conn.execute(WAKE, {"now": now}).fetchall()
             for state, _host, _priority in woken:
                 self._move(state, "waiting")
             if woken:
@@ -565,19 +549,10 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
             self._commit(conn)
             return Revisits(int(due), None if later is None else float(later))
 
-    def release(self, urls: Iterable[str]) -> None:
-        """Claimed URLs back to 'waiting', the attempt not counted (they were not fetched); URLs
-        that this worker has not in flight are left alone, and so are those whose host changed hands."""
-        if isinstance(urls, str):
-            raise TypeError("release() takes an iterable of URLs; wrap a single URL in a list")
-        keys: dict[str, int] = {}
-        for url in urls:
-            key = url if url in self._claimed else None
-            if key is None:
-                with contextlib.suppress(TypeError, ValueError):
-                    key = normalize_url(url)
-            if key is not None and key in self._claimed:
-                keys[key] = self._claimed[key][1]
+    def give_back(self, urls: list[str]) -> None:
+        """Claimed URLs back to 'waiting', the attempt not counted; URLs that this worker has not in
+        flight are left alone, and so are those whose host changed hands."""
+        keys = {key: self._claimed[key][1] for key in urls if key in self._claimed}
         if not keys:
             return
         with self._db() as conn:
@@ -617,8 +592,8 @@ class PostgresFrontier(CrawlReads, HostData, FrontierService):
             finally:
                 conn.close()
 
-    def _describe(self) -> str:
-        return f"{self.crawl!r} at {self.where}"
-
-    def _summary(self) -> str:
-        return f"worker {self.worker_id} hosts={len(self._held)} in_flight={len(self._claimed)}"
+    def describe(self) -> str:
+        """The crawl, and this worker's hosts and claims (or 'closed'), for the frontier's repr."""
+        if self._conn is None:
+            return f"{self.crawl!r} at {self.where} closed"
+        return f"{self.crawl!r} at {self.where} worker {self.worker_id} hosts={len(self._held)} in_flight={len(self._claimed)}"

@@ -98,12 +98,12 @@ class Session:
         self.crawl = crawl
         self.where = where
         self._clock = clock
-        self._woke_at = clock()  # the first due period begins at the opening (service.modified_times)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._lock = threading.RLock()
         self._batching = 0  # open batch() blocks: while there are any, no commit happens
         self._commit_deferred = False  # a commit was asked for inside a batch
         self._delta = dict.fromkeys(STATES, 0)  # what this worker changed since its last commit
+        self.rollbacks = 0  # _roll_back() counts them (store.Store.rollbacks)
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
 
     def _reload(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
@@ -136,6 +136,7 @@ class Session:
         self._commit_deferred = False  # what it would have committed is gone
         with contextlib.suppress(self._psycopg.Error):  # a lost connection: every later call says so
             conn.rollback()
+            self.rollbacks += 1
             self._delta = dict.fromkeys(STATES, 0)
             self._reload(conn)
             conn.commit()

@@ -23,7 +23,6 @@ from ..postgres_schema import (
     MIN_DUE_DEPTH,
     NEXT_DUE,
     REVISITS,
-    STATE_OF,
 )
 from .leases import HostLeases
 from .session import first_line, single, where_of
@@ -45,12 +44,10 @@ _LOOKUP = ("SELECT url, state, attempts, depth, priority, parent, status, error,
 
 class CrawlReads(HostLeases):
     """What a worker reads of the crawl: its counts, when its next URL is due, its failures, the
-    checkpoint (the state of a URL, all it keeps of one and the smallest due depth are
-    service.FrontierService's, by the statements below).  Each commits what is pending first
-    (outside a batch)."""
+    checkpoint (all it keeps of one URL and the smallest due depth are sqlstore.SQLStore's, by the
+    statements below).  Each commits what is pending first (outside a batch)."""
 
-    # What FrontierService (service.py) reads one URL with: state(), lookup(), min_due_depth().
-    _STATE_OF = STATE_OF
+    # What SQLStore (sqlstore.py) reads with: lookup(), min_due_depth().
     _LOOKUP = _LOOKUP
     _MIN_DUE_DEPTH = MIN_DUE_DEPTH
 

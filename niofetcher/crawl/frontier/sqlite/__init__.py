@@ -1,11 +1,12 @@
-"""The SQLite frontier: :class:`Frontier`, a crawl's URLs in one file that one process holds, and
-:func:`crawl_status`, which reads such a file from outside.
+"""The SQLite frontier: :class:`Frontier`, the service over a crawl's URLs in one file that one
+process holds (``frontier.SQLiteStore``), and :func:`crawl_status`, which reads such a file from
+outside.
 
-One job a module: ``frontier.py`` (opening, adding, claiming, outcomes), ``revisits.py`` (URLs
+One job a module: ``frontier.py`` (the store: opening, adding, claiming, outcomes; and :class:`Frontier`), ``revisits.py`` (URLs
 due again), ``hostdata.py`` (robots.txt answers and page fingerprints), ``transactions.py`` (the connection, and when its changes commit), ``claims.py`` (claims host by
 host), ``status.py`` (what the frontier reads of its crawl, and :func:`crawl_status`), ``lock.py``
 (one owner a file), ``wal.py`` (the log's checkpoints, in a thread).  Host leases it has none of: one process holds
-the file, and answers as ``capabilities.WholeFile``.  Its SQL is ``schema.py``'s.
+the file, and the service answers as ``capabilities.WholeFile``.  Its SQL is ``schema.py``'s.
 """
 
 from ....urls import normalize_url

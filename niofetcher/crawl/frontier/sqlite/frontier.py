@@ -79,24 +79,11 @@ import os
 import sqlite3
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ....urls import host_key, normalize_url
-from ..base import (
-    STATES,
-    FrontierError,
-    FrontierErrorKind,
-    FrontierURL,
-    Visit,
-    check_checkpoint,
-    check_int,
-    check_time,
-    check_visit,
-    processing_key,
-    refuse_moved_options,
-)
-from ..capabilities import WholeFile
+from ....urls import host_key
+from ..base import STATES, FrontierError, FrontierErrorKind, FrontierURL, Visit, processing_key, refuse_moved_options
 from ..schema import (
     ADD_ADMITTED,
     ADMITTED_OF,
@@ -123,7 +110,8 @@ from ..schema import (
     VISITED,
     create_or_upgrade,
 )
-from ..service import Additions, FrontierService, fit_host_budget, modified_times, prepare_additions
+from ..service import Additions, FrontierService, check_traps
+from ..sqlstore import SQLStore
 from ..traps import TrapRules
 from .claims import DEEPEST, HostQueues, Row
 from .hostdata import HostData
@@ -133,11 +121,11 @@ from .status import CrawlReads
 from .transactions import database_error
 from .wal import LogCheckpointer
 
-__all__ = ["Frontier"]
+__all__ = ["Frontier", "SQLiteStore"]
 
 
-class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
-    """The crawl frontier, in a SQLite file (or in memory).
+class Frontier(FrontierService):
+    """The crawl frontier, in a SQLite file (or in memory): a :class:`SQLiteStore` under the service.
 
     Args:
         path: the SQLite file, created when missing; ``":memory:"`` keeps
@@ -175,12 +163,33 @@ class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
         **moved: object,
     ) -> None:
         refuse_moved_options("Frontier", moved)
-        self._take_rules(traps)
+        traps = check_traps(traps)
+        store = SQLiteStore(path, clock=clock, commit_every=commit_every, commit_interval=commit_interval,
+                            count_admitted=traps is not None and traps.max_pages_per_host is not None)
+        super().__init__(store, traps=traps)
+        self.store: SQLiteStore = store
+        self.path = store.path
+
+    def flush(self) -> None:
+        """Commit the outcomes still pending (outside a batch() block)."""
+        self.store.flush()
+
+
+class SQLiteStore(CrawlReads, Revisiting, HostData, SQLStore):
+    """A crawl's URLs in a SQLite file (or in memory), which one process holds: the storage
+    operations of ``store.Store`` (see "Theory of operation" above).
+
+    Args:
+        path, clock, commit_every, commit_interval: as for :class:`Frontier`.
+        count_admitted: keep the URLs admitted per host up to date (a crawl with a per-host budget).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, clock: Callable[[], float], commit_every: int,
+                 commit_interval: float, count_admitted: bool) -> None:
         # The admitted table is kept up to date only by a frontier that checks it (see schema.py, version 7).
-        self._counting_admitted = self.traps is not None and self.traps.max_pages_per_host is not None
+        self._counting_admitted = count_admitted
         super().__init__(os.fspath(path), commit_every, commit_interval)
         self._clock = clock
-        self._woke_at = clock()  # the first due period begins at the opening (service.modified_times)
         self._counts = dict.fromkeys(STATES, 0)
         self._stored_counts = dict(self._counts)  # what state_counts holds
         self._next_seq = 1
@@ -279,8 +288,7 @@ class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
         # ones: after a rollback a host in line may have lost its row in hosts, and add_many()
         # inserts rows only for hosts out of line.
         self._queues.reset()
-        self._recent.clear()
-        self._refused_urls.clear()  # a refusal for a host's budget went by counts that were rolled back
+        self.rollbacks += 1
         (counts,) = conn.execute(COUNTS).fetchone()
         stored = json.loads(counts)
         self._counts = {state: stored.get(state, 0) for state in STATES}
@@ -323,33 +331,11 @@ class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
 
     # -- adding ------------------------------------------------------------
 
-    def add_many(
-        self, entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None = None,
-        wake_modified: bool = False,
-    ) -> int:
-        """Add ``(url, depth, parent, priority)`` entries, like :meth:`add`, in one transaction.
-
-        ``lastmods`` gives some of these URLs the ``<lastmod>`` a sitemap listed them with, as
-        written there: stored with each, new or known (replacing what an earlier listing said),
-        and handed back with its claims (:attr:`FrontierURL.lastmod`).
-
-        ``wake_modified`` (a crawl with a revisit policy): a done or error URL of ``lastmods`` whose
-        lastmod is a W3C datetime later than its last fetch (and not in the future), fetched before
-        the due period began (the last :meth:`wake`, or the opening), goes back to 'waiting', due
-        now, its attempts from 0, as :meth:`wake` moves one due again (service.modified_times and
-        MODIFIED_SINCE_FETCH have the rule).  Two statements for the whole batch, however many
-        URLs: the rows found through the URL key, then the move.
-
-        Returns:
-            How many URLs were new.
-        """
+    def insert(self, additions: Additions, modified: Mapping[str, float] | None) -> int:
+        """Store prepared additions (``store.Store.insert``): a statement for the new hosts, one for
+        the URLs, one for the lastmods and two for the URLs their dates wake (the rows found through
+        the URL key, then the move), however many URLs."""
         with self._db() as conn:
-            traps = self.traps
-            additions = prepare_additions(entries, lastmods, self._recent, traps, self._refused_urls)
-            if traps is not None and traps.max_pages_per_host is not None:
-                additions = self._fit_budget(conn, additions, traps.max_pages_per_host)
-            if not additions:
-                return 0
             now = self._clock()
             seq = self._next_seq
             rows = [(key, depth, priority, parent, seq + i, host)
@@ -364,7 +350,6 @@ class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
             woken: list[list[Any]] = []
             if additions.lastmods:
                 conn.execute(SET_LASTMODS, (json.dumps(additions.lastmods),))
-                modified = modified_times(additions.lastmods, now, self._woke_at) if wake_modified else None
                 if modified:
                     (found,) = conn.execute(MODIFIED_ROWS, (json.dumps(modified),)).fetchone()
                     woken = json.loads(found)
@@ -383,9 +368,6 @@ class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
             self._last_rowid = last or 0
             self._counts["waiting"] += added
             self._commit(conn)
-            self.not_followed.update(additions.refused)
-            for row in rows:
-                self._recent.added(row[0], row[1])
             # Known URLs leave gaps in seq; only the order matters.
             self._next_seq = seq + len(rows)
             # Every host of the batch, whether its URLs were new or not: a host in line with
@@ -395,42 +377,27 @@ class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
             self._line_up(woken)
             return added
 
-    def _fit_budget(self, conn: sqlite3.Connection, additions: Additions, most: int) -> Additions:
-        """``additions`` without the URLs past their hosts' ``max_pages_per_host`` (one look at the
-        batch's hosts' counts; one more at its URLs when a host would go past it)."""
-
-        def admitted(hosts: list[str]) -> dict[str, int]:
+    def admitted(self, hosts: list[str]) -> dict[str, int]:
+        """The URLs admitted per host, for those of ``hosts`` with any (``store.Store.admitted``)."""
+        with self._db() as conn:
             (counts,) = conn.execute(ADMITTED_OF, (json.dumps(hosts),)).fetchone()
             return {str(host): int(n) for host, n in json.loads(counts).items()}
 
-        def known(urls: list[str]) -> set[str]:
+    def known(self, urls: list[str]) -> set[str]:
+        """Those of ``urls`` that are stored (``store.Store.known``)."""
+        with self._db() as conn:
             (found,) = conn.execute(KNOWN_URLS, (json.dumps(urls),)).fetchone()
             return set(json.loads(found))
 
-        return fit_host_budget(additions, most, admitted, known, self._refused_urls)
-
     # -- claiming and outcomes -------------------------------------------------
 
-    def claim(
-        self, limit: int, max_depth: int | None = None, host_room: Callable[[str], int] | None = None
+    def take(
+        self, limit: int, max_depth: int | None, host_room: Callable[[str], int] | None
     ) -> list[FrontierURL]:
-        """Hand out up to ``limit`` waiting URLs that are due, spread over hosts: the hosts take
-        turns (round-robin), highest priority first; within a host the URLs come highest priority
-        first, then the lowest depth (breadth first), then in the order they were discovered.
-
-        ``host_room(host)`` says how many URLs of ``host`` (a :func:`~niofetcher.urls.host_key`)
-        the caller can take now: 0 skips the host this time.  Without it every host can
-        take any number.  A claim asks the next hosts in turn for a share of ``limit`` each, and
-        those with more for more while it is short.  The URLs come in claim order: the first URL
-        of each host, then the second, and so on (within a priority), the lower depths and the
-        earlier found first among them.
-
-        They move to 'processing' and their attempts go up by one, in one
-        transaction: no URL is handed out twice, whichever thread asks.
-        """
-        check_int("limit", limit, 0)
-        if limit == 0:
-            return []
+        """Claim up to ``limit`` due URLs (``store.Store.take``), host by host (``claims.py``): the
+        next hosts that ``host_room`` says can take URLs, a share of the claim from each, and those
+        with more for more while it is short.  In one transaction: no URL is handed out twice,
+        whichever thread asks."""
         with self._db() as conn:
             rows = self._queues.claim(
                 conn, limit, DEEPEST if max_depth is None else max_depth, host_room, self._clock(),
@@ -446,97 +413,40 @@ class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
                  visits, interval, captured_at, changes, changed_time, unchanged_time, since_fetch) in rows
         ]
 
-    def complete(self, url: str, status: int | None) -> None:
-        """Record that a claimed URL was fetched: processing → done.
-
-        The change may stay uncommitted for a while (``commit_every``,
-        ``commit_interval``); the interval is looked at when complete() or
-        fail() is called, so a crawler that goes quiet with outcomes pending
-        should call :meth:`flush` (or any other method).
-
-        Raises:
-            ValueError: when ``url`` is not in 'processing' (never claimed, or
-                completed, failed or released already).
-        """
-        with self._db() as conn:
-            self._begin(conn)
-            self._complete_one(conn, url, status, self._clock())
-            self._move("processing", "done")
-            self._outcome_recorded(conn)
-
     def _complete_one(self, conn: sqlite3.Connection, url: str, status: int | None, now: float) -> None:
         if not conn.execute(COMPLETE, (status, now, url)).rowcount:
             key = self._key_of_processing(conn, url, "complete")
             conn.execute(COMPLETE, (status, now, key))
 
-    def complete_many(
-        self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None,
-        visits: Mapping[str, Visit] | None = None,
-    ) -> None:
-        """:meth:`complete` for many ``(url, status)`` pairs, all or none: one statement for all of
-        them when every URL is a claimed one in stored form, the way a crawler records a batch of pages.
-
-        ``checkpoint`` (names and integers >= 0, such as ``{"out": 12345, "warc": 67890}``, the
-        lengths of the output files holding these pages) is stored in the same transaction as
-        these outcomes, also when there are none: whichever commit makes the outcomes durable
-        makes it durable too, and never one without the other.  Entries replace those of the same
-        name; :meth:`checkpoint` reads them.  Committed in batches like :meth:`complete` (a lone
-        checkpoint counts as one outcome).
-
-        ``visits`` (a crawl with a revisit policy), by the URLs of ``outcomes`` as given: what each
-        visit leaves on its row for the next (:class:`~niofetcher.crawl.frontier.Visit`), in the
-        same transaction; ``next_due`` is ``revisit_in`` from now.
-
-        Raises:
-            ValueError: like :meth:`complete`, for the first URL that is not in 'processing'; then
-                nothing of this call is recorded, neither the outcomes nor the checkpoint.
-            TypeError, ValueError: for a checkpoint name that is not a str or a value that is
-                not an int >= 0, before anything is recorded.
-        """
-        entries = None if checkpoint is None else json.dumps(check_checkpoint(checkpoint))
-        checked = [(url, check_visit(visit)) for url, visit in visits.items()] if visits else []
+    def finish(self, outcomes: list[tuple[str, int | None]], checkpoint: dict[str, int] | None,
+               visits: Mapping[str, Visit] | None) -> None:
+        """Claimed URLs to 'done', all or none, with ``checkpoint`` and ``visits``
+        (``store.Store.finish``): one statement for all of them when every URL is a claimed one in
+        stored form, the way a crawler records a batch of pages.  Committed in batches (see
+        "Batched commits" in transactions.py; a lone checkpoint counts as one outcome)."""
+        entries = None if checkpoint is None else json.dumps(checkpoint)
         visited = json.dumps([[url, visit.etag, visit.last_modified, visit.digest, bool(visit.changed),
                                visit.revisit_in, visit.captured_at, visit.changed_time, visit.unchanged_time]
-                              for url, visit in checked]) if checked else None
+                              for url, visit in visits.items()]) if visits else None
         with self._db() as conn:
-            rows = list(outcomes)
-            if not rows and entries is None:
-                return
             with self._write(conn):
                 now = self._clock()
-                if rows and conn.execute(COMPLETE_MANY, (now, json.dumps(rows))).rowcount != len(rows):
+                if outcomes and conn.execute(COMPLETE_MANY, (now, json.dumps(outcomes))).rowcount != len(outcomes):
                     # Not every URL is a claimed one in stored form: undo, and go the long way
                     # round, which finds the stored form of each, or the culprit.
                     conn.execute("ROLLBACK TO frontier_call")
-                    for url, status in rows:
+                    for url, status in outcomes:
                         self._complete_one(conn, url, status, now)
                 if visited is not None:
                     conn.execute(VISITED, (now, visited))
                 if entries is not None:
                     conn.execute(SAVE_CHECKPOINT, (entries,))
-            self._move("processing", "done", len(rows))
-            self._outcome_recorded(conn, len(rows) or 1)
+            self._move("processing", "done", len(outcomes))
+            self._outcome_recorded(conn, len(outcomes) or 1)
 
-
-    def fail(self, url: str, error: str, status: int | None = None, retry_in: float | None = None,
-             revisit_in: float | None = None) -> str:
-        """Record a failed attempt of a claimed URL: it waits again, or it ends 'error'.
-
-        With ``retry_in`` (seconds >= 0, which the crawl's schedule gave:
-        :meth:`~niofetcher.crawl.schedule.RetrySchedule.retry_in`), the URL waits again and is
-        due that long from now by the frontier's clock; with None it becomes an 'error'.
-        ``status`` and ``error`` are recorded either way.  An 'error' given ``revisit_in`` (a revisit
-        policy) is due again that long from now (:meth:`wake`).  Committed in batches, like :meth:`complete`.
-
-        Returns:
-            The URL's new state, 'waiting' or 'error'.
-
-        Raises:
-            ValueError: when ``url`` is not in 'processing'.
-            TypeError, ValueError: for a ``retry_in`` that is no number of seconds >= 0.
-        """
-        wait = None if retry_in is None else check_time("retry_in", retry_in)
-        again = None if revisit_in is None else check_time("revisit_in", revisit_in)
+    def fail(self, url: str, error: str, status: int | None, retry_in: float | None,
+             revisit_in: float | None) -> str:
+        """A claimed URL's failed attempt (``store.Store.fail``).  Committed in batches."""
         with self._db() as conn:
             self._begin(conn)
             claimed = "SELECT priority FROM urls WHERE url = ? AND state = 'processing'"
@@ -546,12 +456,12 @@ class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
                 row = conn.execute(claimed, (url,)).fetchone()
             (priority,) = row
             now = self._clock()
-            if wait is not None:
-                conn.execute(RETRY, (status, error, now, now + wait, url))
+            if retry_in is not None:
+                conn.execute(RETRY, (status, error, now, now + retry_in, url))
                 self._queues.offer(host_key(url), priority)
                 new_state = "waiting"
             else:
-                conn.execute(GIVE_UP, (status, error, now, url, None if again is None else now + again))
+                conn.execute(GIVE_UP, (status, error, now, url, None if revisit_in is None else now + revisit_in))
                 new_state = "error"
             self._move("processing", new_state)
             self._outcome_recorded(conn)
@@ -566,23 +476,11 @@ class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
 
         return processing_key(url, action, state_of)
 
-    def release(self, urls: Iterable[str]) -> None:
-        """Put claimed URLs back to 'waiting' without counting the attempt:
-        they were not fetched (a graceful stop).  URLs that are not
-        'processing' are left alone."""
-        if isinstance(urls, str):
-            raise TypeError("release() takes an iterable of URLs; wrap a single URL in a list")
-        keys = set()
-        for url in urls:
-            try:
-                keys.add(normalize_url(url))
-            except (TypeError, ValueError):
-                continue
-        if not keys:
-            return
+    def give_back(self, urls: list[str]) -> None:
+        """Claimed URLs back to 'waiting', the attempt given back; the others are left alone."""
         with self._db() as conn:
             self._begin(conn)
-            listed = json.dumps(list(keys))
+            listed = json.dumps(urls)
             (released,) = conn.execute(RELEASED_HOSTS, (listed,)).fetchone()
             self._move("processing", "waiting", conn.execute(RELEASE, (listed,)).rowcount)
             self._commit(conn)
@@ -617,8 +515,8 @@ class Frontier(CrawlReads, Revisiting, HostData, WholeFile, FrontierService):
                     conn.close()
                     self._let_go()
 
-    def _describe(self) -> str:
-        return repr(self.path)
-
-    def _summary(self) -> str:
-        return " ".join(f"{state}={n}" for state, n in self._counts.items())
+    def describe(self) -> str:
+        """The file, and its URLs per state (or 'closed'), for the frontier's repr."""
+        if self._conn is None:
+            return f"{self.path!r} closed"
+        return f"{self.path!r} " + " ".join(f"{state}={n}" for state, n in self._counts.items())

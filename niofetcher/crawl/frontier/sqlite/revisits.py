@@ -22,17 +22,15 @@ class Revisiting(Transactions):
 
     _clock: Callable[[], float]
     _queues: HostQueues
-    _woke_at: float
 
     def _move(self, old: str, new: str, n: int = 1) -> None:
         raise NotImplementedError
 
-    def wake(self) -> int:
-        """Done and error URLs whose ``next_due`` has come (by the frontier's clock) back to 'waiting',
-        due since then, their attempts from 0, their hosts in line; how many.  One range of the
-        partial index ``urls_revisit``: the done rows that are not due are not read."""
+    def wake(self, now: float) -> int:
+        """Done and error URLs whose ``next_due`` is ``now`` or earlier back to 'waiting', due since
+        then, their attempts from 0, their hosts in line; how many.  One range of the partial index
+        ``urls_revisit``: the done rows that are not due are not read."""
         with self._db() as conn:
-            now = self._woke_at = self._clock()
             (due,) = conn.execute(DUE_AGAIN, (now,)).fetchone()
             rows = json.loads(due)
             if not rows:

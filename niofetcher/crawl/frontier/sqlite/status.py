@@ -35,16 +35,14 @@ _LOOKUP = ("SELECT url, state, attempts, depth, priority, parent, status, error,
 
 
 class CrawlReads(Transactions):
-    """What the frontier reads of its crawl: the counts, when the next URL is due, the failures, the
-    checkpoint (the state of a URL, all it keeps of one and the smallest due depth are
-    service.FrontierService's, by the statements below).  Each commits what is pending first
-    (outside a batch)."""
+    """What the store reads of its crawl: the counts, when the next URL is due, the failures, the
+    checkpoint (all it keeps of one URL and the smallest due depth are sqlstore.SQLStore's, by the
+    statements below).  Each commits what is pending first (outside a batch)."""
 
     _counts: dict[str, int]  # URLs per state, kept by the frontier's own statements
     _clock: Callable[[], float]  # unix time, the frontier's
 
-    # What FrontierService (service.py) reads one URL with: state(), lookup(), min_due_depth().
-    _STATE_OF = "SELECT state FROM urls WHERE url = ?"
+    # What SQLStore (sqlstore.py) reads with: lookup(), min_due_depth().
     _LOOKUP = _LOOKUP
     _MIN_DUE_DEPTH = MIN_DUE_DEPTH
 

@@ -75,6 +75,7 @@ class Transactions:
         self.path = path
         self._lock = threading.RLock()
         self._pending = 0  # complete()/fail() calls (and lone checkpoints) not committed yet
+        self.rollbacks = 0  # _reload() counts them (store.Store.rollbacks)
         self._batching = 0  # open batch() blocks: while there are any, no commit happens
         self._commit_deferred = False  # a commit was asked for inside a batch
         self._pending_since = 0.0  # time.monotonic() of the first of them
