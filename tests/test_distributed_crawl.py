@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from niofetcher.crawl.frontier.postgres import NO_ADDRESS_GROUPS, NO_HOST_LEASES
-from niofetcher.testing import TestSite
+from niofetcher.testing import PortCounters, SyntheticWeb, TestSite
 
 pytest_plugins = ["pg_cluster"]
 
@@ -43,11 +43,14 @@ ROBOTS = "/robots.txt"
 PER_HOST = 2
 _names = itertools.count()
 
+#: A site the workers crawl: hosts on ports of one address (``TestSite``), or host names there (``SyntheticWeb``).
+Site = TestSite | SyntheticWeb
+
 
 class Workers:
     """``niofetcher crawl --frontier`` processes on one crawl, their output in files."""
 
-    def __init__(self, dsn: str, tmp_path: Path, site: TestSite | tuple[TestSite, ...], *extra: str) -> None:
+    def __init__(self, dsn: str, tmp_path: Path, site: Site | tuple[Site, ...], *extra: str) -> None:
         self.dsn = dsn
         self.crawl = f"dist_{next(_names)}_{os.getpid()}"
         self.tmp_path = tmp_path
@@ -118,7 +121,7 @@ class Workers:
 def workers(postgres_dsn: str, tmp_path: Path) -> Iterator[Any]:
     made: list[Workers] = []
 
-    def make(site: TestSite | tuple[TestSite, ...], *extra: str) -> Workers:
+    def make(site: Site | tuple[Site, ...], *extra: str) -> Workers:
         made.append(Workers(postgres_dsn, tmp_path, site, *extra))
         return made[-1]
 
@@ -129,11 +132,19 @@ def workers(postgres_dsn: str, tmp_path: Path) -> Iterator[Any]:
             each.kill_all()
 
 
-def page_log(site: TestSite) -> dict[str, list[float]]:
+def served(site: Site) -> list[tuple[str, PortCounters, float]]:
+    """Each host's base URL, its server-side counters and its delay (a port's, or a name's)."""
+    if isinstance(site, TestSite):
+        return [(base, site.counters(port), site.delay) for base, port in zip(site.base_urls, site.ports, strict=True)]
+    return [(base, site.host_counters(name), delay)
+            for base, name, delay in zip(site.base_urls, site.names, site.delays, strict=True)]
+
+
+def page_log(site: Site) -> dict[str, list[float]]:
     """URL -> arrival times of its requests at the server, robots.txt left out."""
     times: dict[str, list[float]] = {}
-    for base, port in zip(site.base_urls, site.ports, strict=True):
-        for arrived, path in site.counters(port).log:
+    for base, counters, _delay in served(site):
+        for arrived, path in counters.log:
             if path != ROBOTS:
                 times.setdefault(base + path[1:], []).append(arrived)
     return times
@@ -142,16 +153,17 @@ def page_log(site: TestSite) -> dict[str, list[float]]:
 def peak_requests(site: TestSite) -> dict[int, int]:
     """Per port: the most requests the server was serving at once (each from its arrival until its
     response went out, ``site.delay`` later)."""
-    return {port: _peak(site.counters(port).log, site.delay) for port in site.ports}
+    return {port: _peak((arrived, site.delay) for arrived, _path in site.counters(port).log) for port in site.ports}
 
 
-def peak_at_address(site: TestSite) -> int:
-    """The most requests the site's ports (one address) were serving at once, together."""
-    return _peak(site.counters().log, site.delay)
+def peak_at_address(site: Site) -> int:
+    """The most requests the site's hosts (one address) were serving at once, together."""
+    return _peak((arrived, delay) for _base, counters, delay in served(site) for arrived, _path in counters.log)
 
 
-def _peak(log: list[tuple[float, str]], delay: float) -> int:
-    events = sorted([(t, 1) for t, _path in log] + [(t + delay * 0.95, -1) for t, _path in log])
+def _peak(requests: Iterable[tuple[float, float]]) -> int:
+    """The most of ``requests`` (arrival, time in service) in service at once."""
+    events = sorted(step for arrived, delay in requests for step in ((arrived, 1), (arrived + delay * 0.95, -1)))
     level = peak = 0
     for _t, step in events:
         level += step
@@ -181,7 +193,7 @@ def crawl_with_three(workers: Any, site: TestSite, *extra: str) -> Workers:
     return crew
 
 
-def assert_every_page_done_once(crew: Workers, *sites: TestSite) -> dict[str, list[float]]:
+def assert_every_page_done_once(crew: Workers, *sites: Site) -> dict[str, list[float]]:
     everything = {url for site in sites for url in site.page_urls()}
     log = {url: times for site in sites for url, times in page_log(site).items()}
     assert set(log) == everything
