@@ -31,9 +31,9 @@ from .config import Address, FetcherConfig
 from .connection import Connection, ConnectionState
 from .cookies import new_jar, store_cookies
 from .errors import ErrorKind, FetchFailure
-from .http11 import REDIRECT_STATUSES, Response, header_value
+from .http11 import Response, header_value
 from .loop import Loop
-from .models import Counters, FetchResult, HostStats, URLBean
+from .models import REDIRECT_STATUSES, Counters, FetchResult, HostStats, URLBean
 from .pool import HostSlot, HostTable
 from .request import (
     DONE,
