@@ -39,7 +39,7 @@ import os
 import socket
 import ssl
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from .config import Address, FetcherConfig, IPNetwork, Sockaddr
 from .errors import ErrorKind, FetchFailure
@@ -48,11 +48,8 @@ from .loop import READ, WRITE, Loop
 from .models import Counters
 from .request import Task
 from .timers import Timer
-from .transport import WANT_READ, WANT_WRITE, PlainTransport, TLSTransport, Transport
-from .urls import Proxy, bracketed
-
-if TYPE_CHECKING:
-    from .pool import HostSlot
+from .transport import WANT_READ, WANT_WRITE, PlainTransport, TLSSessions, TLSTransport, Transport
+from .urls import Origin, Proxy, bracketed
 
 
 class ConnectionState(enum.IntEnum):
@@ -77,26 +74,41 @@ _IN_PROGRESS = {errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN, errno.EALREA
 _INF = float("inf")
 
 
+class Host(Protocol):
+    """What a connection knows of its host (the host table's slot): its origin, and its TLS session."""
+
+    @property
+    def origin(self) -> Origin:
+        """The (scheme, host, port) connected to."""
+
+    @property
+    def tls_sessions(self) -> TLSSessions:
+        """Where the session for its next TLS connection waits."""
+
+
+H = TypeVar("H", bound=Host)
+
+
 class ConnectionOwner(Protocol):
     """What a connection reports to: the engine."""
 
     counters: Counters
 
-    def exchange_done(self, conn: Connection, task: Task, response: Response) -> None:
+    def exchange_done(self, conn: Connection[Any], task: Task, response: Response) -> None:
         """``task``'s response is complete; ``conn`` waits to be made idle or closed."""
 
     def exchange_failed(
-        self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool, head: Response | None
+        self, conn: Connection[Any], task: Task, failure: FetchFailure, replayable: bool, head: Response | None
     ) -> None:
         """``task`` failed and ``conn`` is closed; ``replayable``: no byte of a response came on a reused one."""
 
-    def connection_closed(self, conn: Connection, was_idle: bool) -> None:
+    def connection_closed(self, conn: Connection[Any], was_idle: bool) -> None:
         """``conn`` closed: told exactly once."""
 
-    def connection_crashed(self, conn: Connection, exc: Exception) -> None:
+    def connection_crashed(self, conn: Connection[Any], exc: Exception) -> None:
         """A handler of ``conn`` raised ``exc``: a bug, to cost this connection and its request only."""
 
-    def idle_expired(self, conn: Connection, service_time: bool) -> None:
+    def idle_expired(self, conn: Connection[Any], service_time: bool) -> None:
         """Idle ``conn`` reached its idle timeout, or its service time (``service_time``)."""
 
     def tls_context(self) -> ssl.SSLContext:
@@ -106,8 +118,8 @@ class ConnectionOwner(Protocol):
         """A handshake completed; ``resumed``: it resumed an earlier session."""
 
 
-class Connection:
-    """A socket plus h11 state, driven by readiness events from the loop."""
+class Connection(Generic[H]):
+    """A socket plus h11 state, driven by readiness events from the loop; ``slot`` is its host's."""
 
     __slots__ = (
         "_absolute_form",
@@ -120,7 +132,6 @@ class Connection:
         "_out",
         "_received",
         "_refusals",
-        "_session_saved",
         "_speed_mark_at",
         "_speed_mark_bytes",
         "_timer",
@@ -148,7 +159,7 @@ class Connection:
     )
 
     def __init__(
-        self, owner: ConnectionOwner, loop: Loop, config: FetcherConfig, slot: HostSlot, task: Task,
+        self, owner: ConnectionOwner, loop: Loop, config: FetcherConfig, slot: H, task: Task,
         denied: Sequence[IPNetwork],
     ) -> None:
         self.owner = owner
@@ -185,7 +196,6 @@ class Connection:
         self._speed_mark_bytes = 0
         self._received = 0
         self._denied = denied
-        self._session_saved = False
         self.session_reused = False  # the TLS handshake resumed an earlier session
         self.proxy: Proxy | None = task.proxy
         self._absolute_form = self.proxy is not None and slot.origin.scheme == "http"
@@ -297,7 +307,8 @@ class Connection:
         origin = self.slot.origin
         self.loop.set_interest(self, sock, 0)  # the SSL socket takes the descriptor over
         try:
-            tls = TLSTransport(sock, self.owner.tls_context(), origin.host, self.slot.tls_session)
+            session = self.slot.tls_sessions.take(self._counters)
+            tls = TLSTransport(sock, self.owner.tls_context(), origin.host, session)
         except (OSError, ValueError) as exc:
             self.fail(FetchFailure(ErrorKind.TLS_ERROR, f"cannot start TLS: {exc}"))
             return
@@ -374,9 +385,7 @@ class Connection:
         elif want == WANT_WRITE:
             self.loop.set_interest(self, self.sock, WRITE)
         else:
-            if type(transport) is TLSTransport:
-                self.session_reused = transport.session_reused
-                self.owner.tls_handshake_done(self.session_reused)
+            transport.established(self)
             self.established_at = self.loop.now
             service_time = self.config.connection_service_time
             if service_time is not None:
@@ -384,6 +393,11 @@ class Connection:
             task = self.task
             assert task is not None
             self._begin(task)
+
+    def tls_established(self, resumed: bool) -> None:
+        """Its TLS handshake completed (transport.SecureUser); ``resumed``: an earlier session's."""
+        self.session_reused = resumed
+        self.owner.tls_handshake_done(resumed)
 
     # -- exchanges ----------------------------------------------------------
 
@@ -499,15 +513,8 @@ class Connection:
         self.requests_done += 1
         if self.config.record_exchanges:  # the engine copies them into the result
             task.exchanges = (*task.exchanges, self.http.exchange(task.url, self.peer))
-        transport = self.transport
-        if type(transport) is TLSTransport and not self._session_saved:
-            # TLS 1.3 tickets arrive after the handshake, so the session is taken after
-            # the first response -- and only then: reading SSLSocket.session costs
-            # ~0.2 ms and leaks ~6 KB each time on OpenSSL 3.0 (CPython gh-116810).
-            self._session_saved = True
-            session = transport.session
-            if session is not None and session.has_ticket:
-                self.slot.tls_session = session
+        if self.requests_done == 1:
+            self.transport.served(self.slot.tls_sessions)  # type: ignore[union-attr]
         self.owner.exchange_done(self, task, response)
 
     def _broken(self, exc: OSError, sending: bool) -> None:

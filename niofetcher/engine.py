@@ -25,7 +25,7 @@ import math
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import Address, FetcherConfig
 from .connection import Connection, ConnectionState
@@ -50,6 +50,9 @@ from .throttle import Throttle, retry_after
 from .timers import Timer
 from .transport import tls_context
 from .urls import Origin, Target, parse_target, redirect_url, split_credentials
+
+if TYPE_CHECKING:
+    from .pool import Connection as HostConnection  # a Connection whose host is a HostSlot
 
 log = logging.getLogger("niofetcher")
 
@@ -124,7 +127,7 @@ class Engine:
             config.dns_cache_ttl,
         )
         self.resolver = ResolverPool(config, self.loop.call_soon_threadsafe)
-        self.connections: set[Connection] = set()
+        self.connections: set[HostConnection] = set()
         self.counters = Counters()  # read by FetcherStats
         self.phase = Phase.RUNNING
         self.failure: BaseException | None = None  # what ended the loop thread, if not a shutdown
@@ -424,7 +427,7 @@ class Engine:
 
     # -- connection events (ConnectionOwner) --------------------------------
 
-    def exchange_done(self, conn: Connection, task: Task, response: Response) -> None:
+    def exchange_done(self, conn: HostConnection, task: Task, response: Response) -> None:
         """``conn`` brought ``task``'s response: a result or the next hop; the connection idles or closes."""
         status = response.status
         self._exchange_ended(task, conn.slot)
@@ -442,7 +445,7 @@ class Engine:
         conn.carried = None  # routed: a later fault on this connection is not this task's
 
     def exchange_failed(
-        self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool, head: Response | None
+        self, conn: HostConnection, task: Task, failure: FetchFailure, replayable: bool, head: Response | None
     ) -> None:
         """``task`` failed on ``conn`` (closed by now), after ``head`` if one came (the response as far as it
         came, body included, which the result keeps): a replay or a result."""
@@ -461,7 +464,7 @@ class Engine:
             self._finish_error(task, failure, conn=conn)
         conn.carried = None
 
-    def connection_crashed(self, conn: Connection, exc: Exception) -> None:
+    def connection_crashed(self, conn: HostConnection, exc: Exception) -> None:
         """A bug while serving ``conn``: it closes, its request ends as ``protocol_error``, the loop goes on.
 
         A fault in the clean-up itself escapes, and ends the loop (see the class docstring).
@@ -479,21 +482,21 @@ class Engine:
         if task is not None:
             self._task_crashed(task, conn.slot, exc, conn)
 
-    def _task_crashed(self, task: Task, slot: HostSlot, exc: Exception, conn: Connection | None = None) -> None:
+    def _task_crashed(self, task: Task, slot: HostSlot, exc: Exception, conn: HostConnection | None = None) -> None:
         """End ``task`` after a fault, unless it already has a result or waits for its next hop."""
         if task.state is RUNNING:
             self._exchange_ended(task, slot, served=False)
         if task.state is ROUTING:
             self._finish_error(task, FetchFailure(ErrorKind.PROTOCOL_ERROR, f"internal error: {_describe(exc)}"), conn)
 
-    def connection_closed(self, conn: Connection, was_idle: bool) -> None:
+    def connection_closed(self, conn: HostConnection, was_idle: bool) -> None:
         """``conn`` has closed (once per connection)."""
         # The host table first: should it fail, the connection is still in ``connections``, and
         # connection_crashed ends the loop rather than leave the host counting a socket it lost.
         self.table.connection_closed(conn, was_idle, self.loop.now)
         self.connections.discard(conn)
 
-    def idle_expired(self, conn: Connection, service_time: bool) -> None:
+    def idle_expired(self, conn: HostConnection, service_time: bool) -> None:
         """Idle ``conn`` has served its time (``service_time``) or idled too long: it closes."""
         if service_time:
             self.counters.closed_service_time += 1
@@ -537,7 +540,7 @@ class Engine:
             delay, too_fast = throttle.eased(slot.throttle_delay, slot.too_fast, now - task.dispatched_at, good)
             self.table.throttled(slot, delay, too_fast)
 
-    def _keep_or_close(self, conn: Connection) -> None:
+    def _keep_or_close(self, conn: HostConnection) -> None:
         """After a response: back to the idle pool, unless it may not serve another request."""
         if self.phase >= _CANCELLING or not conn.next_cycle():
             conn.close()
@@ -555,7 +558,7 @@ class Engine:
 
     # -- redirects and results ----------------------------------------------
 
-    def _redirect(self, task: Task, status: int, location: str, conn: Connection) -> None:
+    def _redirect(self, task: Task, status: int, location: str, conn: HostConnection) -> None:
         """Requeue ``task`` for the hop to ``location``, or end it when that hop may not be taken."""
         url, scheme = redirect_url(location, task.url)
         if scheme not in ("http", "https"):
@@ -594,7 +597,7 @@ class Engine:
 
     def _finish(
         self, task: Task, status: int, reason: str, headers: list[tuple[str, str]], body: bytes,
-        conn: Connection | None = None, failure: FetchFailure | None = None,
+        conn: HostConnection | None = None, failure: FetchFailure | None = None,
     ) -> None:
         if task.state is DONE:
             # Only after a loop failure, when the orderly cancel met a table or a
@@ -623,7 +626,7 @@ class Engine:
         self._live.discard(task)
 
     def _finish_error(
-        self, task: Task, failure: FetchFailure, conn: Connection | None = None, status: int | None = None
+        self, task: Task, failure: FetchFailure, conn: HostConnection | None = None, status: int | None = None
     ) -> None:
         self._finish(task, status, "", [], b"", conn=conn, failure=failure)  # type: ignore[arg-type]
 
@@ -642,7 +645,7 @@ class Engine:
                 conn.fail(cancelled)
 
 
-def _resolved_callback(conn: Connection) -> Callable[..., None]:
+def _resolved_callback(conn: HostConnection) -> Callable[..., None]:
     def resolved(addresses: list[Address] | None, failure: FetchFailure | None) -> None:
         try:
             if failure is not None:

@@ -125,7 +125,6 @@ import heapq
 import itertools
 import math
 import random
-import ssl
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -134,10 +133,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .config import Address
 from .request import MakeTask, PendingURL, QueueEntry, Task
+from .transport import TLSSessions
 from .urls import Origin, Proxy
 
 if TYPE_CHECKING:
-    from .connection import Connection  # which names HostSlot only in annotations too
+    from .connection import Connection as AnyConnection
+
+    Connection = AnyConnection["HostSlot"]  # a connection whose host is a slot of this table
 
 ScheduleAt = Callable[[float, Callable[[Any], None], Any], Any]
 Clock = Callable[[], float]
@@ -174,7 +176,7 @@ class HostSlot:
     served_at_backoff: int = 0  # ``served`` when its last backoff began
     last_start_at: float = math.inf  # when its last request started, and the gap before that one
     start_gap: float = 0.0
-    tls_session: ssl.SSLSession | None = field(default=None, repr=False)  # resumed by the next connection
+    tls_sessions: TLSSessions = field(default_factory=TLSSessions, repr=False)  # for its next TLS connection
     parked: str | None = field(default=None, repr=False)  # the proxy it waits on for a place (module docstring)
     woken: str | None = field(default=None, repr=False)  # the proxy whose free place it was woken for
     # With per-IP limits only (module docstring, "Addresses"): its addresses, the first one's
