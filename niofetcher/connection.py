@@ -535,9 +535,10 @@ class Connection(Generic[H]):
             failure = FetchFailure(ErrorKind.CONNECTION_CLOSED, detail)
             self.owner.exchange_failed(self, task, failure, True, self.http.head())
 
-    def next_cycle(self) -> bool:
-        """After a complete response: True, and ready for another request, if HTTP/1.1 allows reuse."""
-        return self.http.next_cycle()
+    def next_cycle(self) -> int:
+        """After a complete response: how many more requests it can take (its driver's answer; 0: it closes)."""
+        self.http.next_cycle()
+        return self.http.capacity
 
     def make_idle(self) -> None:
         """Keep the connection for reuse; the owner has checked its service time and request count."""

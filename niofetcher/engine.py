@@ -31,10 +31,11 @@ from .config import Address, FetcherConfig
 from .connection import Connection, ConnectionState
 from .cookies import new_jar, store_cookies
 from .errors import ErrorKind, FetchFailure
+from .hosts import HostSlot
 from .http11 import Response, header_value
 from .loop import Loop
 from .models import REDIRECT_STATUSES, Counters, FetchResult, HostStats, URLBean
-from .pool import HostSlot, HostTable
+from .pool import HostTable
 from .request import (
     DONE,
     IDEMPOTENT_METHODS,
@@ -52,7 +53,7 @@ from .transport import tls_context
 from .urls import Origin, Target, parse_target, redirect_url, split_credentials
 
 if TYPE_CHECKING:
-    from .pool import Connection as HostConnection  # a Connection whose host is a HostSlot
+    from .hosts import Connection as HostConnection  # a Connection whose host is a HostSlot
 
 log = logging.getLogger("niofetcher")
 
@@ -541,7 +542,8 @@ class Engine:
             self.table.throttled(slot, delay, too_fast)
 
     def _keep_or_close(self, conn: HostConnection) -> None:
-        """After a response: back to the idle pool, unless it may not serve another request."""
+        """After a response: back to the host table's connections with capacity, unless it has none
+        (its driver's rule: HTTP/1.1's one request at a time, and its keep-alive decision)."""
         if self.phase >= _CANCELLING or not conn.next_cycle():
             conn.close()
             return

@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover - an h11 without it: validate per reques
 
 _NEED_DATA = h11.NEED_DATA
 _DONE = h11.DONE
+_IDLE = h11.IDLE
 _Response = h11.Response
 _Data = h11.Data
 _EndOfMessage = h11.EndOfMessage
@@ -307,6 +308,11 @@ class ClientHTTP11:
         if exc.error_status_hint == 431:
             return FetchFailure(ErrorKind.PROTOCOL_ERROR, "response head exceeds max_header_size")
         return FetchFailure(ErrorKind.PROTOCOL_ERROR, f"malformed response: {exc}")
+
+    @property
+    def capacity(self) -> int:
+        """Requests it can take now: HTTP/1.1 carries one at a time, so 1 between exchanges, else 0."""
+        return 1 if self._h11.our_state is _IDLE else 0
 
     def next_cycle(self) -> bool:
         """After a complete response: True (and ready for the next request) if the connection may be reused."""
