@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import functools
 import itertools
 import logging
 import math
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .config import Address, FetcherConfig
-from .connection import Connection, ConnectionState
+from .connection import Connection
 from .cookies import new_jar, store_cookies
 from .errors import ErrorKind, FetchFailure
 from .hosts import HostSlot
@@ -144,6 +145,7 @@ class Engine:
         self._live: set[Task] = set()  # made, taken from the inbox, no result made yet
         self._denied = config.denied_networks()
         self._tls_context: ssl.SSLContext | None = None
+        self._locating: dict[HostSlot, Timer] = {}  # the give-up timers of the lookups for per-IP limits
 
     def __repr__(self) -> str:
         return (
@@ -182,20 +184,7 @@ class Engine:
         # Live ones first: a slot freed between the two copies is then in both, not in neither.
         live = list(table.slots.values())
         slots = [*table.recent.values(), *live]
-        return {
-            slot.origin: HostStats(
-                pending=len(slot.queue),
-                in_flight=slot.in_flight,
-                open_connections=slot.open,
-                peak_connections=slot.peak_open,
-                requests_served=slot.served,
-                mean_queue_wait=slot.wait_sum / slot.dispatched if slot.dispatched else 0.0,
-                max_queue_wait=slot.wait_max,
-                delay=max(slot.delay, slot.throttle_delay),
-                backoffs=slot.backoffs,
-            )
-            for slot in slots
-        }
+        return {slot.origin: slot.stats() for slot in slots}
 
     # -- the loop -----------------------------------------------------------
 
@@ -239,8 +228,8 @@ class Engine:
         except Exception:  # the sweep below delivers what this could not
             log.exception("niofetcher: cancelling after a loop failure failed; closing by force")
             for conn in self.connections:
-                if conn.sock is not None:
-                    conn.sock.close()
+                if conn.channel.sock is not None:
+                    conn.channel.sock.close()
         self._cancel_inbox(cancelled)
         self._cancel_queued_urls(cancelled)
         for task in list(self._live):
@@ -397,10 +386,10 @@ class Engine:
                     counters.connections_opened += 1
                     if slot.addresses is not None and task.proxy is None:
                         # Located by the table (per-IP limits): where it was counted is where it goes.
-                        _resolved_callback(conn)(slot.addresses, None)
+                        conn.resolved(slot.addresses, None)
                     else:
                         peer = task.proxy or slot.origin  # through a proxy, its name is the one looked up
-                        self.resolver.lookup(peer.host, peer.port, _resolved_callback(conn), now)
+                        self.resolver.lookup(peer.host, peer.port, conn.resolved, now)
             except Exception as exc:  # noqa: BLE001 - a fault in starting one request costs that request only
                 if conn is not None:
                     conn.on_internal_error(exc)
@@ -410,20 +399,21 @@ class Engine:
     def _locate(self, slot: HostSlot) -> None:
         """Look ``slot``'s origin up for the host table's per-IP limits; no answer within the
         connect timeout leaves it unknown, and its connection's own lookup takes over."""
-        table, loop = self.table, self.loop
-        timer: Timer | None = None
-
-        def answer(addresses: Sequence[Address] | None, failure: FetchFailure | None) -> None:
-            if timer is not None:
-                timer.cancel()
-            table.located(slot, addresses, loop.now)
-
+        loop = self.loop
         origin = slot.origin
-        self.resolver.lookup(origin.host, origin.port, answer, loop.now)
-        if slot.locating:
-            timer = loop.timers.call_at(loop.now + self.config.connect_timeout, self._give_up_locating, slot)
+        self.resolver.lookup(origin.host, origin.port, functools.partial(self._located, slot), loop.now)
+        if slot.locating:  # no answer at once (from the cache): it may never come in time
+            self._locating[slot] = loop.timers.call_at(loop.now + self.config.connect_timeout,
+                                                       self._give_up_locating, slot)
+
+    def _located(self, slot: HostSlot, addresses: Sequence[Address] | None, failure: FetchFailure | None) -> None:
+        timer = self._locating.pop(slot, None)
+        if timer is not None:
+            timer.cancel()
+        self.table.located(slot, addresses, self.loop.now)
 
     def _give_up_locating(self, slot: HostSlot) -> None:
+        del self._locating[slot]
         self.table.located(slot, None, self.loop.now)
 
     # -- connection events (ConnectionOwner) --------------------------------
@@ -641,23 +631,10 @@ class Engine:
     def _cancel_everything(self, cancelled: FetchFailure) -> None:
         self.cancel_pending(cancelled.detail)
         for conn in list(self.connections):
-            if conn.state is ConnectionState.IDLE or conn.task is None:
+            if conn.idle or conn.task is None:
                 conn.close()
             else:
                 conn.fail(cancelled)
-
-
-def _resolved_callback(conn: HostConnection) -> Callable[..., None]:
-    def resolved(addresses: list[Address] | None, failure: FetchFailure | None) -> None:
-        try:
-            if failure is not None:
-                conn.fail(failure)
-            else:
-                conn.connect(addresses)  # type: ignore[arg-type]
-        except Exception as exc:  # noqa: BLE001 - a fault in connecting costs this connection only
-            conn.on_internal_error(exc)
-
-    return resolved
 
 
 def _describe(exc: BaseException) -> str:

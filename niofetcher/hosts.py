@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .config import Address
+from .models import HostStats
 from .request import QueueEntry
 from .transport import TLSSessions
 from .urls import Origin
@@ -70,6 +71,20 @@ class HostSlot:
         if self.jitter:
             return delay * (1.0 + random.uniform(-self.jitter, self.jitter))
         return delay
+
+    def stats(self) -> HostStats:
+        """Its figures, as ``NIOFetcher.host_stats()`` gives them."""
+        return HostStats(
+            pending=len(self.queue),
+            in_flight=self.in_flight,
+            open_connections=self.open,
+            peak_connections=self.peak_open,
+            requests_served=self.served,
+            mean_queue_wait=self.wait_sum / self.dispatched if self.dispatched else 0.0,
+            max_queue_wait=self.wait_max,
+            delay=max(self.delay, self.throttle_delay),
+            backoffs=self.backoffs,
+        )
 
     def can_start(self, now: float) -> bool:
         """A request of its waits, and may start now: a connection to take or to open, its delay passed, its gate open."""
