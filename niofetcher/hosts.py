@@ -36,7 +36,7 @@ class HostSlot:
     open: int = 0  # resolving, connecting, busy and idle connections
     in_flight: int = 0
     next_start_at: float = 0.0
-    start_until: float = math.inf  # its gate: no request starts at or after it (module docstring)
+    start_until: float = math.inf  # its gate: no request starts at or after it (pool.py, "Start gates")
     ready_entry: tuple[int, int, int, HostSlot] | None = field(default=None, repr=False)
     delay_timer_armed: bool = field(default=False, repr=False)
     throttle_delay: float = 0.0  # the Throttle's delay (throttle.py): the larger of it and ``delay`` holds
@@ -47,9 +47,9 @@ class HostSlot:
     last_start_at: float = math.inf  # when its last request started, and the gap before that one
     start_gap: float = 0.0
     tls_sessions: TLSSessions = field(default_factory=TLSSessions, repr=False)  # for its next TLS connection
-    parked: str | None = field(default=None, repr=False)  # the proxy it waits on for a place (module docstring)
+    parked: str | None = field(default=None, repr=False)  # the proxy it waits on for a place (pool.py, "Proxies")
     woken: str | None = field(default=None, repr=False)  # the proxy whose free place it was woken for
-    # With per-IP limits only (module docstring, "Addresses"): its addresses, the first one's
+    # With per-IP limits only (ip_groups.py, "Addresses"): its addresses, the first one's
     # key ("" when they could not be known: its next connection goes uncounted), and the state
     # of its waits.
     addresses: Sequence[Address] | None = field(default=None, repr=False)
@@ -101,11 +101,11 @@ class IPGroup:
     next_start_at: float = 0.0
     # Idle connections a waiter may close, oldest first, deleted lazily (a connection taken for a
     # request stays until it surfaces): those of hosts with nothing queued, and those handed over
-    # at the end of their turn (module docstring, "Turns").  Held ones are in neither.
+    # at the end of their turn (ip_groups.py, "Turns").  Held ones are in neither.
     idle: OrderedDict[Connection, None] = field(default_factory=OrderedDict, repr=False)
     handed: OrderedDict[Connection, None] = field(default_factory=OrderedDict, repr=False)
     # Its line: a heap on (ticket, slot's id), deleted lazily -- an entry is live while its slot's
-    # ``ip_parked`` is this group and its ``ip_ticket`` the entry's (module docstring, "Turns").
+    # ``ip_parked`` is this group and its ``ip_ticket`` the entry's (ip_groups.py, "Turns").
     waiters: list[tuple[int, int, HostSlot]] = field(default_factory=list, repr=False)
     tickets: int = 0  # the last ticket given
     parked: int = 0  # slots whose ``ip_parked`` is this group: the live entries of ``waiters``

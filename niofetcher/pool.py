@@ -115,7 +115,7 @@ class HostTable(AddressLines):
         ``per_proxy``: open connections one proxy gets at most (None: only the total limit).
         ``per_ip`` and ``ip_delay``: the same per resolved address, and the least time between two
         request starts to one; either needs ``locate``, which looks a slot's origin up and answers
-        through ``located`` (module docstring, "Addresses"); a slot keeps an answer ``address_ttl``
+        through ``located`` (ip_groups.py, "Addresses"); a slot keeps an answer ``address_ttl``
         seconds at most.
         """
         if make_task is None:
@@ -281,7 +281,7 @@ class HostTable(AddressLines):
                     elif self._turn_over(conn, slot, group, now):
                         group.handed[conn] = None  # its host parks when it next looks for a place
                     else:
-                        return  # held: its host, ready above, takes it (module docstring, "Turns")
+                        return  # held: its host, ready above, takes it (ip_groups.py, "Turns")
                 self._wake_ip(group, now)
 
     def connection_closed(self, conn: Connection, was_idle: bool, now: float) -> None:
@@ -437,7 +437,7 @@ class HostTable(AddressLines):
             conn: Connection | None
             if group is not None and idle and self._turn_bound(slot, group, task):
                 # Others wait for a place on its full address: a connection whose turn is over is
-                # handed over, and with none left the slot waits behind them (docstring, "Turns").
+                # handed over, and with none left the slot waits behind them (ip_groups.py, "Turns").
                 conn = self._take_own(slot, group, now)
                 if conn is None:
                     self._park_ip(slot, group, queued, task, now, turn_over=True)
