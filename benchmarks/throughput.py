@@ -77,6 +77,7 @@ def run(urls: list[str], per_host: int, total: int, ca_file: str | None = None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "connections_opened": stats.connections_opened,
         "tls_handshakes": stats.tls_handshakes, "tls_resumed": stats.tls_resumed,
+        "tls_sessions_read": stats.tls_sessions_read,
         "site_cpu_ms_per_page": None if site_cpu is None else site_cpu * 1000 / len(urls),
     }
 
@@ -135,7 +136,8 @@ def main() -> None:
     print(f"  {stats['peak_rss_mb']:10.1f} MB peak RSS (client)")
     print(f"  {stats['connections_opened']:10d} connections opened")
     if args.tls:
-        print(f"  {stats['tls_handshakes']:10d} TLS handshakes, {stats['tls_resumed']} resumed")
+        print(f"  {stats['tls_handshakes']:10d} TLS handshakes, {stats['tls_resumed']} resumed, "
+              f"{stats['tls_sessions_read']} sessions read")
     if args.delay > 0:
         ideal = args.hosts * args.per_host / (args.delay / 1000.0)
         print(f"  {stats['pages_per_s'] / ideal:10.3f} efficiency (ideal {ideal:.0f} pages/s)")

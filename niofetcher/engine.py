@@ -19,22 +19,24 @@ from __future__ import annotations
 
 import collections
 import enum
+import functools
 import itertools
 import logging
 import math
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import Address, FetcherConfig
-from .connection import Connection, ConnectionState
+from .connection import Connection
 from .cookies import new_jar, store_cookies
 from .errors import ErrorKind, FetchFailure
-from .http11 import REDIRECT_STATUSES, Response, header_value
+from .hosts import HostSlot
+from .http11 import Response, header_value
 from .loop import Loop
-from .models import Counters, FetchResult, HostStats, URLBean
-from .pool import HostSlot, HostTable
+from .models import REDIRECT_STATUSES, Counters, FetchResult, HostStats, URLBean
+from .pool import HostTable
 from .request import (
     DONE,
     IDEMPOTENT_METHODS,
@@ -50,6 +52,9 @@ from .throttle import Throttle, retry_after
 from .timers import Timer
 from .transport import tls_context
 from .urls import Origin, Target, parse_target, redirect_url, split_credentials
+
+if TYPE_CHECKING:
+    from .hosts import Connection as HostConnection  # a Connection whose host is a HostSlot
 
 log = logging.getLogger("niofetcher")
 
@@ -124,7 +129,7 @@ class Engine:
             config.dns_cache_ttl,
         )
         self.resolver = ResolverPool(config, self.loop.call_soon_threadsafe)
-        self.connections: set[Connection] = set()
+        self.connections: set[HostConnection] = set()
         self.counters = Counters()  # read by FetcherStats
         self.phase = Phase.RUNNING
         self.failure: BaseException | None = None  # what ended the loop thread, if not a shutdown
@@ -140,6 +145,7 @@ class Engine:
         self._live: set[Task] = set()  # made, taken from the inbox, no result made yet
         self._denied = config.denied_networks()
         self._tls_context: ssl.SSLContext | None = None
+        self._locating: dict[HostSlot, Timer] = {}  # the give-up timers of the lookups for per-IP limits
 
     def __repr__(self) -> str:
         return (
@@ -178,20 +184,7 @@ class Engine:
         # Live ones first: a slot freed between the two copies is then in both, not in neither.
         live = list(table.slots.values())
         slots = [*table.recent.values(), *live]
-        return {
-            slot.origin: HostStats(
-                pending=len(slot.queue),
-                in_flight=slot.in_flight,
-                open_connections=slot.open,
-                peak_connections=slot.peak_open,
-                requests_served=slot.served,
-                mean_queue_wait=slot.wait_sum / slot.dispatched if slot.dispatched else 0.0,
-                max_queue_wait=slot.wait_max,
-                delay=max(slot.delay, slot.throttle_delay),
-                backoffs=slot.backoffs,
-            )
-            for slot in slots
-        }
+        return {slot.origin: slot.stats() for slot in slots}
 
     # -- the loop -----------------------------------------------------------
 
@@ -235,8 +228,8 @@ class Engine:
         except Exception:  # the sweep below delivers what this could not
             log.exception("niofetcher: cancelling after a loop failure failed; closing by force")
             for conn in self.connections:
-                if conn.sock is not None:
-                    conn.sock.close()
+                if conn.channel.sock is not None:
+                    conn.channel.sock.close()
         self._cancel_inbox(cancelled)
         self._cancel_queued_urls(cancelled)
         for task in list(self._live):
@@ -393,10 +386,10 @@ class Engine:
                     counters.connections_opened += 1
                     if slot.addresses is not None and task.proxy is None:
                         # Located by the table (per-IP limits): where it was counted is where it goes.
-                        _resolved_callback(conn)(slot.addresses, None)
+                        conn.resolved(slot.addresses, None)
                     else:
                         peer = task.proxy or slot.origin  # through a proxy, its name is the one looked up
-                        self.resolver.lookup(peer.host, peer.port, _resolved_callback(conn), now)
+                        self.resolver.lookup(peer.host, peer.port, conn.resolved, now)
             except Exception as exc:  # noqa: BLE001 - a fault in starting one request costs that request only
                 if conn is not None:
                     conn.on_internal_error(exc)
@@ -406,25 +399,26 @@ class Engine:
     def _locate(self, slot: HostSlot) -> None:
         """Look ``slot``'s origin up for the host table's per-IP limits; no answer within the
         connect timeout leaves it unknown, and its connection's own lookup takes over."""
-        table, loop = self.table, self.loop
-        timer: Timer | None = None
-
-        def answer(addresses: Sequence[Address] | None, failure: FetchFailure | None) -> None:
-            if timer is not None:
-                timer.cancel()
-            table.located(slot, addresses, loop.now)
-
+        loop = self.loop
         origin = slot.origin
-        self.resolver.lookup(origin.host, origin.port, answer, loop.now)
-        if slot.locating:
-            timer = loop.timers.call_at(loop.now + self.config.connect_timeout, self._give_up_locating, slot)
+        self.resolver.lookup(origin.host, origin.port, functools.partial(self._located, slot), loop.now)
+        if slot.locating:  # no answer at once (from the cache): it may never come in time
+            self._locating[slot] = loop.timers.call_at(loop.now + self.config.connect_timeout,
+                                                       self._give_up_locating, slot)
+
+    def _located(self, slot: HostSlot, addresses: Sequence[Address] | None, failure: FetchFailure | None) -> None:
+        timer = self._locating.pop(slot, None)
+        if timer is not None:
+            timer.cancel()
+        self.table.located(slot, addresses, self.loop.now)
 
     def _give_up_locating(self, slot: HostSlot) -> None:
+        del self._locating[slot]
         self.table.located(slot, None, self.loop.now)
 
     # -- connection events (ConnectionOwner) --------------------------------
 
-    def exchange_done(self, conn: Connection, task: Task, response: Response) -> None:
+    def exchange_done(self, conn: HostConnection, task: Task, response: Response) -> None:
         """``conn`` brought ``task``'s response: a result or the next hop; the connection idles or closes."""
         status = response.status
         self._exchange_ended(task, conn.slot)
@@ -442,7 +436,7 @@ class Engine:
         conn.carried = None  # routed: a later fault on this connection is not this task's
 
     def exchange_failed(
-        self, conn: Connection, task: Task, failure: FetchFailure, replayable: bool, head: Response | None
+        self, conn: HostConnection, task: Task, failure: FetchFailure, replayable: bool, head: Response | None
     ) -> None:
         """``task`` failed on ``conn`` (closed by now), after ``head`` if one came (the response as far as it
         came, body included, which the result keeps): a replay or a result."""
@@ -461,7 +455,7 @@ class Engine:
             self._finish_error(task, failure, conn=conn)
         conn.carried = None
 
-    def connection_crashed(self, conn: Connection, exc: Exception) -> None:
+    def connection_crashed(self, conn: HostConnection, exc: Exception) -> None:
         """A bug while serving ``conn``: it closes, its request ends as ``protocol_error``, the loop goes on.
 
         A fault in the clean-up itself escapes, and ends the loop (see the class docstring).
@@ -479,21 +473,21 @@ class Engine:
         if task is not None:
             self._task_crashed(task, conn.slot, exc, conn)
 
-    def _task_crashed(self, task: Task, slot: HostSlot, exc: Exception, conn: Connection | None = None) -> None:
+    def _task_crashed(self, task: Task, slot: HostSlot, exc: Exception, conn: HostConnection | None = None) -> None:
         """End ``task`` after a fault, unless it already has a result or waits for its next hop."""
         if task.state is RUNNING:
             self._exchange_ended(task, slot, served=False)
         if task.state is ROUTING:
             self._finish_error(task, FetchFailure(ErrorKind.PROTOCOL_ERROR, f"internal error: {_describe(exc)}"), conn)
 
-    def connection_closed(self, conn: Connection, was_idle: bool) -> None:
+    def connection_closed(self, conn: HostConnection, was_idle: bool) -> None:
         """``conn`` has closed (once per connection)."""
         # The host table first: should it fail, the connection is still in ``connections``, and
         # connection_crashed ends the loop rather than leave the host counting a socket it lost.
         self.table.connection_closed(conn, was_idle, self.loop.now)
         self.connections.discard(conn)
 
-    def idle_expired(self, conn: Connection, service_time: bool) -> None:
+    def idle_expired(self, conn: HostConnection, service_time: bool) -> None:
         """Idle ``conn`` has served its time (``service_time``) or idled too long: it closes."""
         if service_time:
             self.counters.closed_service_time += 1
@@ -537,8 +531,9 @@ class Engine:
             delay, too_fast = throttle.eased(slot.throttle_delay, slot.too_fast, now - task.dispatched_at, good)
             self.table.throttled(slot, delay, too_fast)
 
-    def _keep_or_close(self, conn: Connection) -> None:
-        """After a response: back to the idle pool, unless it may not serve another request."""
+    def _keep_or_close(self, conn: HostConnection) -> None:
+        """After a response: back to the host table's connections with capacity, unless it has none
+        (its driver's rule: HTTP/1.1's one request at a time, and its keep-alive decision)."""
         if self.phase >= _CANCELLING or not conn.next_cycle():
             conn.close()
             return
@@ -555,7 +550,7 @@ class Engine:
 
     # -- redirects and results ----------------------------------------------
 
-    def _redirect(self, task: Task, status: int, location: str, conn: Connection) -> None:
+    def _redirect(self, task: Task, status: int, location: str, conn: HostConnection) -> None:
         """Requeue ``task`` for the hop to ``location``, or end it when that hop may not be taken."""
         url, scheme = redirect_url(location, task.url)
         if scheme not in ("http", "https"):
@@ -594,7 +589,7 @@ class Engine:
 
     def _finish(
         self, task: Task, status: int, reason: str, headers: list[tuple[str, str]], body: bytes,
-        conn: Connection | None = None, failure: FetchFailure | None = None,
+        conn: HostConnection | None = None, failure: FetchFailure | None = None,
     ) -> None:
         if task.state is DONE:
             # Only after a loop failure, when the orderly cancel met a table or a
@@ -623,7 +618,7 @@ class Engine:
         self._live.discard(task)
 
     def _finish_error(
-        self, task: Task, failure: FetchFailure, conn: Connection | None = None, status: int | None = None
+        self, task: Task, failure: FetchFailure, conn: HostConnection | None = None, status: int | None = None
     ) -> None:
         self._finish(task, status, "", [], b"", conn=conn, failure=failure)  # type: ignore[arg-type]
 
@@ -636,23 +631,10 @@ class Engine:
     def _cancel_everything(self, cancelled: FetchFailure) -> None:
         self.cancel_pending(cancelled.detail)
         for conn in list(self.connections):
-            if conn.state is ConnectionState.IDLE or conn.task is None:
+            if conn.idle or conn.task is None:
                 conn.close()
             else:
                 conn.fail(cancelled)
-
-
-def _resolved_callback(conn: Connection) -> Callable[..., None]:
-    def resolved(addresses: list[Address] | None, failure: FetchFailure | None) -> None:
-        try:
-            if failure is not None:
-                conn.fail(failure)
-            else:
-                conn.connect(addresses)  # type: ignore[arg-type]
-        except Exception as exc:  # noqa: BLE001 - a fault in connecting costs this connection only
-            conn.on_internal_error(exc)
-
-    return resolved
 
 
 def _describe(exc: BaseException) -> str:

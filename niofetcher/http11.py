@@ -18,13 +18,13 @@ import h11
 
 from .content import BodyBuffer
 from .errors import ErrorKind, FetchFailure
-from .models import Exchange
+from .models import Exchange, HeaderPairs, SharedHeaders
 from .urls import decode_location
 
 try:
     # h11 normalises and validates a plain header list on every Request; a Headers
-    # object it takes as already valid.  Validating once per host instead of once
-    # per request saved ~7% of the loop's CPU (scenario C profile).
+    # object it takes as already valid.  Validating the defaults once per host instead
+    # of once per request saved ~7% of the loop's CPU (scenario C profile).
     from h11._headers import normalize_and_validate
 
     _h11_validate: Callable[[list[tuple[str, str]]], Any] | None = normalize_and_validate
@@ -33,19 +33,13 @@ except ImportError:  # pragma: no cover - an h11 without it: validate per reques
 
 _NEED_DATA = h11.NEED_DATA
 _DONE = h11.DONE
+_IDLE = h11.IDLE
 _Response = h11.Response
 _Data = h11.Data
 _EndOfMessage = h11.EndOfMessage
 _Informational = h11.InformationalResponse
 _CREDENTIALS = frozenset(("authorization", "proxy-authorization"))  # request headers an Exchange leaves out
 _END_OF_MESSAGE = h11.EndOfMessage()  # events are immutable: one will do for every request
-
-
-RequestHeaders = Any  # h11's validated Headers, or a list of (name, value) pairs
-
-
-#: The statuses whose ``Location`` is followed (by the fetcher, and by the crawler when the fetcher does not).
-REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
 
 
 class Response(NamedTuple):
@@ -67,14 +61,15 @@ class Response(NamedTuple):
     body: bytes
 
 
-def validated_headers(pairs: list[tuple[str, str]]) -> RequestHeaders:
-    """Request headers checked once, to be sent any number of times; FetchFailure if h11 refuses them."""
+def _prepared(headers: SharedHeaders) -> Any:
+    """``headers`` validated by h11, kept in it for the next request that sends it; FetchFailure if refused."""
     if _h11_validate is None:
-        return pairs
+        return headers
     try:
-        return _h11_validate(pairs)
+        prepared = headers.prepared = _h11_validate(headers)
     except h11.LocalProtocolError as exc:
         raise FetchFailure(ErrorKind.PROTOCOL_ERROR, f"cannot send request: {exc}") from None
+    return prepared
 
 
 class ClientHTTP11:
@@ -107,7 +102,7 @@ class ClientHTTP11:
         # record_exchanges: what was sent and received is kept for exchange(); each step asks
         # this one flag, so that a fetcher that does not record pays for nothing else.
         self._record = record
-        self._sent: tuple[str, str, RequestHeaders, bytes, float] | None = None
+        self._sent: tuple[str, str, HeaderPairs, bytes, float] | None = None
         # Recording: the HTTP version and headers of the response head, and the body as received.
         # Set anew by each response before exchange() reads them, so never reset.
         self._wire_head: tuple[str, list[tuple[str, str]]] | None = None
@@ -125,11 +120,16 @@ class ClientHTTP11:
         self.response_started = False  # any response byte seen: a replay is no longer safe
         self._received = 0  # bytes of this response so far: a head can be no longer
 
-    def start_request(self, method: str, target: str, headers: RequestHeaders, body: bytes) -> bytes:
+    def start_request(self, method: str, target: str, headers: HeaderPairs, body: bytes) -> bytes:
         """Begin an exchange; returns the bytes to send.  Raises FetchFailure for an unsendable request."""
         conn = self._h11
+        sent: Any = headers
+        if type(headers) is SharedHeaders:  # the defaults of a Host: validated once, not per request
+            sent = headers.prepared
+            if sent is None:
+                sent = _prepared(headers)
         try:
-            head = conn.send(h11.Request(method=method, target=target, headers=headers))
+            head = conn.send(h11.Request(method=method, target=target, headers=sent))
             data = conn.send(h11.Data(data=body)) if body else b""
             end = conn.send(_END_OF_MESSAGE)
         except h11.LocalProtocolError as exc:
@@ -237,14 +237,10 @@ class ClientHTTP11:
         method, target, headers, body, sent_at = sent
         # Forgotten now: an idle connection must not pin its last response (and request body).
         self._sent, self._wire_head = None, None
-        # h11's validated Headers keep each name as it was given, in raw_items(); a plain list is as given.
-        request_headers = [
-            (name.decode("latin-1"), value.decode("latin-1")) for name, value in headers.raw_items()
-        ] if hasattr(headers, "raw_items") else list(headers)
         # Credentials never go into an archive (or a repr): the origin's (a URL's user:pass@, the
         # caller's Authorization header) as little as the proxy's.  ``url`` has no user:pass@: a Task
         # goes by its URL without them.
-        request_headers = [(name, value) for name, value in request_headers if name.lower() not in _CREDENTIALS]
+        request_headers = [(name, value) for name, value in headers if name.lower() not in _CREDENTIALS]
         return Exchange(
             url=url, method=method, target=target, request_headers=request_headers, request_body=body,
             http_version=wire_head[0], status=status, reason=reason, response_headers=wire_head[1],
@@ -312,6 +308,11 @@ class ClientHTTP11:
         if exc.error_status_hint == 431:
             return FetchFailure(ErrorKind.PROTOCOL_ERROR, "response head exceeds max_header_size")
         return FetchFailure(ErrorKind.PROTOCOL_ERROR, f"malformed response: {exc}")
+
+    @property
+    def capacity(self) -> int:
+        """Requests it can take now: HTTP/1.1 carries one at a time, so 1 between exchanges, else 0."""
+        return 1 if self._h11.our_state is _IDLE else 0
 
     def next_cycle(self) -> bool:
         """After a complete response: True (and ready for the next request) if the connection may be reused."""

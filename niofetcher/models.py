@@ -9,6 +9,24 @@ from .content import decode_text
 from .errors import ErrorKind
 from .urls import shown_url
 
+#: The statuses whose ``Location`` is followed (by the fetcher, and by the crawler when the fetcher does not).
+REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
+
+#: Request headers as a driver takes them: (name, value) pairs, Host first.
+HeaderPairs = list[tuple[str, str]]
+
+
+class SharedHeaders(list[tuple[str, str]]):
+    """A header list that many requests send unchanged: the configuration's defaults for one Host
+    (request.RequestDefaults).  A driver may keep in ``prepared`` the form it has checked once, to
+    send any number of times (http11: h11's validated Headers)."""
+
+    __slots__ = ("prepared",)
+
+    def __init__(self, pairs: HeaderPairs) -> None:
+        super().__init__(pairs)
+        self.prepared: Any = None
+
 
 @dataclass(slots=True)
 class URLBean:
@@ -156,6 +174,7 @@ class Counters:
     bytes_received: int = 0
     tls_handshakes: int = 0
     tls_resumed: int = 0  # handshakes that resumed an earlier TLS session
+    tls_sessions_read: int = 0  # TLS sessions read from a connection, for a later one to resume
 
     def snapshot(self) -> dict[str, int]:
         """Every counter by name (dataclasses.asdict() would deep-copy them: five times slower)."""
@@ -183,6 +202,7 @@ class FetcherStats:
     bytes_received: int
     tls_handshakes: int = 0
     tls_resumed: int = 0  # handshakes that resumed an earlier TLS session
+    tls_sessions_read: int = 0  # TLS sessions read from a connection, for a later one to resume
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,10 +2,14 @@
 
 Theory of operation.  Every (scheme, host, port) has a HostSlot holding its
 waiting requests (a heap on (-priority, seq), so FIFO among equals: Tasks, and
-URLs registered as a str as a ``request.PendingURL`` until they start), its idle
-connections and its counts.  A slot is *ready* when it has a request waiting,
-its politeness delay has passed and it either has an idle connection or is
-below its connection limit.  Ready slots sit in one heap keyed by their best
+URLs registered as a str as a ``request.PendingURL`` until they start), its
+connections with capacity and its counts.  The table knows no protocol: a
+connection is on offer when its driver says it can take a request (the engine
+asks ``Connection.next_cycle`` after each response; HTTP/1.1 answers 1 when the
+connection may be reused, 0 when it must close), and a request given to one
+takes it off (its "idle" connections, in HTTP/1.1's words, below).  A slot is
+*ready* when it has a request waiting, its politeness delay has passed and it
+either has a connection on offer or is below its connection limit.  Ready slots sit in one heap keyed by their best
 waiting request, so "the highest-priority URL among hosts that can take one
 now" is the top of that heap: O(log n) per decision, no scan over hosts or
 URLs, and a host at its limit is simply absent, so it blocks nobody (no
@@ -38,7 +42,7 @@ after which none of its requests starts, on a new connection or a kept-alive one
 holds a host by a lease it may fail to renew stops starting requests before the lease can have
 ended (docs/distributed.md).  A gated origin's requests stay queued, not failed -- a later gate
 reopens it, a cancel takes them back -- and its slot leaves the ready heap as any slot that cannot
-start, so it blocks nobody; a gate needs no timer, as ``_can_start`` compares it with the time of
+start, so it blocks nobody; a gate needs no timer, as ``HostSlot.can_start`` compares it with the time of
 each decision.  The gates live in their own map, kept until lifted (None), so a slot made later
 starts behind its origin's gate; an origin without one pays one comparison with infinity.
 
@@ -57,66 +61,7 @@ ready heap (O(log n) again); a woken slot whose next task turns out not to
 need the proxy passes the wake on, so a free place is never left unused
 while a waiter sleeps.  Parked entries are deleted lazily, like ready ones.
 
-Addresses.  ``max_connections_per_ip`` and ``ip_delay`` hold per resolved
-address over every origin that resolves to it (shared hosting: thousands of
-names on one server), in an IPGroup per address made the way a proxy's
-waiters are: open connections, the earliest next start, the idle
-connections a waiter may close for a place, and a line of parked slots.  A
-slot learns its address before it needs a new connection: the table asks
-``locate`` (the engine's resolver, an answer from its cache comes at once)
-and the slot waits out of the ready heap until ``located``; its connections
-then connect to those addresses, counted on the first one from the moment
-they begin, and the slot forgets them when its last connection closes, or
-when one closes after ``dns_cache_ttl``, so that its next connection
-follows a changed DNS answer.  A slot whose address is full or whose
-``ip_delay`` still runs parks on the address, out of the ready heap, so that
-it blocks no host on another one -- but one with an idle connection of its
-own needs no place, only the delay, and waits by its own timer; one waiter
-is woken per place freed or per delay passed (one timer per address, not
-per slot), a woken slot that starts and leaves room wakes the next, and one
-woken that cannot start after all passes its wake on.  A request waiting here waits in its queue:
-neither its connect timeout nor its request timeout has begun.  Through a
-proxy the origin's address is the proxy's to know: proxied requests are
-counted by ``max_connections_per_proxy`` only.
-
-Turns.  A full address is shared by turns, not by churn.  Closing another
-host's idle connection to open one's own costs a connect (and a TLS handshake)
-on both sides, so a waiter may close an idle connection of its address at once
-only when that connection's host has nothing queued: it is idle for want of
-work (``IPGroup.idle``; looked at again when taken, as its host may have work
-by then).  A connection whose host still has work is *held*: it is in no list
-a waiter looks at, and its host takes it at its next start.  It keeps its
-place until its turn is over: once it has been open TURN_TIME and has served
-TURN_REQUESTS responses, and another slot waits for a place on its full
-address (parked, or woken and not started yet: ``IPGroup.parked`` and
-``woken``, counted exactly, so the question costs no scan), it is *handed
-over* -- put in ``IPGroup.handed`` as it goes idle, or when its host next
-looks for a connection -- and its host parks behind the slots already waiting,
-to get a place again when its turn comes round.  The first waiter closes it
-and opens its own, which serves a turn of its own.  The turn counts from the
-connection's opening, so one that served long before anyone waited hands over
-at its next idle moment.  Nothing here needs a timer: a turn ends when its
-connection goes idle or its host looks for one, the two moments a place can
-change hands.  A held connection whose host's queue runs empty (by a start on
-another of its connections, or a cancel) is free again.  A woken waiter that
-finds its place gone (taken by another, or seen only between a close and an
-open) keeps the place it had in line (a ticket: the line is a heap), not the
-tail: the order of turns is kept.  A slot that waits keeps its address when
-its last connection closes, so that no look-up costs it its place.
-
-So with connection_service_time=None a waiting host is still served within
-about (slots waiting / per-IP limit) turns, and connections open about once a
-turn, not once a request.  A turn is the longer of a time and a count:
-TURN_TIME (1 s) bounds what a fast server's turn costs the others in waiting,
-TURN_REQUESTS (4) keeps a slow server's turn from paying for its connect and
-handshake with a single page; both sit far below the service time (60 s by
-default), which still ends a turn early.  Measured with
-benchmarks/throughput.py (20 busy hosts on one address, 2 connections a host,
-0 ms latency, a limit of 8): 20,000 pages opened 19,800 connections at 0.13
-to 0.17 client CPU ms a page by first come first served, 24 to 47 at 0.08 to
-0.10 by turns, which is what 8 unlimited connections cost; at 20 ms latency 118 connections
-in 13 s, 95% of the 8 places' ideal.  With both options off, the cost is two
-tests per decision.
+Addresses and turns: ``max_connections_per_ip`` and ``ip_delay``, in ip_groups.py.
 """
 
 from __future__ import annotations
@@ -124,103 +69,20 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import random
-import ssl
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from .config import Address
+from .hosts import HostSlot, IPGroup
+from .ip_groups import AddressLines, Clock, Locate, ScheduleAt
 from .request import MakeTask, PendingURL, QueueEntry, Task
 from .urls import Origin, Proxy
 
 if TYPE_CHECKING:
-    from .connection import Connection  # which names HostSlot only in annotations too
-
-ScheduleAt = Callable[[float, Callable[[Any], None], Any], Any]
-Clock = Callable[[], float]
-Locate = Callable[["HostSlot"], None]
+    from .hosts import Connection
 
 RECENT_HOSTS = 1024  # freed slots kept for host_stats() and for a quick return
 SET_DELAYS = 65536  # hosts whose set_delay() is remembered without a slot
-# A turn on a full address (module docstring, "Turns"): a connection of a host with work keeps its
-# place while others wait until it has been open this long and has served this many responses.
-TURN_TIME = 1.0
-TURN_REQUESTS = 4
-
-
-@dataclass(slots=True, eq=False)
-class HostSlot:
-    """One (scheme, host, port): its queue, its connections and its politeness state."""
-
-    origin: Origin
-    limit: int
-    delay: float
-    jitter: float
-    queue: list[QueueEntry] = field(default_factory=list, repr=False)  # a heap on (-priority, seq)
-    idle: list[Connection] = field(default_factory=list, repr=False)  # most recently used last
-    open: int = 0  # resolving, connecting, busy and idle connections
-    in_flight: int = 0
-    next_start_at: float = 0.0
-    start_until: float = math.inf  # its gate: no request starts at or after it (module docstring)
-    ready_entry: tuple[int, int, int, HostSlot] | None = field(default=None, repr=False)
-    delay_timer_armed: bool = field(default=False, repr=False)
-    throttle_delay: float = 0.0  # the Throttle's delay (throttle.py): the larger of it and ``delay`` holds
-    too_fast: float = 0.0  # the Throttle's: the delay its last backoff found too short
-    backoff_at: float = -math.inf  # when its last backoff began: an answer to a request sent before is of it
-    backoffs: int = 0  # backoffs, each begun by an answer that asked it to slow down (429, 503)
-    served_at_backoff: int = 0  # ``served`` when its last backoff began
-    last_start_at: float = math.inf  # when its last request started, and the gap before that one
-    start_gap: float = 0.0
-    tls_session: ssl.SSLSession | None = field(default=None, repr=False)  # resumed by the next connection
-    parked: str | None = field(default=None, repr=False)  # the proxy it waits on for a place (module docstring)
-    woken: str | None = field(default=None, repr=False)  # the proxy whose free place it was woken for
-    # With per-IP limits only (module docstring, "Addresses"): its addresses, the first one's
-    # key ("" when they could not be known: its next connection goes uncounted), and the state
-    # of its waits.
-    addresses: Sequence[Address] | None = field(default=None, repr=False)
-    ip: str | None = None
-    located_until: float = field(default=0.0, repr=False)  # its addresses are looked up again after it
-    locating: bool = field(default=False, repr=False)
-    ip_parked: IPGroup | None = field(default=None, repr=False)  # in its line of waiters
-    ip_ticket: int = field(default=0, repr=False)  # its place in that line
-    ip_woken: IPGroup | None = field(default=None, repr=False)  # woken from it, not started yet
-    peak_open: int = 0
-    served: int = 0
-    dispatched: int = 0
-    wait_sum: float = 0.0
-    wait_max: float = 0.0
-
-    def next_delay(self) -> float:
-        """The gap before this host's next request start, randomised by ± jitter."""
-        delay = max(self.delay, self.throttle_delay)
-        if self.jitter:
-            return delay * (1.0 + random.uniform(-self.jitter, self.jitter))
-        return delay
-
-
-@dataclass(slots=True, eq=False)
-class IPGroup:
-    """One resolved address, with per-IP limits on: its connections, its next start and its waiters."""
-
-    ip: str
-    open: int = 0
-    next_start_at: float = 0.0
-    # Idle connections a waiter may close, oldest first, deleted lazily (a connection taken for a
-    # request stays until it surfaces): those of hosts with nothing queued, and those handed over
-    # at the end of their turn (module docstring, "Turns").  Held ones are in neither.
-    idle: OrderedDict[Connection, None] = field(default_factory=OrderedDict, repr=False)
-    handed: OrderedDict[Connection, None] = field(default_factory=OrderedDict, repr=False)
-    # Its line: a heap on (ticket, slot's id), deleted lazily -- an entry is live while its slot's
-    # ``ip_parked`` is this group and its ``ip_ticket`` the entry's (module docstring, "Turns").
-    waiters: list[tuple[int, int, HostSlot]] = field(default_factory=list, repr=False)
-    tickets: int = 0  # the last ticket given
-    parked: int = 0  # slots whose ``ip_parked`` is this group: the live entries of ``waiters``
-    woken: int = 0  # slots whose ``ip_woken`` is this group
-    timer_armed: bool = False
-
 
 def _tasks_only(entry: PendingURL, origin: Origin) -> Task:
     raise TypeError(f"a PendingURL for {origin} was queued on a HostTable built without make_task")
@@ -240,7 +102,7 @@ class Assignment(NamedTuple):
     evict_for_proxy: Connection | None = None
 
 
-class HostTable:
+class HostTable(AddressLines):
     """All host slots, the ready heap and the global connection count."""
 
     def __init__(
@@ -253,7 +115,7 @@ class HostTable:
         ``per_proxy``: open connections one proxy gets at most (None: only the total limit).
         ``per_ip`` and ``ip_delay``: the same per resolved address, and the least time between two
         request starts to one; either needs ``locate``, which looks a slot's origin up and answers
-        through ``located`` (module docstring, "Addresses"); a slot keeps an answer ``address_ttl``
+        through ``located`` (ip_groups.py, "Addresses"); a slot keeps an answer ``address_ttl``
         seconds at most.
         """
         if make_task is None:
@@ -419,7 +281,7 @@ class HostTable:
                     elif self._turn_over(conn, slot, group, now):
                         group.handed[conn] = None  # its host parks when it next looks for a place
                     else:
-                        return  # held: its host, ready above, takes it (module docstring, "Turns")
+                        return  # held: its host, ready above, takes it (ip_groups.py, "Turns")
                 self._wake_ip(group, now)
 
     def connection_closed(self, conn: Connection, was_idle: bool, now: float) -> None:
@@ -531,7 +393,7 @@ class HostTable:
         while ready:
             entry = ready[0]
             slot = entry[3]
-            if entry is not slot.ready_entry or not self._can_start(slot, now):
+            if entry is not slot.ready_entry or not slot.can_start(now):
                 heapq.heappop(ready)
                 if entry is slot.ready_entry:
                     slot.ready_entry = None
@@ -575,7 +437,7 @@ class HostTable:
             conn: Connection | None
             if group is not None and idle and self._turn_bound(slot, group, task):
                 # Others wait for a place on its full address: a connection whose turn is over is
-                # handed over, and with none left the slot waits behind them (docstring, "Turns").
+                # handed over, and with none left the slot waits behind them (ip_groups.py, "Turns").
                 conn = self._take_own(slot, group, now)
                 if conn is None:
                     self._park_ip(slot, group, queued, task, now, turn_over=True)
@@ -670,247 +532,16 @@ class HostTable:
             if slot.parked != key:
                 continue  # it started, or parked again elsewhere, since
             slot.parked = None
-            if self._can_start(slot, now):
+            if slot.can_start(now):
                 slot.woken = key
                 self.refresh(slot, now)
                 break
         if not waiters:
             del self._proxy_waiters[key]
 
-    # -- addresses (module docstring, "Addresses") ------------------------------
-
-    def _locate_slot(self, slot: HostSlot, queued: QueueEntry, task: Task, now: float) -> None:
-        """``slot`` needs its address first: out of the ready heap until ``located`` (maybe at once)."""
-        heapq.heappop(self._ready)
-        slot.ready_entry = None
-        if len(queued) != 3:
-            slot.queue[0] = (queued[0], queued[1], task)  # the Task made is the one that starts
-        if slot.ip_woken is not None:
-            self._pass_wake(slot, now)  # its address may have changed: the place goes to the next
-        if not slot.locating:
-            slot.locating = True
-            self._locate(slot)  # type: ignore[misc]
-
-    def located(self, slot: HostSlot, addresses: Sequence[Address] | None, now: float) -> None:
-        """``slot``'s origin resolves to ``addresses`` (None: it could not be known in time, or at all)."""
-        if not slot.locating:
-            return  # an answer after it gave up waiting, or after a cancel
-        slot.locating = False
-        slot.addresses = addresses or None
-        slot.ip = addresses[0][1][0] if addresses else ""
-        slot.located_until = now + self.address_ttl
-        self.refresh(slot, now)
-
-    def _ip_group(self, ip: str) -> IPGroup:
-        group = self.ip_groups.get(ip)
-        if group is None:
-            group = self.ip_groups[ip] = IPGroup(ip)
-        return group
-
-    def _spare(self, group: IPGroup) -> Connection | None:
-        """An idle connection of the address a waiter may close for a place; None if none.
-
-        First the oldest of a host with nothing queued -- one whose host has work again by now is
-        held (its host takes it, or it comes back here when that work is gone: ``_out_of_work``) --
-        then the oldest handed over.
-        """
-        idle, pool = group.idle, self._idle_lru
-        while idle:
-            conn = next(iter(idle))
-            if conn in pool and not conn.slot.queue:
-                return conn
-            del idle[conn]  # taken for a request since it went idle, or held now
-        handed = group.handed
-        while handed:
-            conn = next(iter(handed))
-            if conn in pool:
-                return conn
-            del handed[conn]  # its host took it back: nobody else waited any more
-        return None
-
-    # -- turns (module docstring, "Turns") ------------------------------------
-
-    @staticmethod
-    def _others_wait(slot: HostSlot, group: IPGroup) -> bool:
-        """Some slot other than ``slot`` waits for a place on ``group``: parked, or woken and not started."""
-        return group.parked + group.woken > (slot.ip_parked is group) + (slot.ip_woken is group)
-
-    def _turn_bound(self, slot: HostSlot, group: IPGroup, task: Task) -> bool:
-        """``slot``'s idle connections on ``group`` are reused by turns: the address is full and others wait."""
-        per_ip = self.per_ip
-        return (per_ip is not None and group.open >= per_ip and not task.needs_fresh_connection
-                and self._others_wait(slot, group))
-
-    def _turn_over(self, conn: Connection, slot: HostSlot, group: IPGroup, now: float) -> bool:
-        """Idle ``conn`` of ``slot``'s, on ``group``, has had its turn while others wait for a place."""
-        per_ip = self.per_ip
-        return (conn.requests_done >= TURN_REQUESTS and now - conn.established_at >= TURN_TIME
-                and per_ip is not None and group.open >= per_ip and self._others_wait(slot, group))
-
-    def _take_own(self, slot: HostSlot, group: IPGroup, now: float) -> Connection | None:
-        """``slot``'s most recently used direct idle connection whose turn is not over, out of the idle
-        pool; those whose turn is over are handed over on the way.  None if none is left."""
-        idle, proxied = slot.idle, self._proxied
-        for index in range(len(idle) - 1, -1, -1):  # a host's few connections, not a scan of many
-            conn = idle[index]
-            if proxied and conn in proxied:
-                continue
-            if (conn.requests_done >= TURN_REQUESTS and now - conn.established_at >= TURN_TIME
-                    and self._ip_of.get(conn) is group):
-                if conn not in group.handed:
-                    group.idle.pop(conn, None)
-                    group.handed[conn] = None
-                continue
-            del idle[index]
-            del self._idle_lru[conn]
-            return conn
-        return None
-
-    def _out_of_work(self, slot: HostSlot, now: float) -> None:
-        """``slot`` has nothing queued: its held idle connections are free for whoever waits."""
-        ip_of = self._ip_of
-        for conn in slot.idle:
-            group = ip_of.get(conn)
-            if group is not None and conn not in group.idle and conn not in group.handed:
-                group.idle[conn] = None
-                self._wake_ip(group, now)
-
-    # -- waiting on an address ---------------------------------------------------
-
-    def _park_ip(
-        self, slot: HostSlot, group: IPGroup, queued: QueueEntry, task: Task, now: float, turn_over: bool = False,
-    ) -> None:
-        """``slot``'s next request waits for ``group``: out of the ready heap, into its waiters.
-
-        Last in line, unless it was woken from this line and found the place gone (taken by another,
-        or only seen for a moment between a close and an open): then where it was, with its ticket.
-        Never after its own turn (``turn_over``).
-        """
-        heapq.heappop(self._ready)
-        slot.ready_entry = None
-        if len(queued) != 3:
-            slot.queue[0] = (queued[0], queued[1], task)
-        woken = slot.ip_woken
-        if woken is not None:
-            woken.woken -= 1
-            slot.ip_woken = None
-        parked = slot.ip_parked
-        if parked is not group:
-            if parked is not None:
-                parked.parked -= 1  # its address changed: it waits on the new one
-            slot.ip_parked = group
-            group.parked += 1
-            if woken is not group or turn_over:
-                group.tickets += 1
-                slot.ip_ticket = group.tickets
-            heapq.heappush(group.waiters, (slot.ip_ticket, id(slot), slot))
-        if group.next_start_at > now:
-            self._arm_ip_timer(group)
-
-    def _stop_waiting(self, slot: HostSlot) -> None:
-        """``slot`` neither waits nor was woken any more (its entry in a line is skipped when it surfaces)."""
-        parked = slot.ip_parked
-        if parked is not None:
-            parked.parked -= 1
-            slot.ip_parked = None
-        woken = slot.ip_woken
-        if woken is not None:
-            woken.woken -= 1
-            slot.ip_woken = None
-
-    def _pass_wake(self, slot: HostSlot, now: float) -> None:
-        """``slot`` was woken for a place it cannot take now: the next waiter gets it."""
-        group = slot.ip_woken
-        assert group is not None
-        group.woken -= 1
-        slot.ip_woken = None
-        self._wake_ip(group, now)
-
-    def _ip_started(self, slot: HostSlot, group: IPGroup | None, new_connection: bool, now: float) -> None:
-        """A request of ``slot``'s starts, on ``group``'s address (None: uncounted, or through a proxy);
-        room left is passed to the next waiter."""
-        if slot.ip_parked is not None or slot.ip_woken is not None:
-            self._stop_waiting(slot)
-        if self.per_ip is not None and not slot.queue and slot.idle:
-            self._out_of_work(slot, now)
-        if group is None:
-            return
-        if self.ip_delay:
-            group.next_start_at = now + self.ip_delay
-        if group.waiters:
-            if new_connection:
-                # Counted by connection_opened right after this decision: the room seen
-                # here must not include the place this start takes.
-                group.open += 1
-                self._wake_ip(group, now)
-                group.open -= 1
-            else:
-                self._wake_ip(group, now)
-
-    def _has_room(self, group: IPGroup, now: float) -> bool:
-        if group.next_start_at > now:
-            return False
-        per_ip = self.per_ip
-        return per_ip is None or group.open < per_ip or self._spare(group) is not None
-
-    def _wake_ip(self, group: IPGroup, now: float) -> None:
-        """``group`` may have room: its first waiter that can start goes back to the ready heap."""
-        waiters = group.waiters
-        if not waiters:
-            return
-        if group.next_start_at > now:
-            self._arm_ip_timer(group)
-            return
-        if not self._has_room(group, now):
-            return
-        while waiters:
-            ticket, _, slot = heapq.heappop(waiters)
-            if slot.ip_parked is not group or slot.ip_ticket != ticket:
-                continue  # it started, was cancelled or parked elsewhere since
-            slot.ip_parked = None
-            group.parked -= 1
-            if self._can_start(slot, now):
-                woken = slot.ip_woken
-                if woken is not None:
-                    woken.woken -= 1
-                slot.ip_woken = group
-                group.woken += 1
-                self.refresh(slot, now)
-                break
-
-    def _arm_ip_timer(self, group: IPGroup) -> None:
-        if not group.timer_armed:
-            group.timer_armed = True
-            self._schedule_at(group.next_start_at, self._ip_delay_passed, group)
-
-    def _ip_delay_passed(self, group: IPGroup) -> None:
-        group.timer_armed = False
-        now = self._clock()
-        self._wake_ip(group, now)
-        self._free_group(group, now)
-
-    def _free_group(self, group: IPGroup, now: float) -> None:
-        """Forget ``group`` once nothing of it is left; while its delay runs, its timer keeps it."""
-        if group.open or group.timer_armed or self.ip_groups.get(group.ip) is not group:
-            return
-        waiters = group.waiters
-        while waiters and (waiters[0][2].ip_parked is not group or waiters[0][2].ip_ticket != waiters[0][0]):
-            heapq.heappop(waiters)
-        if waiters:
-            return
-        if group.next_start_at > now:
-            self._arm_ip_timer(group)
-            return
-        del self.ip_groups[group.ip]
-
-    @staticmethod
-    def _can_start(slot: HostSlot, now: float) -> bool:
-        return (bool(slot.queue) and (bool(slot.idle) or slot.open < slot.limit)
-                and slot.next_start_at <= now < slot.start_until)
-
     def refresh(self, slot: HostSlot, now: float) -> None:
         """Put ``slot`` in the ready heap under its current best request if it can take one now."""
-        if not self._can_start(slot, now):
+        if not slot.can_start(now):
             slot.ready_entry = None
             if slot.ip_woken is not None:
                 self._pass_wake(slot, now)  # woken, then delayed or gated: the place goes to the next

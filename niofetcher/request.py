@@ -49,8 +49,7 @@ from typing import TYPE_CHECKING
 from .config import FetcherConfig
 from .content import ACCEPT_ENCODING
 from .cookies import cookie_header
-from .http11 import RequestHeaders, validated_headers
-from .models import Exchange, URLBean
+from .models import Exchange, HeaderPairs, SharedHeaders, URLBean
 from .urls import NoProxy, Origin, Proxy, Target, parse_proxy, split_credentials
 
 if TYPE_CHECKING:
@@ -59,7 +58,7 @@ if TYPE_CHECKING:
 IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"))
 # Methods that give request content a meaning (RFC 9110 9.3.3-4, RFC 5789): an empty body is announced.
 CONTENT_METHODS = frozenset(("POST", "PUT", "PATCH"))
-HOST_HEADERS_CACHE = 4096  # Host headers whose validated request headers are kept
+HOST_HEADERS_CACHE = 4096  # Host headers whose default header lists are kept (and a driver's checked form)
 _CROSS_ORIGIN_DROPPED = frozenset(("authorization", "cookie", "proxy-authorization"))
 _BODY_HEADERS = frozenset(("content-length", "content-type", "content-encoding", "transfer-encoding"))
 _INF = math.inf
@@ -169,7 +168,7 @@ class Task:
             if authorization is not None and "authorization" not in headers:  # the caller's own wins
                 headers = {**headers, "authorization": ("Authorization", authorization)}
         self._headers = headers
-        self._wire_headers: RequestHeaders | None = None
+        self._wire_headers: HeaderPairs | None = None
         # The route: the configuration's (no_proxy decides per host), or the bean's own ("" = direct).
         chosen = bean.proxy
         proxy: Proxy | None = None
@@ -181,8 +180,9 @@ class Task:
             proxy = bean_proxy(chosen)
         self.proxy = proxy
 
-    def wire_headers(self) -> RequestHeaders:
-        """The request headers for the current target, Host first, validated.  Raises FetchFailure."""
+    def wire_headers(self) -> HeaderPairs:
+        """The request headers for the current target, Host first: for a request with the defaults
+        only, the host's one ``SharedHeaders``, which the driver checks once."""
         wire = self._wire_headers
         if wire is None:
             defaults = self._defaults
@@ -202,7 +202,7 @@ class Task:
             if headers is defaults.headers and not self.body and self.method not in CONTENT_METHODS:
                 wire = defaults.for_host(host_header)
             else:
-                wire = validated_headers(_header_list(host_header, headers, self.body, self.method))
+                wire = _header_list(host_header, headers, self.body, self.method)
             self._wire_headers = wire
         return wire
 
@@ -227,7 +227,7 @@ MakeTask = Callable[[PendingURL, Origin], Task]  # the Task of a PendingURL, mad
 
 
 class RequestDefaults:
-    """The headers every request carries, and their validated wire form per Host, built once."""
+    """The headers every request carries, and their list per Host, built once."""
 
     __slots__ = ("_by_host", "_no_proxy", "cookie_jar", "headers", "proxy")
 
@@ -239,7 +239,7 @@ class RequestDefaults:
         self.cookie_jar = cookie_jar  # FetcherConfig.cookies: each hop asks it for its Cookie header
         self.proxy = proxy  # the configuration's proxy, for the hosts no_proxy leaves to it
         self._no_proxy = no_proxy if no_proxy else None
-        self._by_host: dict[str, RequestHeaders] = {}
+        self._by_host: dict[str, SharedHeaders] = {}
 
     @classmethod
     def from_config(cls, config: FetcherConfig, cookie_jar: CookieJar | None = None) -> RequestDefaults:
@@ -265,13 +265,13 @@ class RequestDefaults:
             return None
         return proxy
 
-    def for_host(self, host_header: str) -> RequestHeaders:
+    def for_host(self, host_header: str) -> SharedHeaders:
         """Loop thread only."""
         wire = self._by_host.get(host_header)
         if wire is None:
             if len(self._by_host) >= HOST_HEADERS_CACHE:  # a crawl of many hosts: keep it small, not clever
                 self._by_host.clear()
-            wire = self._by_host[host_header] = validated_headers(_header_list(host_header, self.headers, b"", "GET"))
+            wire = self._by_host[host_header] = SharedHeaders(_header_list(host_header, self.headers, b"", "GET"))
         return wire
 
 

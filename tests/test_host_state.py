@@ -168,7 +168,7 @@ def fetch_hosts(fetcher: NIOFetcher, port: int, names: range) -> None:
 
 def state_bytes(snapshot: tracemalloc.Snapshot) -> int:
     """Memory still held that the fetcher's per-host and per-request code allocated."""
-    files = [f"*niofetcher/{name}.py" for name in ("pool", "resolver", "urls", "engine", "request", "fetcher", "http11")]
+    files = [f"*niofetcher/{name}.py" for name in ("pool", "hosts", "ip_groups", "resolver", "urls", "engine", "request", "fetcher", "http11", "transport")]
     return sum(stat.size for stat in snapshot.filter_traces([tracemalloc.Filter(True, f) for f in files]).statistics("filename"))
 
 

@@ -19,7 +19,8 @@ import h11
 import pytest
 
 from niofetcher.errors import ErrorKind, FetchFailure
-from niofetcher.http11 import ClientHTTP11, validated_headers
+from niofetcher.http11 import ClientHTTP11
+from niofetcher.models import SharedHeaders
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -276,11 +277,11 @@ def test__location_is_utf8_first_then_latin1(raw: bytes, text: str) -> None:
     assert ("X-Other", "\xc3\xbc") in pair.client.headers
 
 
-@pytest.mark.parametrize("validated", [True, False], ids=["h11-headers", "plain-list"])
-def test__a_recorded_exchange_is_what_went_over_the_wire(validated: bool) -> None:
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-headers", "plain-list"])
+def test__a_recorded_exchange_is_what_went_over_the_wire(shared: bool) -> None:
     pair = Pair(record=True)
     sent = [("Host", "a.test"), ("User-Agent", "ua/1"), ("X-Mixed-Case", "v")]
-    wire = pair.client.start_request("GET", "/p?q=1", validated_headers(sent) if validated else sent, b"")
+    wire = pair.client.start_request("GET", "/p?q=1", SharedHeaders(sent) if shared else sent, b"")
     pair.server.receive_data(wire)
     assert isinstance(pair.server.next_event(), h11.Request)
     packed = gzip.compress(b"hello " * 100)

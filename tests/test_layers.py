@@ -259,3 +259,60 @@ def test_fetch_warc_loads_the_warc_library_and_still_not_the_crawler(tmp_path: P
     status, loaded = modules_loaded_by_fetch("--warc", str(tmp_path / "fetched.warc.gz"))
     assert status == "0"
     assert "warcio" in loaded and [name for name in loaded if not name.startswith("warcio")] == []
+
+
+# Arrows between fetcher modules that the seam took away (issue 30): requests are plain header pairs,
+# and only the HTTP/1.1 driver knows what h11 makes of them.
+SEAM_ARROWS = {("niofetcher.request", "niofetcher.http11")}
+
+
+def fetcher_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Each fetcher module (the package's face left out) and the fetcher modules it imports,
+    those under ``if TYPE_CHECKING:`` included: a circle of names is a circle of knowledge."""
+    paths = {module_name(path, root): path for path in sorted(root.glob("*.py"))}
+    modules = {name for name in paths if name != root.name and layer_of(name) == "fetcher"}
+    return {name: {target for _, target in imports_of(paths[name], root) if target in modules and target != name}
+            for name in sorted(modules)}
+
+
+def seam_breaches(root: Path = PACKAGE) -> list[str]:
+    """Every import circle between fetcher modules (its members, sorted), and every arrow of SEAM_ARROWS."""
+    graph = fetcher_graph(root)
+
+    def reach(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for target in graph[todo.pop()]:
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+        return seen
+
+    reached = {name: reach(name) for name in graph}
+    circles = {tuple(sorted(other for other in graph if other in reached[name] and name in reached[other]))
+               for name in graph if name in reached[name]}
+    found = [f"circle: {' <-> '.join(circle)}" for circle in sorted(circles)]
+    found.extend(f"{source} imports {target}" for source, target in sorted(SEAM_ARROWS) if target in graph.get(source, ()))
+    return found
+
+
+def test_fetcher_modules_import_in_no_circle_and_requests_know_no_http11() -> None:
+    assert seam_breaches() == []
+
+
+def test_the_checker_sees_a_circle_and_a_seam_arrow(tmp_path: Path) -> None:
+    """Negative control: a circle made under TYPE_CHECKING counts, and request.py may not import http11."""
+    fake = tmp_path / "niofetcher"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("from .pool import HostTable\n")
+    (fake / "connection.py").write_text("if TYPE_CHECKING:\n    from .pool import HostSlot\nfrom . import loop\n")
+    (fake / "pool.py").write_text("from .connection import Connection\n")
+    (fake / "loop.py").write_text("import selectors\n")
+    (fake / "request.py").write_text("from .http11 import validated_headers\n")
+    (fake / "http11.py").write_text("from .models import Exchange\n")
+    (fake / "models.py").write_text("")
+    assert seam_breaches(fake) == [
+        "circle: niofetcher.connection <-> niofetcher.pool",
+        "niofetcher.request imports niofetcher.http11",
+    ]

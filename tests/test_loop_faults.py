@@ -30,6 +30,7 @@ from rawserver import hang, redirect
 
 from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher
 from niofetcher import loop as loop_module
+from niofetcher.channel import Channel
 from niofetcher.connection import Connection
 from niofetcher.engine import Engine
 from niofetcher.http11 import ClientHTTP11
@@ -96,15 +97,15 @@ PLACES: dict[str, tuple[Callable[[pytest.MonkeyPatch, Exception], None], Callabl
         lambda site, extra: f"http://{LITERAL}:{site.ports[0]}/page/9?{FAULT}",
     ),
     "tcp connected": (
-        lambda mp, exc: fault_for(mp, Connection, "_on_tcp_connected", task_url, exc),
+        lambda mp, exc: fault_for(mp, Channel, "_on_tcp_connected", lambda channel: task_url(channel.user), exc),
         lambda site, extra: f"http://{LITERAL}:{site.ports[1]}/page/5?{FAULT}",
     ),
     "dns answer": (
-        lambda mp, exc: fault_for(mp, Connection, "connect", task_url, exc),
+        lambda mp, exc: fault_for(mp, Channel, "connect", lambda channel, *_: task_url(channel.user), exc),
         lambda site, extra: f"http://{FAULT.lower()}.test:{site.ports[0]}/page/2?{FAULT}",
     ),
     "reading": (
-        lambda mp, exc: fault_for(mp, Connection, "on_readable", task_url, exc),
+        lambda mp, exc: fault_for(mp, Channel, "on_readable", lambda channel: task_url(channel.user), exc),
         lambda site, extra: f"{site.base_urls[0]}page/11?{FAULT}",
     ),
     "exchange_done": (

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from rawserver import ConnInfo, RawServer, get_unused_port, http_response, read_request
 
-from niofetcher import FetcherConfig, FetchResult, NIOFetcher, ResolvedAddresses, pool
+from niofetcher import FetcherConfig, FetchResult, NIOFetcher, ResolvedAddresses, ip_groups
 from niofetcher.cli.args import build_parser, config_from
 from niofetcher.config import Address
 from niofetcher.models import URLBean
@@ -227,8 +227,8 @@ def test_busy_names_on_a_full_address_keep_their_connections_for_a_turn(
     if turns == "off":
         # The negative control: turns of no length hand a connection over whenever another name
         # waits -- first come first served, as the limit first did -- and nearly every request reconnects.
-        monkeypatch.setattr(pool, "TURN_TIME", 0.0)
-        monkeypatch.setattr(pool, "TURN_REQUESTS", 0)
+        monkeypatch.setattr(ip_groups, "TURN_TIME", 0.0)
+        monkeypatch.setattr(ip_groups, "TURN_REQUESTS", 0)
     server = watch.serve(watch.handler())
     resolve = names("busy", 20, "127.0.0.1")
     urls = [f"http://{name}:{server.port}/{i}" for i in range(40) for name in resolve]
@@ -271,7 +271,7 @@ def test_every_name_waiting_for_a_full_address_is_served_within_a_few_turns(
     # Two turns, and a second of slack for a loaded machine.  When a woken name that found its place
     # gone went to the back of the line, a loaded machine made it three or four; without turns it is
     # 1,500 * 2 ms at least.
-    assert last <= 2 * pool.TURN_TIME + 1.0, first
+    assert last <= 2 * ip_groups.TURN_TIME + 1.0, first
     by_then = Counter(host for at, host in served if at - started <= last)
     assert max(by_then.values()) < 1500  # the others still had work when the last one came in
     assert server.accepted <= 3 * len(resolve) and watch.max_open == 2, server.accepted
@@ -589,11 +589,11 @@ def test__a_connection_whose_host_has_work_keeps_its_place_until_its_turn_is_ove
     queue(table, "http://b.test/", 100, 0.0)
     [(first, conn)] = start_all(table, 0.0)
     assert first.task.url == "http://a.test/"  # b.test waits for the address's one place
-    for served in range(1, pool.TURN_REQUESTS + 3):
+    for served in range(1, ip_groups.TURN_REQUESTS + 3):
         # a.test still has work: it reuses its connection, whatever b.test's older request says.
-        clock.now = served * pool.TURN_TIME / 2
+        clock.now = served * ip_groups.TURN_TIME / 2
         answer(table, conn, clock.now)
-        if conn.requests_done >= pool.TURN_REQUESTS and clock.now >= pool.TURN_TIME:
+        if conn.requests_done >= ip_groups.TURN_REQUESTS and clock.now >= ip_groups.TURN_TIME:
             break
         [(again, reused)] = start_all(table, clock.now)
         assert again.task.url == "http://a.test/" and reused is conn and again.evict is None
@@ -625,10 +625,10 @@ def test__names_on_a_full_address_take_turns(turn: str, monkeypatch: pytest.Monk
     # Six names, always with work, two places, no service time: 8 simulated seconds of 10 ms answers
     # (and, "with a host delay", 30 ms between two starts to one name: its connection idles, held, between).
     if turn == "never over":
-        monkeypatch.setattr(pool, "TURN_TIME", math.inf)
+        monkeypatch.setattr(ip_groups, "TURN_TIME", math.inf)
     elif turn == "always over":
-        monkeypatch.setattr(pool, "TURN_TIME", 0.0)
-        monkeypatch.setattr(pool, "TURN_REQUESTS", 0)
+        monkeypatch.setattr(ip_groups, "TURN_TIME", 0.0)
+        monkeypatch.setattr(ip_groups, "TURN_REQUESTS", 0)
     clock = Clock()
     table = turn_table(per_ip=2, per_host=1, clock=clock, delay=0.03 if turn == "with a host delay" else 0.0)
     seq = itertools.count()
@@ -657,8 +657,8 @@ def test__names_on_a_full_address_take_turns(turn: str, monkeypatch: pytest.Monk
     assert sorted(first) == hosts
     if turn in ("default", "with a host delay"):
         # Three rounds of two: the last names start after two turns, one connection per turn.
-        assert max(first.values()) <= 2 * pool.TURN_TIME + 0.1, first
-        assert opened <= 2 * (8.0 / pool.TURN_TIME + 1), opened
+        assert max(first.values()) <= 2 * ip_groups.TURN_TIME + 0.1, first
+        assert opened <= 2 * (8.0 / ip_groups.TURN_TIME + 1), opened
     else:
         assert opened >= starts // 2  # first come first served: a connection nearly per request
 

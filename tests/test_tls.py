@@ -136,6 +136,19 @@ def test_session_resumed_on_the_next_connection(raw_server, good_context, ca_fil
     assert [r.session_reused for r in results] == [False, True, True, True]
     stats = fetch_all.stats  # type: ignore[attr-defined]
     assert stats.tls_handshakes == 4 and stats.tls_resumed == 3
+    # Each connection closed before the next opened: the first one's session was read from its closed
+    # SSL object, once; the resumed ones left none to read.
+    assert stats.tls_sessions_read == 1
+
+
+def test_a_host_whose_one_connection_is_reused_reads_no_session(raw_server, good_context, ca_file, no_leaks) -> None:
+    """A TLS session is read when the host's next connection opens, not after a first response
+    (docs/benchmarks.md, "Where the CPU goes"): one kept-alive connection reads none."""
+    srv = raw_server(tls(good_context, serve_keepalive(lambda head: http_response(body=b"x"))), sock_timeout=3)
+    results = fetch_all(FetcherConfig(ca_file=ca_file, max_connections_per_host=1), [https(srv, f"/{i}") for i in range(5)])
+    assert all(r.ok for r in results) and srv.accepted == 1
+    stats = fetch_all.stats  # type: ignore[attr-defined]
+    assert (stats.tls_handshakes, stats.reused_requests, stats.tls_sessions_read) == (1, 4, 0)
 
 
 def test_large_body_over_tls_arrives_whole(raw_server, good_context, ca_file, no_leaks) -> None:

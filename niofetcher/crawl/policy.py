@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..errors import ErrorKind
-from ..http11 import REDIRECT_STATUSES
-from ..models import FetchResult
+from ..models import REDIRECT_STATUSES, FetchResult
 from ..urls import normal_host
 from .directives import canonical_header, header_directives
 from .parse import PageLinks
