@@ -316,3 +316,25 @@ def test_the_checker_sees_a_circle_and_a_seam_arrow(tmp_path: Path) -> None:
         "circle: niofetcher.connection <-> niofetcher.pool",
         "niofetcher.request imports niofetcher.http11",
     ]
+
+
+# Small modules with one job: a module past this has grown a second one (issue 30, item 4).
+MAX_MODULE_LINES = 650
+
+
+def modules_over(limit: int, root: Path = PACKAGE) -> dict[str, int]:
+    """Each module of ``root`` longer than ``limit`` lines, with its length."""
+    lengths = {str(path.relative_to(root.parent)): len(path.read_text().splitlines()) for path in root.rglob("*.py")}
+    return {name: lines for name, lines in lengths.items() if lines > limit}
+
+
+def test_no_module_is_over_the_limit() -> None:
+    assert modules_over(MAX_MODULE_LINES) == {}
+
+
+def test_the_checker_sees_a_long_module(tmp_path: Path) -> None:
+    package = tmp_path / "niofetcher"
+    (package / "crawl").mkdir(parents=True)
+    (package / "crawl" / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    (package / "short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    assert modules_over(MAX_MODULE_LINES, package) == {"niofetcher/crawl/long.py": MAX_MODULE_LINES + 1}

@@ -20,7 +20,7 @@ import trustme
 
 from niofetcher import testing as testsite
 from niofetcher.testing import PortCounters, TestSite, tls_context_from_files
-from niofetcher.testing.server import Durations
+from niofetcher.testing.counters import Durations
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -37,11 +37,12 @@ patches that module (``niofetcher.testing.server.RECV_SIZE``).
 from __future__ import annotations
 
 from .changing import ChangingSite, LoggedRequest
+from .counters import PortCounters
 from .postgres import PostgresCluster, PostgresUnavailable, death_signal, find_bindir, free_port
 from .proxy import ForwardProxy, ProxyCounters
 from .server import _SO_TIMESTAMPNS as _SO_TIMESTAMPNS
 from .server import LISTEN_BACKLOG as LISTEN_BACKLOG
-from .server import PortCounters, peer_closed
+from .server import peer_closed
 from .site import TestSite
 from .tls import tls_context_from_files
 from .traps import TRAPS, TrapSite

@@ -15,8 +15,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+from .counters import PortCounters
 from .pages import REDIRECT_REASONS, build_host, split_at_body_end
-from .server import LISTEN_BACKLOG, Origin, PortCounters, Server
+from .server import LISTEN_BACKLOG, Origin, Server
 from .tls import TLSServer
 
 __all__ = ["SITEMAPS", "LoopbackSite", "TestSite"]

@@ -35,9 +35,10 @@ import socket
 import ssl
 from collections.abc import Callable, Sequence
 
+from .counters import PortCounters
 from .messages import HTML_TYPE, TEXT_TYPE, Resource
 from .pages import GeneratedPages, generated_page, links_html, robots_txt
-from .server import Origin, PortCounters, Server
+from .server import Origin, Server
 from .site import LoopbackSite
 from .tls import TLSServer
 
