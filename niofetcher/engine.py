@@ -126,7 +126,6 @@ class Engine:
             config.max_connections, config.max_connections_per_host, config.host_delay,
             config.host_delay_jitter, self.loop.timers.call_at, lambda: self.loop.now, self._pending_task,
             config.max_connections_per_proxy, config.max_connections_per_ip, config.ip_delay, self._locate,
-            config.dns_cache_ttl,
         )
         self.resolver = ResolverPool(config, self.loop.call_soon_threadsafe)
         self.connections: set[HostConnection] = set()
@@ -410,11 +409,12 @@ class Engine:
         timer = self._locating.pop(slot, None)
         if timer is not None:
             timer.cancel()
-        self.table.located(slot, addresses, self.loop.now)
+        origin = slot.origin
+        self.table.located(slot, addresses, self.loop.now, self.resolver.holds_until(origin.host, origin.port))
 
     def _give_up_locating(self, slot: HostSlot) -> None:
         del self._locating[slot]
-        self.table.located(slot, None, self.loop.now)
+        self.table.located(slot, None, self.loop.now, -math.inf)  # unknown: looked up again at its next chance
 
     # -- connection events (ConnectionOwner) --------------------------------
 

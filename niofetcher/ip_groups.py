@@ -10,8 +10,9 @@ slot learns its address before it needs a new connection: the table asks
 and the slot waits out of the ready heap until ``located``; its connections
 then connect to those addresses, counted on the first one from the moment
 they begin, and the slot forgets them when its last connection closes, or
-when one closes after ``dns_cache_ttl``, so that its next connection
-follows a changed DNS answer.  A slot whose address is full or whose
+when one closes after the answer expired (the record's TTL, as the resolver
+kept it: ``dns_cache_ttl`` at most), so that its next connection follows a
+changed DNS answer.  A slot whose address is full or whose
 ``ip_delay`` still runs parks on the address, out of the ready heap, so that
 it blocks no host on another one -- but one with an idle connection of its
 own needs no place, only the delay, and waits by its own timer; one waiter
@@ -98,7 +99,6 @@ class AddressLines:
     _locate: Locate | None
     per_ip: int | None
     ip_delay: float
-    address_ttl: float
     ip_groups: dict[str, IPGroup]
     _ip_of: dict[Connection, IPGroup]
 
@@ -120,14 +120,15 @@ class AddressLines:
             slot.locating = True
             self._locate(slot)  # type: ignore[misc]
 
-    def located(self, slot: HostSlot, addresses: Sequence[Address] | None, now: float) -> None:
-        """``slot``'s origin resolves to ``addresses`` (None: it could not be known in time, or at all)."""
+    def located(self, slot: HostSlot, addresses: Sequence[Address] | None, now: float, until: float) -> None:
+        """``slot``'s origin resolves to ``addresses`` (None: it could not be known in time, or at all),
+        an answer that holds until ``until`` (the record's TTL, as the resolver kept it)."""
         if not slot.locating:
             return  # an answer after it gave up waiting, or after a cancel
         slot.locating = False
         slot.addresses = addresses or None
         slot.ip = addresses[0][1][0] if addresses else ""
-        slot.located_until = now + self.address_ttl
+        slot.located_until = until
         self.refresh(slot, now)
 
     def _ip_group(self, ip: str) -> IPGroup:

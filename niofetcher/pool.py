@@ -108,15 +108,14 @@ class HostTable(AddressLines):
     def __init__(
         self, max_connections: int, per_host: int, delay: float, jitter: float, schedule_at: ScheduleAt, clock: Clock,
         make_task: MakeTask | None = None, per_proxy: int | None = None, per_ip: int | None = None,
-        ip_delay: float = 0.0, locate: Locate | None = None, address_ttl: float = 300.0,
+        ip_delay: float = 0.0, locate: Locate | None = None,
     ) -> None:
         """``make_task`` is needed only by a table that queues PendingURLs (``enqueue_entry``).
 
         ``per_proxy``: open connections one proxy gets at most (None: only the total limit).
         ``per_ip`` and ``ip_delay``: the same per resolved address, and the least time between two
         request starts to one; either needs ``locate``, which looks a slot's origin up and answers
-        through ``located`` (ip_groups.py, "Addresses"); a slot keeps an answer ``address_ttl``
-        seconds at most.
+        through ``located`` (ip_groups.py, "Addresses"), with the time until which the answer holds.
         """
         if make_task is None:
             make_task = _tasks_only
@@ -147,7 +146,6 @@ class HostTable(AddressLines):
         if self._by_ip and locate is None:
             raise ValueError("per-IP limits need locate")
         self._locate = locate
-        self.address_ttl = address_ttl
         self.ip_groups: dict[str, IPGroup] = {}
         self._ip_of: dict[Connection, IPGroup] = {}  # every open connection counted on an address
 

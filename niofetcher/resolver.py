@@ -110,7 +110,8 @@ class ResolverPool:
         self._resolve: Resolver = config.resolver or system_resolver
         self._post = post
         self._max_workers = workers
-        self._cache: dict[tuple[str, int], tuple[list[Address] | None, FetchFailure | None]] = {}
+        # key -> (addresses, failure, when it expires): the answer, and how long it holds
+        self._cache: dict[tuple[str, int], tuple[list[Address] | None, FetchFailure | None, float]] = {}
         self._expiries: list[tuple[float, tuple[str, int]]] = []  # a heap: the cached key that expires first on top
         self._waiting: dict[tuple[str, int], list[Answer]] = {}
         self._jobs: queue.SimpleQueue[tuple[str, int] | None] = queue.SimpleQueue()
@@ -119,10 +120,14 @@ class ResolverPool:
         self._queued = 0  # jobs put and not yet taken by a worker
         self._lock = threading.Lock()
 
+    def _fixed(self, host: str, port: int) -> list[Address] | None:
+        """The address of an IP literal or of a ``resolve`` entry: never looked up, never expiring."""
+        override = self._overrides.get(f"{host}:{port}") or self._overrides.get(host)
+        return literal_address(override or host, port)
+
     def lookup(self, host: str, port: int, answer: Answer, now: float) -> None:
         """Call ``answer(addresses, None)`` or ``answer(None, failure)``, maybe at once, maybe later."""
-        override = self._overrides.get(f"{host}:{port}") or self._overrides.get(host)
-        addresses = literal_address(override or host, port)
+        addresses = self._fixed(host, port)
         if addresses is not None:
             answer(addresses, None)
             return
@@ -132,7 +137,7 @@ class ResolverPool:
             del self._cache[heapq.heappop(expiries)[1]]
         cached = self._cache.get(key)
         if cached is not None:
-            answer(*cached)
+            answer(cached[0], cached[1])
             return
         waiters = self._waiting.get(key)
         if waiters is not None:
@@ -185,14 +190,23 @@ class ResolverPool:
         self, key: tuple[str, int], found: list[Address] | None, failure: FetchFailure | None, ttl: float
     ) -> None:
         if ttl > 0:
-            self._cache[key] = (found, failure)
             expiry = (time.monotonic() + ttl, key)
+            self._cache[key] = (found, failure, expiry[0])
             if len(self._cache) > DNS_CACHE_SIZE:  # drop the answer that expires first: maybe this one
                 del self._cache[heapq.heappushpop(self._expiries, expiry)[1]]
             else:
                 heapq.heappush(self._expiries, expiry)
         for answer in self._waiting.pop(key, ()):
             answer(found, failure)
+
+    def holds_until(self, host: str, port: int) -> float:
+        """Until when (the loop's clock) the answer ``lookup`` gave for ``host:port`` holds: its
+        expiry in the cache, never for an answer not kept (a TTL of 0: ``-inf``), for ever for an IP
+        literal or a ``resolve`` entry.  What the host table's per-IP limits keep an address for."""
+        if self._fixed(host, port) is not None:
+            return math.inf
+        cached = self._cache.get((host, port))
+        return -math.inf if cached is None else cached[2]
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop the workers.  A worker stuck in getaddrinfo cannot be interrupted; it is a daemon."""

@@ -415,6 +415,33 @@ def test_a_name_whose_record_expires_and_moves_counts_on_its_new_address(
 
 
 @pytest.mark.timeout(30)
+def test_a_busy_name_follows_its_records_ttl_not_the_cache_ceiling(watch: Watch) -> None:
+    # Its connections never all close (two at a time, one request each), so only the answer's own
+    # expiry makes the host table look again: a record of 0.2 s under a dns_cache_ttl of 300 s.
+    other_watch = Watch()
+    try:
+        old = other_watch.serve(other_watch.handler(pause=0.02))
+        new = watch.serve(watch.handler(pause=0.02), host="127.0.0.2")
+        asked: list[str] = []
+
+        def resolver(host: str, port: int) -> Sequence[Address]:
+            asked.append(host)
+            address = old.address if len(asked) == 1 else new.address
+            return ResolvedAddresses([(socket.AF_INET, address)], ttl=0.2 if len(asked) == 1 else 300)
+
+        config = FetcherConfig(resolver=resolver, dns_cache_ttl=300, max_connections_per_ip=2,
+                               max_connections_per_host=2, max_requests_per_connection=1)
+        results = fetch_all(config, [f"http://moving.test:{new.port}/{i}" for i in range(60)])
+
+        assert [(r.url, r.error_detail) for r in results if not r.ok] == []
+        assert len(asked) == 2  # looked up again once the first answer expired, and kept the second
+        assert old.accepted >= 1 and new.accepted >= 1, (old.accepted, new.accepted)
+        assert old.accepted + new.accepted == 60
+    finally:
+        other_watch.stop()
+
+
+@pytest.mark.timeout(30)
 def test_a_name_that_does_not_resolve_fails_alone_with_per_ip_limits(watch: Watch) -> None:
     server = watch.serve(watch.handler())
 
@@ -485,7 +512,7 @@ def test__a_slot_parked_on_its_address_blocks_no_other_host() -> None:
     assert [slot.origin.host for slot in located] == ["a.test", "b.test", "c.test"]
     for slot in located:
         ip = "10.0.0.2" if slot.origin.host == "c.test" else "10.0.0.1"
-        table.located(slot, [(socket.AF_INET, (ip, 80))], 0.0)
+        table.located(slot, [(socket.AF_INET, (ip, 80))], 0.0, 300.0)
     first = table.next_assignment(0.0)
     assert first is not None and first.task.url == "http://a.test/1"
     conn: Any = FakeConn(first.slot)
@@ -538,7 +565,7 @@ def turn_table(per_ip: int, per_host: int, clock: Clock, delay: float = 0.0) -> 
     tables: list[HostTable] = []
 
     def locate(slot: Any) -> None:
-        tables[0].located(slot, [(socket.AF_INET, ("10.0.0.1", 80))], clock.now)
+        tables[0].located(slot, [(socket.AF_INET, ("10.0.0.1", 80))], clock.now, clock.now + 300.0)
 
     table = HostTable(100, per_host, delay, 0.0, clock.call_at, clock, per_ip=per_ip, locate=locate)
     tables.append(table)
