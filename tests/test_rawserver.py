@@ -291,8 +291,15 @@ def test_http_response_framing() -> None:
 
 @pytest.mark.timeout(20)
 def test_reset_sends_rst(raw_server: MakeServer) -> None:
-    srv = raw_server(lambda sock, info: reset(sock))
+    # The server resets only once the client has written: a reset at once can beat the client's
+    # connect() back to it on a busy machine, and connect() then raises it instead of recv().
+    def handler(sock: socket.socket, info: ConnInfo) -> None:
+        sock.recv(1)
+        reset(sock)
+
+    srv = raw_server(handler)
     with connect(srv) as sock:
+        sock.sendall(b"x")
         assert wait_for(lambda: srv.accepted == 1 and srv.open_now == 0)
         with pytest.raises(ConnectionResetError):
             sock.recv(10)
