@@ -93,6 +93,34 @@ class ChannelUser(Protocol):
         """A handler raised ``exc``: a bug, to cost this connection and its request only."""
 
 
+class _Gone:
+    """The user of a closed channel once its last event was handled: nothing reaches it."""
+
+    def channel_open(self) -> None:
+        pass
+
+    def channel_data(self, data: bytes) -> bool:
+        return True
+
+    def channel_broken(self, exc: OSError, sending: bool) -> None:
+        pass
+
+    def channel_failed(self, failure: FetchFailure, head: Response | None = None) -> None:
+        pass
+
+    def tls_established(self, resumed: bool) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def on_internal_error(self, exc: Exception) -> None:
+        pass
+
+
+GONE: ChannelUser = _Gone()
+
+
 class Channel:
     """A socket and its transport, driven by readiness events from the loop (a ``loop.Pollable``)."""
 
@@ -437,6 +465,14 @@ class Channel:
             self.sock = None
         self._out = None
         self._tunnel = None
+        # The user holds this channel and this channel its user: a cycle that only the cyclic GC
+        # would free, with all a connection holds (some 15 objects, and collections of the oldest
+        # generation are the loop's longest pauses).  It is cut once the event at hand is handled:
+        # a fault in handling it may still reach the user (``on_internal_error``), nothing after.
+        self.loop.call_soon(self._let_go)
+
+    def _let_go(self) -> None:
+        self.user = GONE
 
     def on_internal_error(self, exc: Exception) -> None:
         """A bug in a handler must cost one request, never the loop."""

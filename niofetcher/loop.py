@@ -78,6 +78,10 @@ class Loop:
         self._calls.append((callback, args))
         self.wake()
 
+    def call_soon(self, callback: Callable[..., None], *args: Any) -> None:
+        """Loop thread: run ``callback(*args)`` once the events and timers at hand are handled."""
+        self._calls.append((callback, args))
+
     def wake(self) -> None:
         """Interrupt a select() in progress; cheap when a wake-up is already on its way."""
         if not self._wake_pending:
@@ -166,7 +170,7 @@ class Loop:
         self._wake_pending = False
 
     def run_calls(self) -> None:
-        """Run the callbacks posted so far (call_soon_threadsafe), in order."""
+        """Run the callbacks posted so far (call_soon, call_soon_threadsafe), in order."""
         calls = self._calls
         while calls:
             callback, args = calls.popleft()

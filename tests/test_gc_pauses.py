@@ -1,4 +1,5 @@
-"""Pending URLs cost the garbage collector nothing (request.py, "Pending URLs and the garbage collector").
+"""Pending URLs cost the garbage collector nothing (request.py, "Pending URLs and the garbage collector"),
+and a closed connection leaves it nothing to find (channel.py, ``Channel.close``).
 
 A full collection walks every tracked object, so its pause grows with the
 tracked objects the pending URLs hold: four each (Task, URLBean, Target,
@@ -14,11 +15,15 @@ the first stays pending for the length of the test.
 from __future__ import annotations
 
 import gc
+import ssl
 import time
+from pathlib import Path
 
 import pytest
+import trustme
 
 from niofetcher import ErrorKind, FetcherConfig, FetchResult, NIOFetcher, URLBean
+from niofetcher.testing import TestSite
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -114,3 +119,43 @@ def test_pending_str_urls_start_in_priority_then_registration_order_beside_beans
         ]
     finally:
         fetcher.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_a_closed_connection_leaves_no_cycle_for_the_collector(tls: bool, tmp_path: Path) -> None:
+    """A connection is freed when it closes, by its reference count: what only the cyclic
+    collector could free (a channel and its user holding each other, with all a connection holds)
+    would wait for a collection of the oldest generation, the loop's longest pause.  One
+    connection per page, the collector off while they come and go; then every niofetcher object
+    it finds unreachable is one a closed connection left."""
+    ca = trustme.CA()
+    server: ssl.SSLContext | None = None
+    ca_file = None
+    if tls:
+        server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(server)
+        ca_file = str(tmp_path / "ca.pem")
+        ca.cert_pem.write_to_path(ca_file)
+    with TestSite(hosts=2, pages=60, tls=server) as site:
+        config = FetcherConfig(max_connections_per_host=2, max_requests_per_connection=1, ca_file=ca_file)
+        urls = [f"{base}page/{i}" for base in site.base_urls for i in range(60)]
+        with NIOFetcher(config) as fetcher:
+            for url in urls[:2]:
+                fetcher.register(url)
+            assert all(result.ok for result in fetcher.results())  # the one-time objects made
+            gc.collect()
+            gc.disable()
+            gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds goes to gc.garbage, not away
+            try:
+                for url in urls[2:]:
+                    fetcher.register(url)
+                results = list(fetcher.results())
+                gc.collect()
+                left = sorted({type(thing).__qualname__ for thing in gc.garbage
+                               if type(thing).__module__.startswith("niofetcher")})
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+                gc.enable()
+    assert len(results) == len(urls) - 2 and all(result.ok for result in results)
+    assert left == []
