@@ -31,8 +31,10 @@ function typeOf(file) {
 const server = http.createServer((req, res) => {
   const urlPath = req.url.split("?")[0];
   const head = req.method === "HEAD";
+  // Read now: once the socket's handle has gone (a close racing the "finish" event), remotePort is undefined.
+  const port = req.socket.remotePort;
   res.on("finish", () => {
-    process.stdout.write(`port=${req.socket.remotePort} "${req.method} ${req.url}" ${res.statusCode}\n`);
+    process.stdout.write(`port=${port} "${req.method} ${req.url}" ${res.statusCode}\n`);
   });
   let file;
   if ((file = fileUnder("files", urlPath))) {
