@@ -24,7 +24,7 @@ from test_pool import start_all, table, task
 import niofetcher.pool as pool_module
 import niofetcher.request as request_module
 import niofetcher.resolver as resolver_module
-import niofetcher.urls.hosts as hosts_module
+import niofetcher.urls.hostnames as hostnames_module
 import niofetcher.urls.targets as targets_module
 from niofetcher import FetcherConfig, NIOFetcher, Origin
 from niofetcher.pool import HostTable
@@ -190,7 +190,7 @@ def test_many_hosts_leave_bounded_state(no_leaks: LeakBaseline, site: TestSite, 
                 # niofetcher/urls/ keeps an Origin and an A-label per host for the last 4,096 (lru_cache):
                 # bounded too, but past this test's host count; the measure is of the fetcher's state.
                 targets_module._origin.cache_clear()
-                hosts_module.normal_host.cache_clear()
+                hostnames_module.normal_host.cache_clear()
                 gc.collect()
                 sizes.append(state_bytes(tracemalloc.take_snapshot()))
         finally:

@@ -94,7 +94,7 @@ from .dedup import Duplicates, Fingerprint
 from .frontier import FrontierBackend, FrontierError, FrontierURL, Visit
 from .headers import RequestHeaders, take_credentials
 from .inflight import InProgress, windows
-from .opening import groups_by_address, not_followed, open_crawl_frontier
+from .opening import groups_by_address, open_crawl_frontier
 from .parsing import ParseExecutor
 from .pipeline import IO_ERRORS, Broken, Page, Pipeline, Report
 from .policy import LinkScope, error_text, is_redirect, retry_after
@@ -252,7 +252,7 @@ class Crawler:
                             self._in_progress.clear()
             self._counts = frontier.counts()
             stopped = self._counts["waiting"] > 0
-            refused = {cause: n for cause, n in not_followed(frontier).items() if n}
+            refused = {cause: n for cause, n in frontier.not_followed.items() if n}
             self._refused_now = sum(refused.values())
             revisits = frontier.revisits() if config.revisit is not None else None
         return CrawlSummary(
@@ -319,7 +319,7 @@ class Crawler:
                     # due period: done again, it is due an interval later.
                     frontier.wake()
                 self._counts = frontier.counts()
-                self._refused_now = sum(not_followed(frontier).values())
+                self._refused_now = sum(frontier.not_followed.values())
                 counted_at = time.monotonic()
             if not self._in_progress:
                 if self._stop.is_set() or budget == 0:

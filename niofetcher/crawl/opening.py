@@ -1,4 +1,4 @@
-"""The frontier a crawl opens: which backend, with which options, and what its trap rules refused.
+"""The frontier a crawl opens: which backend, with which options.
 
 The crawler knows a frontier only through ``FrontierBackend``; this is where a
 crawl's config becomes the options of :func:`open_frontier` (the trap rules, a
@@ -7,14 +7,12 @@ shared frontier's lease and host window, one worker per address).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from .config import CrawlConfig
 from .frontier import FrontierBackend, open_frontier
 from .frontier.traps import TrapRules
 from .inflight import windows
 
-__all__ = ["groups_by_address", "not_followed", "open_crawl_frontier"]
+__all__ = ["groups_by_address", "open_crawl_frontier"]
 
 
 def open_crawl_frontier(config: CrawlConfig) -> FrontierBackend:
@@ -44,9 +42,3 @@ def groups_by_address(config: CrawlConfig) -> bool:
     return config.frontier is not None and fetcher.proxy is None and (
         fetcher.max_connections_per_ip is not None or fetcher.ip_delay > 0)
 
-
-def not_followed(frontier: FrontierBackend) -> Mapping[str, int]:
-    """The links ``frontier`` refused by cause since it was opened (this run); a backend that applies
-    no trap rules (one an installed package adds, made before them) refused none."""
-    refused: Mapping[str, int] = getattr(frontier, "not_followed", {})
-    return refused

@@ -130,7 +130,7 @@ from __future__ import annotations
 
 from .credentials import basic_authorization, shown_url, split_credentials
 from .domains import domain_host
-from .hosts import bracketed, normal_host, whatwg_host
+from .hostnames import bracketed, normal_host, whatwg_host
 from .links import LinkResolver, absolute_url, decode_location, redirect_url
 from .paths import remove_dot_segments
 from .proxies import NoProxy, Proxy, parse_proxy

@@ -8,7 +8,7 @@ import ipaddress
 import re
 
 from .credentials import shown_url
-from .hosts import normal_host
+from .hostnames import normal_host
 from .targets import parse_target
 
 # A port as a domain entry writes it after its host: what the URL rules accept (0-65535).

@@ -19,7 +19,7 @@ import re
 from typing import NamedTuple
 from urllib.parse import quote, urljoin, urlsplit
 
-from .hosts import DOTTED_DECIMAL, authority, bracketed
+from .hostnames import DOTTED_DECIMAL, authority, bracketed
 from .paths import DOT, DOUBLE_DOT, dot_segment, percent_encoded, remove_dot_segments
 from .reading import C0_CONTROL_OR_SPACE, DEFAULT_PORTS, TAB_OR_NEWLINE, empty_query, query_start, special_form
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from .credentials import basic_authorization, shown_url
-from .hosts import bracketed, normal_host
+from .hostnames import bracketed, normal_host
 
 # Characters no host may hold once it is in A-labels (urlsplit lets them through).
 _bad_host_char = re.compile(r"[\x00-\x20\x7f/\\@\[\]]").search

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from .credentials import shown_url
-from .hosts import DOTTED_DECIMAL, authority, bracketed, normal_host
+from .hostnames import DOTTED_DECIMAL, authority, bracketed, normal_host
 from .paths import dot_segment, lower_escape, path_and_query
 from .reading import C0_CONTROL_OR_SPACE, DEFAULT_PORTS, TAB_OR_NEWLINE, ambiguous_authority, empty_query, special_form
 

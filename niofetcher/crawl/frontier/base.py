@@ -371,6 +371,10 @@ class FrontierBackend(Protocol):
     does in detail.
     """
 
+    @property
+    def not_followed(self) -> Mapping[str, int]:
+        """The links refused by the trap rules since this frontier was opened (this run), by cause."""
+
     def add(self, urls: Iterable[str], depth: int = 0, parent: str | None = None, priority: int = 0) -> int:
         """Add URLs found at one depth on one page (or seeds); how many were new."""
 
