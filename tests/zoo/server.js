@@ -31,9 +31,10 @@ function typeOf(file) {
 const server = http.createServer((req, res) => {
   const urlPath = req.url.split("?")[0];
   const head = req.method === "HEAD";
-  // Read now: once the socket's handle has gone (a close racing the "finish" event), remotePort is undefined.
+  // Read now: once the socket's handle has gone, remotePort is undefined.  Logged on "close",
+  // which node emits for every response, where "finish" is lost when the socket goes first.
   const port = req.socket.remotePort;
-  res.on("finish", () => {
+  res.on("close", () => {
     process.stdout.write(`port=${port} "${req.method} ${req.url}" ${res.statusCode}\n`);
   });
   let file;
