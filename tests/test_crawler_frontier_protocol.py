@@ -28,11 +28,13 @@ from niofetcher.crawl import CrawlConfig, Crawler, CrawlSummary
 from niofetcher.crawl.frontier import Frontier, FrontierBackend
 from niofetcher.testing import TestSite
 
-# The protocol's methods: its public ones, and the context manager's.
-PROTOCOL = sorted(
+# The protocol's methods: its public ones, and the context manager's; and its attributes (properties).
+METHODS = sorted(
     name for name, value in vars(FrontierBackend).items()
     if callable(value) and (not name.startswith("_") or name in ("__enter__", "__exit__"))
 )
+ATTRIBUTES = sorted(name for name, value in vars(FrontierBackend).items() if isinstance(value, property))
+PROTOCOL = METHODS + ATTRIBUTES
 # What the protocol has for the contract suite (tests/test_frontier_backends.py), which the coordinator never asks.
 CONTRACT_READS = ["lookup"]
 
@@ -67,8 +69,10 @@ def test_the_protocol_is_what_the_coordinator_calls_and_the_contract_reads() -> 
         "__enter__", "__exit__", "add", "add_many", "batch", "checkpoint", "claim", "close", "complete_many",
         "counts", "fail", "failures", "fingerprints", "holds", "lost_hosts", "min_due_depth", "next_due", "recordable",
         "release", "revisits", "robots", "start_deadlines", "store_fingerprints", "store_robots", "wake",
+        "not_followed",
     ])
     assert set(CONTRACT_READS) <= set(PROTOCOL)
+    assert ATTRIBUTES == ["not_followed"]
 
 
 def crawl_two_sites(db_path: Path) -> CrawlSummary:
@@ -107,8 +111,10 @@ def test_a_crawl_on_a_frontier_that_has_only_the_protocol_runs_as_on_the_sqlite_
     assert proxy._frontier.closed
 
 
-def test_the_sqlite_frontier_has_every_method_of_the_protocol_with_its_parameters() -> None:
-    for name in PROTOCOL:
+def test_the_sqlite_frontier_has_every_member_of_the_protocol_methods_with_their_parameters(tmp_path: Path) -> None:
+    with Frontier(str(tmp_path / "f.sqlite")) as frontier:
+        assert [name for name in ATTRIBUTES if not hasattr(frontier, name)] == []
+    for name in METHODS:
         wanted = inspect.signature(getattr(FrontierBackend, name)).parameters
         got = inspect.signature(getattr(Frontier, name)).parameters
         assert [(p.name, p.kind, p.default) for p in got.values()] == [
