@@ -23,14 +23,17 @@ service time runs out.
 Timeouts use one timer per connection, armed lazily: receiving data only
 moves the channel's ``last_activity``; when the timer fires it compares the
 real deadline with the clock and re-arms if the deadline has moved.  So the
-timer heap is not touched per received packet.
+timer heap is not touched per received packet.  The timer is armed with the
+channel, the handler the selector knows: the loop holds back a due timer
+whose handler's event waits for a later batch (loop.py), so that a response
+already in the socket is read before its deadline is judged.
 """
 
 from __future__ import annotations
 
 import ssl
 from collections.abc import Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from .channel import CLOSED, OPEN, Channel
 from .config import Address, FetcherConfig, IPNetwork
@@ -308,7 +311,7 @@ class Connection(Generic[H]):
             if timer.callback is not None and timer.when <= deadline:
                 return  # fires early, then re-arms: cheaper than a heap update now
             timer.cancel()
-        self._timer = None if deadline == _INF else self.loop.timers.call_at(deadline, Connection._on_timer, self)
+        self._timer = None if deadline == _INF else self.loop.timers.call_at(deadline, _channel_deadline, self.channel)
 
     def _on_timer(self) -> None:
         try:
@@ -393,3 +396,8 @@ class Connection(Generic[H]):
     def on_internal_error(self, exc: Exception) -> None:
         """A bug in a handler must cost one request, never the loop."""
         self.owner.connection_crashed(self, exc)
+
+
+def _channel_deadline(channel: Channel) -> None:
+    """A connection's timer, which carries its channel (see the module's docstring)."""
+    cast("Connection[Any]", channel.user)._on_timer()

@@ -6,8 +6,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections import Counter
 
 import pytest
+from conftest import wait_until
+from rawserver import RawServer, delayed
 
 import niofetcher.loop
 from niofetcher import FetcherConfig, NIOFetcher
@@ -101,3 +104,23 @@ def _fetch_through_a_busy_loop(a: socket.socket, b: socket.socket, release_b: th
     second = next(r for r in results if r is not None and r.url == url_a + "2")
     assert second.ok
     assert not second.replayed, "sent on a connection whose EOF was already among the select()'s events"
+
+
+@pytest.mark.timeout(30)
+def test_a_response_in_a_later_batch_is_read_before_its_deadline_is_judged() -> None:
+    """120 responses arrive while the loop stands still for longer than the read timeout: a select()
+    then returns more events than a batch, and the timers of the connections whose events wait for a
+    later batch are held until those events are handled (loop.py), so every response is read.  With
+    the timers not held (as when they carried the connection, not the channel the selector knows),
+    the 56 past the first batch end in read_timeout."""
+    n = 120
+    with RawServer(delayed(0.2)) as server:
+        port = server.address[1]
+        fetcher = NIOFetcher(FetcherConfig(max_connections_per_host=n, max_connections=n, read_timeout=0.5))
+        with fetcher:
+            for i in range(n):
+                fetcher.register(f"http://127.0.0.1:{port}/{i}")
+            assert wait_until(lambda: len(server.requests) >= n, timeout=10)
+            fetcher._engine.post(time.sleep, 2.0)  # the loop stalls (a long collection, a busy CPU) as they arrive
+            results = [fetcher.get(timeout=10) for _ in range(n)]
+    assert Counter((r.status, r.error) for r in results if r is not None) == {(200, None): n}
