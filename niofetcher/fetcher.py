@@ -223,8 +223,8 @@ class NIOFetcher:
 
     def set_host_delay(self, url: str, seconds: float) -> None:
         """From now on, at least ``seconds`` between request starts to this URL's (scheme, host, port)."""
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
-            raise ValueError(f"host delay must be a non-negative number of seconds, not {seconds!r}")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+            raise ValueError(f"host delay must be a non-negative finite number of seconds, not {seconds!r}")
         origin = parse_target(url).origin
         engine = self._engine
         engine.post(engine.set_host_delay, origin, float(seconds))

@@ -36,6 +36,10 @@ RECV_BUFFER_SIZE = 256 * 1024
 #: Ready events one ``run_once`` handles (see the module doc): enough that the scheduler's
 #: per-call cost stays small beside theirs, few enough that a connection's wait stays short.
 EVENT_BATCH = 64
+#: The longest one select() waits: epoll takes at most about 24.8 days in milliseconds (and no
+#: infinity), and a timer that far away (a huge Crawl-delay, an idle connection kept for a month)
+#: must not end the loop; waking once an hour to find nothing due costs nothing.
+MAX_WAIT = 3600.0
 
 
 class Pollable(Protocol):
@@ -120,7 +124,7 @@ class Loop:
                 timeout = until_timer if timeout is None else min(timeout, until_timer)
             if self._calls:
                 timeout = 0.0
-            events = self._selector.select(timeout)
+            events = self._selector.select(MAX_WAIT if timeout is None else min(timeout, MAX_WAIT))
             self.now = time.monotonic()  # for every batch of this select()'s events (module doc)
             if len(events) > EVENT_BATCH:
                 # Every idle handler's event (a kept-alive connection's EOF or stray bytes) in the first

@@ -20,7 +20,9 @@ And the loop's own batching: a ready event left for the next ``run_once``
 
 from __future__ import annotations
 
+import math
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -321,6 +323,39 @@ class _Reader:
 
     def on_internal_error(self, exc: Exception) -> None:
         raise exc
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("far", ["idle_timeout", "host_delay"])
+def test_a_timer_months_away_does_not_end_the_loop(far: str, no_leaks: LeakBaseline, site: TestSite) -> None:
+    """A timer further away than epoll can wait (about 24.8 days) as the loop's earliest -- a
+    connection kept idle for a month, a URL behind a host delay of months -- leaves select() waiting
+    at most ``MAX_WAIT``; the loop goes on taking work (it died of an OverflowError before)."""
+    if far == "idle_timeout":
+        # The read timeout's timer fires first and re-arms at the idle deadline.
+        config = FetcherConfig(idle_timeout=3e6, connection_service_time=None, read_timeout=0.2)
+    else:
+        config = FetcherConfig(idle_timeout=0.2)
+    first, other = site.base_urls
+    fetcher = NIOFetcher(config)
+    with fetcher:
+        if far == "host_delay":
+            fetcher.set_host_delay(first, 1e7)
+            fetcher.register(f"{first}page/1")  # waits 1e7 s behind page/0
+        fetcher.register(f"{first}page/0")
+        result = fetcher.get(timeout=10)
+        assert result is not None and result.ok
+        time.sleep(0.5)  # the first host's idle connection is kept (or closed): the far timer is the earliest
+        fetcher.register(f"{other}page/0")
+        result = fetcher.get(timeout=10)
+        assert fetcher.failure is None
+        assert result is not None and result.ok, result
+        fetcher.shutdown(wait=False)
+
+
+def test_a_host_delay_must_be_finite() -> None:
+    with NIOFetcher() as fetcher, pytest.raises(ValueError, match="finite"):
+        fetcher.set_host_delay("http://127.0.0.1:1/", math.inf)
 
 
 def test_events_beyond_a_batch_wait_for_the_next_run_once_and_skip_handlers_closed_meanwhile() -> None:
