@@ -368,6 +368,11 @@ class Channel:
 
     # -- bytes out and in ---------------------------------------------------
 
+    @property
+    def sending(self) -> bool:
+        """Whether bytes given to :meth:`send` wait for the socket still."""
+        return self._out is not None
+
     def send(self, data: bytes) -> None:
         """Send ``data``, now as far as the socket takes it, the rest as it becomes writable."""
         self._out = memoryview(data)

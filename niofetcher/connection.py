@@ -276,6 +276,11 @@ class Connection(Generic[H]):
 
     def next_cycle(self) -> int:
         """After a complete response: how many more requests it can take (its driver's answer; 0: it closes)."""
+        if self.channel.sending:
+            # The server answered before the request's body was all sent (a 413, a 401): the rest
+            # of the body would go out ahead of the next request, which the server would read as
+            # body bytes.  Closing drops it, as curl does.
+            return 0
         self.http.next_cycle()
         return self.http.capacity
 

@@ -494,6 +494,56 @@ def test_keepalive_reuse_counted_by_the_server(no_leaks: Any, raw_server: MakeSe
     assert sum(r.connection_reused for r in results) == n - 1
 
 
+def answer_before_the_body(seen: list[tuple[bytes, int]]) -> Handler:
+    """Keep-alive, answering each request as soon as its head is in (as nginx answers a 413 or a
+    401), then reading its body and throwing it away; ``seen`` gets each request line and body length."""
+
+    def handler(sock: socket.socket, info: ConnInfo) -> None:
+        buf = bytearray()
+        while True:
+            while b"\r\n\r\n" not in buf:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                buf += data
+            head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+            buf[:] = rest
+            lines = head.split(b"\r\n")
+            length = next((int(v) for k, _, v in (line.partition(b":") for line in lines[1:])
+                           if k.strip().lower() == b"content-length"), 0)
+            seen.append((lines[0], length))
+            sock.sendall(http_response(200, b"early"))
+            if not info.sleep(0.3):  # the client has the whole answer long before its body is sent
+                return
+            while length:
+                if not buf:
+                    data = sock.recv(min(length, 1 << 20))
+                    if not data:
+                        return
+                    buf += data
+                taken = min(length, len(buf))
+                del buf[:taken]
+                length -= taken
+
+    return handler
+
+
+def test_an_answer_before_the_body_is_sent_closes_the_connection(no_leaks: Any, raw_server: MakeServer) -> None:
+    """The rest of an unsent body would go out ahead of the next request on a kept-alive
+    connection, and the server would read that request as body bytes: the connection closes."""
+    seen: list[tuple[bytes, int]] = []
+    srv = raw_server(answer_before_the_body(seen), max_seconds=20)
+    body = b"x" * (16 << 20)  # more than the socket buffers take while the server does not read
+
+    results = fetch(URLBean(srv.url("/upload"), method="POST", body=body), srv.url("/next"),
+                    max_connections_per_host=1, **QUICK)
+
+    assert [(r.status, r.body) for r in results] == [(200, b"early"), (200, b"early")], results
+    assert not results[1].connection_reused
+    assert seen == [(b"POST /upload HTTP/1.1", len(body)), (b"GET /next HTTP/1.1", 0)]
+    assert srv.accepted == 2
+
+
 # Loopback delivery and thread wake-up shift each arrival by a little;
 # the scheduler's own spacing is exact.
 ARRIVAL_SLACK = 0.02
