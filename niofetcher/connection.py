@@ -257,11 +257,13 @@ class Connection(Generic[H]):
 
     def channel_broken(self, exc: OSError, sending: bool) -> None:
         """The socket failed: the request fails, or is replayed when a reused connection answered nothing."""
+        if not self.http.response_started and self.reused:
+            # Before the TLS check: a reset kept-alive TLS connection raises an SSLError (an EOF in
+            # violation of the protocol) where a plain one raises ECONNRESET, and it is as stale.
+            self._fail_replayable(f"reused connection broken: {exc.strerror or exc}")
+            return
         if isinstance(exc, ssl.SSLError):
             self.fail(FetchFailure(ErrorKind.TLS_ERROR, f"TLS failure: {exc.reason or exc}"))
-            return
-        if not self.http.response_started and self.reused:
-            self._fail_replayable(f"reused connection broken: {exc.strerror or exc}")
             return
         verb = "sending the request" if sending else "reading the response"
         self.fail(FetchFailure(ErrorKind.CONNECTION_CLOSED, f"{exc.strerror or exc} while {verb}"))

@@ -9,10 +9,14 @@ closes idle connections itself (noticed at once, never costs a request).
 from __future__ import annotations
 
 import socket
+import ssl
+import struct
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import trustme
 from conftest import MakeServer
 from rawserver import (
     ConnInfo,
@@ -161,3 +165,42 @@ def test_no_replay(
     assert srv.accepted == connections
     assert stats.replayed_requests == connections - 1
     assert second.replayed == (connections == 2)
+
+
+def reset_after_one_answer(context: ssl.SSLContext | None) -> Handler:
+    """Answer one request (over TLS with ``context``), stay idle 0.2 s, then reset the connection."""
+
+    def handler(sock: socket.socket, info: ConnInfo) -> None:
+        conn = sock if context is None else context.wrap_socket(sock, server_side=True)
+        with conn:  # the TLS socket is another object than the one the server closes
+            if read_request(conn, info) is None:
+                return
+            conn.sendall(http_response(200, b"conn-%d" % info.index))
+            info.sleep(0.2)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, not a FIN
+
+    return handler
+
+
+@pytest.mark.timeout(15)
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_reset_found_by_the_next_send_is_replayed_over_tls_too(
+    no_leaks: object, raw_server: MakeServer, tmp_path: Path, scheme: str
+) -> None:
+    """The server resets an idle connection while the loop is busy, so the reset is first seen
+    when the next request is sent: over TLS too (where the socket raises an SSLError, not a plain
+    OSError) the request is replayed on a fresh connection, not failed as tls_error."""
+    ca = trustme.CA()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    srv = raw_server(reset_after_one_answer(context if scheme == "https" else None))
+    base = f"{scheme}://127.0.0.1:{srv.address[1]}"
+    with NIOFetcher(FetcherConfig(ca_file=str(ca_file))) as fetcher:
+        assert fetch(fetcher, f"{base}/first").ok
+        fetcher._engine.post(time.sleep, 0.6)  # busy (a long collection, a burst) while the reset comes
+        second = fetch(fetcher, f"{base}/second")
+    assert (second.status, second.error) == (200, None), second.error_detail
+    assert second.replayed and second.body == b"conn-1"
+    assert srv.accepted == 2
