@@ -536,7 +536,7 @@ def test_an_answer_before_the_body_is_sent_closes_the_connection(no_leaks: Any, 
     body = b"x" * (16 << 20)  # more than the socket buffers take while the server does not read
 
     results = fetch(URLBean(srv.url("/upload"), method="POST", body=body), srv.url("/next"),
-                    max_connections_per_host=1, **QUICK)
+                    max_connections_per_host=1)
 
     assert [(r.status, r.body) for r in results] == [(200, b"early"), (200, b"early")], results
     assert not results[1].connection_reused
