@@ -65,12 +65,12 @@ def _is_ip(host: str) -> bool:
 
 def _may_name(host: str, domain: str) -> bool:
     """Whether a response from ``host`` may set a cookie for ``domain`` (its ``Domain`` attribute,
-    without the leading dot), RFC 6265 5.1.3's domain-match: an IP host only itself; a name itself
-    or a parent with a dot in it (a single label is a top-level domain or the host's own name; the
-    library's policy, ``strict_domain``, refuses the ``co.uk`` kind besides)."""
-    if _is_ip(host):
-        return domain == host
-    return "." in domain and (host == domain or host.endswith("." + domain))
+    without the leading dot), RFC 6265 5.1.3's domain-match: the host itself (``localhost`` may name
+    ``localhost``), and a name's parent with a dot in it (a single label is a top-level domain; the
+    library's policy, ``strict_domain``, refuses the ``co.uk`` kind besides), never an IP's."""
+    if domain == host:
+        return True
+    return not _is_ip(host) and "." in domain and host.endswith("." + domain)
 
 
 def _domains_to_ask(host: str, effective: str) -> list[str]:
@@ -101,6 +101,11 @@ def _jar_class() -> type[CookieJar]:
             if cookie.domain_specified and not _may_name(request_host(request), cookie.domain.removeprefix(".")):
                 return False
             return super().set_ok_domain(cookie, request)
+
+        def return_ok_domain(self, cookie: Cookie, request: Any) -> bool:
+            if cookie.domain_specified and cookie.domain.removeprefix(".") == request_host(request):
+                return True  # the library would compare a single-label host's own domain with host.local
+            return super().return_ok_domain(cookie, request)
 
     class _Jar(CookieJar):
         # The library's _cookies is {domain: {path: {name: Cookie}}}; here every dict in it is in the

@@ -214,7 +214,7 @@ def test_a_domain_attribute_reaches_no_host_it_does_not_name(server: tuple[int, 
     three (an IP's last labels as a domain, and ``local``, which it adds to every single-label
     host) and ``co.uk``."""
     port, seen = server
-    names = ("10.9.0.1", "10.8.0.1", "alpha", "beta", "alpha.local", "shop.co.uk", "other.co.uk",
+    names = ("10.9.0.1", "10.8.0.1", "alpha", "beta", "alpha.local", "localhost", "shop.co.uk", "other.co.uk",
              "shop.test", "other.test")
     # (who sets it, its Domain, who must not get it)
     refused = [("10.9.0.1", "0.1", "10.8.0.1"), ("alpha", "local", "beta"), ("alpha", "alpha.local", "alpha.local"),
@@ -225,12 +225,13 @@ def test_a_domain_attribute_reaches_no_host_it_does_not_name(server: tuple[int, 
                                     f"http://{setter}:{port}/x"])
         jar = fetcher.cookie_jar
         assert jar is not None and list(jar) == []
-        # An IP host's Domain naming the host itself is kept, for that host alone.
-        fetch_in_turn(fetcher, [f"http://10.9.0.1:{port}/set?domain=10.9.0.1", f"http://10.9.0.1:{port}/again",
-                                f"http://10.8.0.1:{port}/again"])
-        assert [(cookie.domain, cookie.name) for cookie in jar] == [(".10.9.0.1", "sid")]
+        # A Domain naming the host itself is kept, for that host alone when it has no other name below it.
+        for host in ("10.9.0.1", "localhost"):
+            fetch_in_turn(fetcher, [f"http://{host}:{port}/set?domain={host}", f"http://{host}:{port}/again",
+                                    f"http://10.8.0.1:{port}/again", f"http://beta:{port}/again"])
+        assert sorted((cookie.domain, cookie.name) for cookie in jar) == [(".10.9.0.1", "sid"), (".localhost", "sid")]
     assert [(host, path, cookie) for host, path, cookie in seen if cookie is not None] == [
-        ("10.9.0.1", "/again", "sid=SECRET")]
+        ("10.9.0.1", "/again", "sid=SECRET"), ("localhost", "/again", "sid=SECRET")]
 
 
 @pytest.mark.timeout(30)
