@@ -861,6 +861,37 @@ def test_failures_are_the_first_errors_since_a_time_with_why(frontier: FrontierB
     assert frontier.failures(since, 1) == [(second.url, "HTTP 404 Not Found")]
 
 
+def test_any_free_text_is_kept_escaped_where_a_store_could_not_keep_it(store: Store) -> None:
+    """An error text with a lone surrogate (text decoded with surrogateescape: an on_page exception's
+    message about a page's bytes) or a NUL is kept escaped, not refused -- a refusal failed the call,
+    and with it the crawl and every resume; so is a robots.txt answer's host.  A lastmod or a
+    checkpoint name, handed back as given, is refused instead, before anything is stored."""
+    frontier = store.open()
+    frontier.add(urls(3))
+    first, second, third = frontier.claim(3)
+    surrogate = b"caf\xe9".decode("utf-8", "surrogateescape")
+    assert frontier.fail(first.url, f"ValueError: cannot handle {surrogate}") == "error"
+    assert frontier.fail(second.url, "ValueError: nul \x00 here", retry_in=0.0) == "waiting"
+    frontier.complete_many([(third.url, 200)])
+    assert stored(frontier, first.url).error == "ValueError: cannot handle caf\\udce9"
+    assert stored(frontier, second.url).error == "ValueError: nul \\x00 here"
+    assert frontier.failures(0.0, 5) == [(first.url, "ValueError: cannot handle caf\\udce9")]
+    # A host no URL has (normal forms hold no surrogate): nothing kept of it, and no error.
+    assert frontier.fingerprints(f"http://a.test{surrogate}") == []
+    frontier.store_robots(f"http://a.test{surrogate}\x00", 200, b"User-agent: *\n")
+    frontier.robots(f"http://a.test{surrogate}\x00")
+    for bad in (f"2024-01-0{surrogate}", "2024\x00"):
+        with pytest.raises(ValueError, match="lastmod"):
+            frontier.add_many([("http://a.test/dated", 0, None, 0)], {"http://a.test/dated": bad})
+        with pytest.raises(ValueError, match="checkpoint name"):
+            frontier.complete_many([], {bad: 1})
+    assert frontier.lookup("http://a.test/dated") is None and frontier.checkpoint() == {}
+    assert [item.url for item in frontier.claim(5)] == [second.url]  # every claim still works
+    frontier.close()
+    frontier = store.open()  # and so does a resume
+    assert stored(frontier, first.url).error == "ValueError: cannot handle caf\\udce9"
+
+
 # -- revisits (issue 27) --------------------------------------------------------
 
 

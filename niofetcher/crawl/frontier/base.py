@@ -74,12 +74,14 @@ __all__ = [
     "check_checkpoint",
     "check_crawl_name",
     "check_int",
+    "check_storable",
     "check_time",
     "check_visit",
     "normal_lastmods",
     "processing_key",
     "refuse_moved_options",
     "signed64",
+    "storable_text",
     "unsigned64",
 ]
 
@@ -268,6 +270,29 @@ def check_int(name: str, value: object, minimum: int | None = None) -> int:
     return value
 
 
+def storable_text(text: str) -> str:
+    """``text`` as every store can keep it: a lone surrogate (text decoded with ``surrogateescape``:
+    a page's bytes, a file name) as its ``\\udcXX`` escape, which UTF-8 cannot encode, and NUL as
+    ``\\x00``, which PostgreSQL's text refuses; any other text as it is.  A free text the crawl hands
+    over (an error's message, an ``on_page`` exception's among them) is stored so, rather than fail
+    the call that records it -- and with it the crawl, at every resume."""
+    if not isinstance(text, str):
+        raise TypeError(f"text to store must be a str, not {text!r}")
+    if text.isascii() and "\x00" not in text:  # nearly every text: nothing to escape
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def check_storable(name: str, text: object) -> str:
+    """``text``, checked to be a str that :func:`storable_text` keeps as it is: one a caller looks
+    things up by (a lastmod, a checkpoint name) is refused rather than changed."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, not {text!r}")
+    if storable_text(text) != text:
+        raise ValueError(f"{name} must be text a frontier can store (no NUL, no lone surrogate), not {text!r}")
+    return text
+
+
 def check_time(name: str, value: object) -> float:
     """``value`` as a float, checked to be a finite number of seconds >= 0 (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -278,24 +303,27 @@ def check_time(name: str, value: object) -> float:
 
 
 def check_visit(visit: Visit) -> Visit:
-    """``visit`` with its times checked by :func:`check_time` (each optional one when there is one)."""
+    """``visit`` with its times checked by :func:`check_time` (each optional one when there is one)
+    and its texts as a store keeps them (:func:`storable_text`)."""
 
     def optional(name: str, value: float | None) -> float | None:
         return None if value is None else check_time(name, value)
 
+    def text(value: str | None) -> str | None:  # a response header's: kept, sent back on the next visit
+        return None if value is None else storable_text(value)
+
     return visit._replace(revisit_in=check_time("revisit_in", visit.revisit_in),
+                          etag=text(visit.etag), last_modified=text(visit.last_modified), digest=text(visit.digest),
                           captured_at=optional("captured_at", visit.captured_at),
                           changed_time=optional("changed_time", visit.changed_time),
                           unchanged_time=optional("unchanged_time", visit.unchanged_time))
 
 
 def check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:
-    """``checkpoint`` as a dict, checked: str names, int values >= 0."""
+    """``checkpoint`` as a dict, checked: str names a store keeps as they are, int values >= 0."""
     entries = {}
     for name, value in checkpoint.items():
-        if not isinstance(name, str):
-            raise TypeError(f"checkpoint names must be str, not {name!r}")
-        entries[name] = check_int(f"checkpoint[{name!r}]", value, 0)
+        entries[check_storable("a checkpoint name", name)] = check_int(f"checkpoint[{name!r}]", value, 0)
     return entries
 
 
@@ -332,11 +360,12 @@ def check_crawl_name(crawl: object) -> str:
 
 def normal_lastmods(lastmods: Mapping[str, str]) -> dict[str, str]:
     """``lastmods`` (``{url: lastmod}``, an ``add_many()`` argument) by the stored form of each URL,
-    checked to be str; URLs the frontier would not take are left out, as ``add_many()`` leaves them."""
+    checked to be str that a store keeps as written (:func:`check_storable`: handed back with
+    claims, it is not escaped); URLs the frontier would not take are left out, as ``add_many()``
+    leaves them."""
     stored = {}
     for url, lastmod in lastmods.items():
-        if not isinstance(lastmod, str):
-            raise TypeError(f"a lastmod must be a str, not {lastmod!r}")
+        check_storable("a lastmod", lastmod)
         try:
             stored[normalize_url(url)] = lastmod
         except (TypeError, ValueError):

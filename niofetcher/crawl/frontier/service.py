@@ -35,6 +35,7 @@ from .base import (
     check_time,
     check_visit,
     normal_lastmods,
+    storable_text,
 )
 from .capabilities import HostLeases, NoRobotsStore, RobotsStore, WholeFile
 from .recent import RecentURLs
@@ -110,8 +111,8 @@ def prepare_additions(
         if parent not in parents:
             try:
                 parents[parent] = normalize_url(parent)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                parents[parent] = parent
+            except (TypeError, ValueError):  # kept as given: free text
+                parents[parent] = storable_text(parent) if isinstance(parent, str) else parent
             else:
                 if clean is not None:
                     parents[parent] = clean(parents[parent])  # type: ignore[arg-type]
@@ -389,8 +390,9 @@ class FrontierService:
         With ``retry_in`` (seconds >= 0, which the crawl's schedule gave:
         :meth:`~niofetcher.crawl.schedule.RetrySchedule.retry_in`), the URL waits again and is
         due that long from now by the frontier's clock; with None it becomes an 'error'.
-        ``status`` and ``error`` are recorded either way.  An 'error' given ``revisit_in`` (a revisit
-        policy) is due again that long from now (:meth:`wake`).
+        ``status`` and ``error`` are recorded either way (``error`` as any store can keep it: a lone
+        surrogate or a NUL escaped, :func:`~niofetcher.crawl.frontier.base.storable_text`).  An
+        'error' given ``revisit_in`` (a revisit policy) is due again that long from now (:meth:`wake`).
 
         Returns:
             The URL's new state, 'waiting' or 'error' ('refused' on a store shared by workers, when
@@ -402,7 +404,7 @@ class FrontierService:
         """
         wait = None if retry_in is None else check_time("retry_in", retry_in)
         again = None if revisit_in is None else check_time("revisit_in", revisit_in)
-        return self.store.fail(url, error, status, wait, again)
+        return self.store.fail(url, storable_text(error), status, wait, again)
 
     def release(self, urls: Iterable[str]) -> None:
         """Put claimed URLs back to 'waiting' without counting the attempt: they were not fetched (a
@@ -481,22 +483,23 @@ class FrontierService:
     def fingerprints(self, host: str) -> list[tuple[str, bytes, int]]:
         """Duplicate detection's fingerprints of ``host``'s done pages that duplicate nothing:
         (url, digest, simhash), as :meth:`store_fingerprints` kept them."""
-        return self.store.fingerprints(host)
+        return self.store.fingerprints(storable_text(host))
 
     def store_fingerprints(self, pages: Iterable[tuple[str, bytes, int, str | None]]) -> None:
         """For claimed URLs about to be completed, (url, digest, simhash, duplicate_of): a
         duplicate's ``duplicate_of`` on its row, the others' fingerprints for :meth:`fingerprints`;
         in the transaction of their outcomes."""
-        self.store.store_fingerprints(pages)
+        self.store.store_fingerprints([(storable_text(url), digest, simhash, None if of is None else storable_text(of))
+                                       for url, digest, simhash, of in pages])
 
     def robots(self, host: str) -> StoredRobots | None:
         """``host``'s robots.txt as the crawl fetched it in the last day, None when there is none
         to reuse (always, from a store without a robots.txt store)."""
-        return self._robots.robots(host)
+        return self._robots.robots(storable_text(host))
 
     def store_robots(self, host: str, status: int, body: bytes) -> None:
         """Keep what ``host``'s robots.txt said (2xx or 4xx), for :meth:`robots`."""
-        self._robots.store_robots(host, status, body)
+        self._robots.store_robots(storable_text(host), status, body)
 
     # -- host leases (capabilities.HostLeases) -------------------------------
 
