@@ -38,6 +38,7 @@ from niofetcher.crawl.frontier import FrontierBackend, FrontierError, FrontierEr
 from niofetcher.crawl.frontier.base import STATES, FrontierURL, Revisits, StoredURL, Visit
 from niofetcher.crawl.frontier.service import FrontierService
 from niofetcher.crawl.frontier.sqlite import frontier as sqlite_frontier
+from niofetcher.crawl.frontier.traps import TrapRules
 from niofetcher.crawl.schedule import RetrySchedule
 from niofetcher.urls import normalize_url
 
@@ -152,9 +153,11 @@ class CoreOnlyStore(SQLiteStore):
 
     name = "core-only"
 
-    def make(self, **options: Any) -> FrontierBackend:
-        store = sqlite_frontier.SQLiteStore(self.location, commit_interval=0.1, count_admitted=False, **options)
-        return FrontierService(CoreOnly(store))
+    def make(self, traps: TrapRules | None = None, **options: Any) -> FrontierBackend:
+        store = sqlite_frontier.SQLiteStore(self.location, commit_interval=0.1,
+                                            count_admitted=traps is not None and traps.max_pages_per_host is not None,
+                                            **options)
+        return FrontierService(CoreOnly(store), traps=traps)
 
     def kill(self, frontier: Any) -> None:
         self.kill_file(frontier.store.inner)
@@ -169,8 +172,8 @@ class InMemoryStore(Store):
         super().__init__(request, clock)
         self.place = Place()
 
-    def make(self, **options: Any) -> FrontierBackend:
-        return FrontierService(MemoryStore(self.place, **options))
+    def make(self, traps: TrapRules | None = None, **options: Any) -> FrontierBackend:
+        return FrontierService(MemoryStore(self.place, **options), traps=traps)
 
     def kill(self, frontier: Any) -> None:
         frontier.store.die()
@@ -892,6 +895,26 @@ def test_any_free_text_is_kept_escaped_where_a_store_could_not_keep_it(store: St
     assert stored(frontier, first.url).error == "ValueError: cannot handle caf\\udce9"
 
 
+def test_a_url_the_trap_rules_clean_is_found_in_the_form_it_was_added_in(store: Store) -> None:
+    """With strip_query_params, add() stores a URL without the parameters; looked up, given back,
+    completed (with its visit) or failed in the form it was added in, it is found all the same."""
+    frontier = store.open(traps=TrapRules(strip_query_params=("sid",)))
+    first, second = "http://a.test/p?sid=42", "http://a.test/q?x=1&sid=7"
+    assert frontier.add_many([(first, 0, None, 0), (second, 1, "http://a.test/?sid=1", 0)], {first: "2024-01-01"}) == 2
+    assert stored(frontier, first).url == "http://a.test/p" and stored(frontier, first).lastmod == "2024-01-01"
+    assert stored(frontier, second).url == "http://a.test/q?x=1" and stored(frontier, second).parent == "http://a.test/"
+    assert frontier.add(["http://a.test/p?sid=43"]) == 0  # another session, the same page
+    assert len(frontier.claim(2)) == 2
+    frontier.release([first])
+    assert (stored(frontier, first).state, stored(frontier, first).attempts) == ("waiting", 0)
+    assert [item.url for item in frontier.claim(2)] == ["http://a.test/p"]
+    frontier.complete_many([(first, 200)], visits={first: Visit(60.0, True, None, None, "ab" * 32)})
+    assert frontier.fail("http://a.test/q?sid=8&x=1", "boom") == "error"
+    assert (stored(frontier, first).state, stored(frontier, first).visits) == ("done", 1)
+    assert stored(frontier, second).state == "error"
+    assert frontier.counts() == {"waiting": 0, "processing": 0, "done": 1, "error": 1}
+
+
 # -- revisits (issue 27) --------------------------------------------------------
 
 
@@ -981,6 +1004,18 @@ def test_the_times_of_the_visits_are_kept_as_told_and_claims_carry_them(store: S
     with pytest.raises(ValueError):
         frontier.complete_many([], visits={a: Visit(1.0, True, None, None, None, None, -1.0, None)})
     frontier.close()
+
+
+def test_a_visit_is_kept_whatever_form_its_url_is_given_in(frontier: FrontierBackend, clock: FakeClock) -> None:
+    """complete_many() takes a claimed URL in any form, and its visit by the URL as given: the visit
+    is kept on the row the outcome found (SQLite looked for it under the form given, and dropped it)."""
+    frontier.add(["http://a.test/x"])
+    (claimed,) = frontier.claim(1)
+    given = "HTTP://A.TEST:80/x#top"
+    frontier.complete_many([(given, 200)], visits={given: Visit(60.0, True, '"e1"', None, "ab" * 32)})
+    kept = stored(frontier, claimed.url)
+    assert (kept.state, kept.visits, kept.etag, kept.digest, kept.next_due) == (
+        "done", 1, '"e1"', "ab" * 32, clock() + 60.0)
 
 
 def test_an_error_given_a_revisit_comes_round_again_with_fresh_attempts(frontier: FrontierBackend,

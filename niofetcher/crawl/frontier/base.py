@@ -358,8 +358,9 @@ def check_crawl_name(crawl: object) -> str:
     return name
 
 
-def normal_lastmods(lastmods: Mapping[str, str]) -> dict[str, str]:
-    """``lastmods`` (``{url: lastmod}``, an ``add_many()`` argument) by the stored form of each URL,
+def normal_lastmods(lastmods: Mapping[str, str], stored_form: Callable[[str], str] = normalize_url) -> dict[str, str]:
+    """``lastmods`` (``{url: lastmod}``, an ``add_many()`` argument) by the stored form of each URL
+    (``stored_form``: the service's, which the trap rules may clean),
     checked to be str that a store keeps as written (:func:`check_storable`: handed back with
     claims, it is not escaped); URLs the frontier would not take are left out, as ``add_many()``
     leaves them."""
@@ -367,7 +368,7 @@ def normal_lastmods(lastmods: Mapping[str, str]) -> dict[str, str]:
     for url, lastmod in lastmods.items():
         check_storable("a lastmod", lastmod)
         try:
-            stored[normalize_url(url)] = lastmod
+            stored[stored_form(url)] = lastmod
         except (TypeError, ValueError):
             continue
     return stored

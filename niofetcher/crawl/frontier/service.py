@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MODIFIED_SINCE_FETCH", "Additions", "FrontierService", "check_traps", "fit_host_budget", "lastmod_time",
-    "modified_times", "prepare_additions",
+    "modified_times", "prepare_additions", "stored_form",
 ]
 
 
@@ -64,6 +64,18 @@ class Additions(NamedTuple):
 
     def __bool__(self) -> bool:
         return bool(self.rows or self.lastmods or self.refused)
+
+
+def stored_form(traps: TrapRules | None) -> Callable[[str], str]:
+    """How a URL given in any form becomes the key a frontier with ``traps`` stores it by: its
+    normal form (:func:`normalize_url`), without the parameters the trap rules strip.  Every URL a
+    caller gives goes through it -- those added, their parents and lastmods, and those looked up,
+    given back, completed or failed -- so that each finds the row that adding it made.  The key
+    raises TypeError or ValueError for a URL the frontier does not take."""
+    clean = traps.cleaner.clean if traps is not None and traps.cleaner else None
+    if clean is None:
+        return normalize_url
+    return lambda url: clean(normalize_url(url))
 
 
 def prepare_additions(
@@ -82,16 +94,14 @@ def prepare_additions(
     hosts: dict[str, int] = {}
     checked: tuple[object, object] = (None, None)
     causes: Counter[str] = Counter()
-    clean = traps.cleaner.clean if traps is not None and traps.cleaner else None
+    key_of = stored_form(traps)
     check = traps.refusal if traps is not None and (traps.max_url_length or traps.max_path_repeats) else None
     memory = refused if refused is not None and traps else None
     for url, depth, parent, priority in entries:
         try:
-            key = normalize_url(url)
+            key = key_of(url)
         except ValueError:
             continue
-        if clean is not None:
-            key = clean(key)
         if memory is not None and (depth or parent is not None):  # never a seed
             if key in memory:
                 continue
@@ -110,12 +120,9 @@ def prepare_additions(
             continue
         if parent not in parents:
             try:
-                parents[parent] = normalize_url(parent)  # type: ignore[arg-type]
+                parents[parent] = key_of(parent)  # type: ignore[arg-type]
             except (TypeError, ValueError):  # kept as given: free text
                 parents[parent] = storable_text(parent) if isinstance(parent, str) else parent
-            else:
-                if clean is not None:
-                    parents[parent] = clean(parents[parent])  # type: ignore[arg-type]
         row = rows.get(key)
         if row is None:
             host = host_key(key)
@@ -124,9 +131,7 @@ def prepare_additions(
                 hosts[host] = priority
         elif depth < row[0]:
             row[0], row[2] = depth, parents[parent]
-    dated = normal_lastmods(lastmods) if lastmods else None
-    if dated and clean is not None:
-        dated = {clean(key): lastmod for key, lastmod in dated.items()}
+    dated = normal_lastmods(lastmods, key_of) if lastmods else None
     return Additions(rows, hosts, dated, causes)
 
 
@@ -248,6 +253,7 @@ class FrontierService:
         self.store = store
         #: The links :meth:`add_many` refused since this frontier was opened, by cause (traps.CAUSES).
         self.not_followed: Counter[str] = Counter()
+        self._key = stored_form(self.traps)
         self._refused_urls = RefusedURLs()
         self._recent = RecentURLs()  # known links skip the store (recent.py)
         self._rollbacks = store.rollbacks  # what the two memories above were true for
@@ -352,7 +358,7 @@ class FrontierService:
         Raises:
             ValueError: when ``url`` is not in 'processing'.
         """
-        self.store.finish([(url, status)], None, None)
+        self.store.finish([(self._given(url), status)], None, None)
 
     def complete_many(
         self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None,
@@ -378,8 +384,9 @@ class FrontierService:
                 anything is recorded.
         """
         entries = None if checkpoint is None else check_checkpoint(checkpoint)
-        checked = {url: check_visit(visit) for url, visit in visits.items()} if visits else None
-        rows = list(outcomes)
+        given = self._given
+        checked = {given(url): check_visit(visit) for url, visit in visits.items()} if visits else None
+        rows = [(given(url), status) for url, status in outcomes]
         if rows or entries is not None:
             self.store.finish(rows, entries, checked)
 
@@ -404,7 +411,7 @@ class FrontierService:
         """
         wait = None if retry_in is None else check_time("retry_in", retry_in)
         again = None if revisit_in is None else check_time("revisit_in", revisit_in)
-        return self.store.fail(url, storable_text(error), status, wait, again)
+        return self.store.fail(self._given(url), storable_text(error), status, wait, again)
 
     def release(self, urls: Iterable[str]) -> None:
         """Put claimed URLs back to 'waiting' without counting the attempt: they were not fetched (a
@@ -414,9 +421,17 @@ class FrontierService:
         keys = set()
         for url in urls:
             with contextlib.suppress(TypeError, ValueError):
-                keys.add(normalize_url(url))
+                keys.add(self._key(url))
         if keys:
             self.store.give_back(list(keys))
+
+    def _given(self, url: str) -> str:
+        """The stored form of a URL an outcome is recorded for; one the frontier would not take as
+        given, for the store to say why it cannot (``base.processing_key``)."""
+        try:
+            return self._key(url)
+        except (TypeError, ValueError):
+            return url
 
     def wake(self) -> int:
         """Done and error URLs whose ``next_due`` has come (by the frontier's clock) back to 'waiting',
@@ -468,7 +483,7 @@ class FrontierService:
         """``url`` (in any form that normalises to a known one) as the frontier keeps it, whichever
         worker wrote it last; None if unknown or invalid."""
         try:
-            key = normalize_url(url)
+            key = self._key(url)
         except (TypeError, ValueError):
             return None
         return self.store.lookup(key)
