@@ -683,6 +683,29 @@ def test_a_call_refused_inside_a_batch_rolls_the_batch_back(frontier: FrontierBa
     assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/0", "http://a.test/1", "http://b.test/0"]
 
 
+def test_the_refusals_of_a_batch_rolled_back_are_not_counted(store: Store) -> None:
+    """not_followed counts the links refused as the store keeps them: a call refused in a batch undoes
+    the batch, the refusals it stored among it, and the counts go with them -- found again, the
+    links are refused and counted once (they were counted twice: CrawlSummary.refused disagreed with
+    the refusals ``niofetcher status`` reads)."""
+    frontier = store.open(traps=TrapRules(max_pages_per_host=2, max_url_length=40))
+    page = "http://h.test/"
+    frontier.add([page])
+    links = [(f"http://h.test/{name}", 1, page, 0) for name in ("a", "b", "c", "x" * 50)]
+    refused = {"max_url_length": 1, "max_pages_per_host": 2}
+    with pytest.raises(ValueError), frontier.batch():
+        frontier.add_many(links)
+        assert frontier.not_followed == refused
+        frontier.fail("http://h.test/nothing", "x")
+    assert frontier.not_followed == {}
+    assert frontier.counts()["waiting"] == 1
+    with frontier.batch():  # the page's links again (the page fetched again)
+        frontier.add_many(links)
+    assert frontier.not_followed == refused
+    frontier.add_many(links)  # known or refused already: counted once
+    assert frontier.not_followed == refused and frontier.counts()["waiting"] == 2
+
+
 def test_a_batch_commits_once_at_its_end(store: Store) -> None:
     """What a batch does is kept all at its end and not before -- what survives a crash shows it --,
     and a block that raises by itself commits nothing on its way out; the next commit does."""

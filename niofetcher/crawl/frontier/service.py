@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -251,18 +251,29 @@ class FrontierService:
     def __init__(self, store: Store, *, traps: TrapRules | None = None) -> None:
         self.traps = check_traps(traps)
         self.store = store
-        #: The links :meth:`add_many` refused since this frontier was opened, by cause (traps.CAUSES).
-        self.not_followed: Counter[str] = Counter()
         self._key = stored_form(self.traps)
+        self._followed_not: Counter[str] = Counter()  # the refusals of not_followed the store committed
+        # Those of calls in the open batch() block, which a call refused in it undoes with the
+        # refusals it stored: counted once the block ends, forgotten when it is rolled back.
+        self._in_block: Counter[str] = Counter()
+        self._blocks = 0  # open batch() blocks (add_many's own among them)
         self._refused_urls = RefusedURLs()
         self._recent = RecentURLs()  # known links skip the store (recent.py)
-        self._rollbacks = store.rollbacks  # what the two memories above were true for
+        self._rollbacks = store.rollbacks  # what the memories above were true for
         self._woke_at = store.clock()  # the start of the due period (modified_times): the last wake(), or the opening
         leases, robots = isinstance(store, HostLeases), isinstance(store, RobotsStore)
         self._leases: HostLeases = store if leases else WholeFile()  # type: ignore[assignment]
         self._robots: RobotsStore = store if robots else NoRobotsStore()  # type: ignore[assignment]
         #: The capabilities the store lacks ("host_leases", "robots_store"): the frontier answers for it.
         self.lacks = frozenset(name for name, has in (("host_leases", leases), ("robots_store", robots)) if not has)
+
+    @property
+    def not_followed(self) -> Counter[str]:
+        """The links :meth:`add_many` refused since this frontier was opened, by cause (traps.CAUSES),
+        as the store keeps them: those of a call the store rolled back are not counted (found
+        again, they are refused again)."""
+        self._notice_rollbacks()
+        return self._followed_not + self._in_block
 
     # -- adding ------------------------------------------------------------
 
@@ -306,20 +317,24 @@ class FrontierService:
         store = self.store
         if store.closed:  # asked here: a batch of known links never reaches the store
             raise FrontierError(f"the frontier {store.describe()}", FrontierErrorKind.CLOSED)
-        if store.rollbacks != self._rollbacks:
-            # Undone: what was added lately may be gone, and a refusal for a host's budget went by
-            # counts that were undone.
-            self._recent.clear()
-            self._refused_urls.clear()
-            self._rollbacks = store.rollbacks
+        self._notice_rollbacks()
         traps = self.traps
         additions = prepare_additions(entries, lastmods, self._recent, traps, self._refused_urls)
         if traps is not None and traps.max_pages_per_host is not None and additions.rows:
-            with store.transaction():  # the counts read and the rows added, one unit
+            with self._block():  # the counts read and the rows added, one unit
                 additions = fit_host_budget(additions, traps.max_pages_per_host, store.admitted, store.known,
                                             self._refused_urls)
                 return self._insert(additions, wake_modified)
         return self._insert(additions, wake_modified)
+
+    def _notice_rollbacks(self) -> None:
+        if self.store.rollbacks != self._rollbacks:
+            # Undone: what was added lately may be gone, a refusal for a host's budget went by
+            # counts that were undone, and the refusals the block stored are gone with it.
+            self._recent.clear()
+            self._refused_urls.clear()
+            self._in_block.clear()
+            self._rollbacks = self.store.rollbacks
 
     def _insert(self, additions: Additions, wake_modified: bool) -> int:
         if not additions:
@@ -327,7 +342,8 @@ class FrontierService:
         modified = (modified_times(additions.lastmods, self.store.clock(), self._woke_at)
                     if wake_modified and additions.lastmods else None)
         added = self.store.insert(additions, modified)
-        self.not_followed.update(additions.refused)
+        # Outside a block the store committed them before it returned.
+        (self._in_block if self._blocks else self._followed_not).update(additions.refused)
         recent = self._recent
         for key, row in additions.rows.items():
             recent.added(key, row[0])
@@ -452,7 +468,21 @@ class FrontierService:
         release() for others, complete_many() with the outputs' checkpoint last -- and a
         crash must keep all of them or none.  A block that raises commits nothing on its way
         out (the next commit will, or a crash undoes it)."""
-        return self.store.transaction()
+        return self._block()
+
+    @contextlib.contextmanager
+    def _block(self) -> Iterator[None]:
+        self._blocks += 1
+        try:
+            with self.store.transaction():
+                yield
+        finally:
+            self._blocks -= 1
+            if not self._blocks:
+                # Its refusals count, unless a call in it undid the block (and them with it).
+                self._notice_rollbacks()
+                self._followed_not.update(self._in_block)
+                self._in_block.clear()
 
     def checkpoint(self) -> dict[str, int]:
         """The checkpoint entries stored by :meth:`complete_many`, committed (empty for a new frontier)."""
