@@ -35,7 +35,7 @@ from memory_store import MemoryStore, Place
 from test_frontier import FakeClock
 
 from niofetcher.crawl.frontier import FrontierBackend, FrontierError, FrontierErrorKind, open_frontier
-from niofetcher.crawl.frontier.base import STATES, FrontierURL, Revisits, StoredURL, Visit
+from niofetcher.crawl.frontier.base import MOST_BIGINT, MOST_INT, STATES, FrontierURL, Revisits, StoredURL, Visit
 from niofetcher.crawl.frontier.service import FrontierService
 from niofetcher.crawl.frontier.sqlite import frontier as sqlite_frontier
 from niofetcher.crawl.frontier.traps import TrapRules
@@ -379,6 +379,40 @@ def test_add_counts_new_urls_and_ignores_known_ones_in_any_form(frontier: Fronti
         frontier.add("http://a.test/oops")
     with pytest.raises(ValueError):
         frontier.add(["http://a.test/d"], depth=-1)
+
+
+def test_numbers_no_store_can_keep_are_refused_before_anything_is_stored(frontier: FrontierBackend) -> None:
+    """A depth, priority, checkpoint value or count out of the range every store keeps is refused
+    with ValueError, and nothing is stored: a depth past SQLite's claim limit was stored and never
+    claimed (while next_due said it was due), a value of 2**63 or more came back a float, a
+    max_depth that large raised OverflowError, and failures(since, -1) gave every row on SQLite.
+    The ends of each range are kept exactly."""
+    deep, low = "http://a.test/deep", "http://a.test/low"
+    for depth in (-1, MOST_INT + 1, 2**62 + 1, 2**64):
+        with pytest.raises(ValueError, match="depth"):
+            frontier.add([deep], depth=depth)
+        with pytest.raises(ValueError, match="depth"):
+            frontier.add_many([(deep, depth, "http://a.test/", 0)])
+    for priority in (MOST_INT + 1, -MOST_INT - 2, 2**64):
+        with pytest.raises(ValueError, match="priority"):
+            frontier.add([deep], priority=priority)
+    with pytest.raises(ValueError, match="checkpoint"):
+        frontier.complete_many([], {"out": MOST_BIGINT + 1})
+    assert frontier.lookup(deep) is None and frontier.counts()["waiting"] == 0 and frontier.checkpoint() == {}
+    for limit, max_depth in ((-1, None), (MOST_INT + 1, None), (1, -1)):
+        with pytest.raises(ValueError):
+            frontier.claim(limit, max_depth)
+    with pytest.raises(ValueError):
+        frontier.failures(0.0, -1)
+
+    frontier.add([deep], depth=MOST_INT, priority=MOST_INT)
+    frontier.add([low], priority=-MOST_INT - 1)
+    frontier.complete_many([], {"out": MOST_BIGINT})
+    assert frontier.checkpoint() == {"out": MOST_BIGINT} and isinstance(frontier.checkpoint()["out"], int)
+    assert [(item.url, item.priority) for item in frontier.claim(10, max_depth=MOST_INT - 1)] == [
+        (low, -MOST_INT - 1)]
+    assert [(item.url, item.depth, item.priority) for item in frontier.claim(10, max_depth=2**63)] == [
+        (deep, MOST_INT, MOST_INT)]
 
 
 def test_add_records_depth_parent_priority_and_discovery_time(frontier: FrontierBackend, clock: FakeClock) -> None:

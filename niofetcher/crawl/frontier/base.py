@@ -58,6 +58,8 @@ from typing import NamedTuple, Protocol
 from ...urls import host_key, normalize_url
 
 __all__ = [
+    "MOST_BIGINT",
+    "MOST_INT",
     "MOVED_OPTIONS",
     "ROBOTS_SECONDS",
     "STATES",
@@ -73,7 +75,9 @@ __all__ = [
     "WorkerStatus",
     "check_checkpoint",
     "check_crawl_name",
+    "check_depth",
     "check_int",
+    "check_priority",
     "check_storable",
     "check_time",
     "check_visit",
@@ -91,6 +95,13 @@ ROBOTS_SECONDS = 24 * 3600.0
 
 #: Every state a URL can be in, in the order of its life.
 STATES = ("waiting", "processing", "done", "error")
+
+#: The largest depth, priority and count a frontier takes: what every store keeps (PostgreSQL's
+#: INTEGER), so that a crawl keeps its URLs when moved; a priority is at least ``-MOST_INT - 1``.
+MOST_INT = 2**31 - 1
+
+#: The largest checkpoint value (a 64-bit signed integer, as SQLite and PostgreSQL's BIGINT keep it).
+MOST_BIGINT = 2**63 - 1
 
 #: The options a frontier took before the retry policy left it for the crawl's schedule (issue 26).
 MOVED_OPTIONS = ("max_attempts", "retry_delay", "max_retry_delay")
@@ -261,13 +272,27 @@ def unsigned64(value: int) -> int:
     return value & 0xFFFF_FFFF_FFFF_FFFF
 
 
-def check_int(name: str, value: object, minimum: int | None = None) -> int:
-    """``value``, checked to be an int (not a bool), at least ``minimum`` when given."""
+def check_int(name: str, value: object, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value``, checked to be an int (not a bool), at least ``minimum`` and at most ``maximum``
+    when given."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {value!r}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, not {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, not {value!r}")
     return value
+
+
+def check_depth(depth: object) -> int:
+    """A URL's depth, checked: an int from 0 to :data:`MOST_INT` (a deeper one would be stored and
+    never claimed, or not stored at all)."""
+    return check_int("depth", depth, 0, MOST_INT)
+
+
+def check_priority(priority: object) -> int:
+    """A URL's priority, checked: an int from ``-MOST_INT - 1`` to :data:`MOST_INT`."""
+    return check_int("priority", priority, -MOST_INT - 1, MOST_INT)
 
 
 def storable_text(text: str) -> str:
@@ -320,10 +345,11 @@ def check_visit(visit: Visit) -> Visit:
 
 
 def check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:
-    """``checkpoint`` as a dict, checked: str names a store keeps as they are, int values >= 0."""
+    """``checkpoint`` as a dict, checked: str names a store keeps as they are, int values from 0 to
+    :data:`MOST_BIGINT`."""
     entries = {}
     for name, value in checkpoint.items():
-        entries[check_storable("a checkpoint name", name)] = check_int(f"checkpoint[{name!r}]", value, 0)
+        entries[check_storable("a checkpoint name", name)] = check_int(f"checkpoint[{name!r}]", value, 0, MOST_BIGINT)
     return entries
 
 

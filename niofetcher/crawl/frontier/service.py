@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...urls import host_key, normalize_url
 from .base import (
+    MOST_INT,
     FrontierError,
     FrontierErrorKind,
     FrontierURL,
@@ -31,7 +32,9 @@ from .base import (
     StoredURL,
     Visit,
     check_checkpoint,
+    check_depth,
     check_int,
+    check_priority,
     check_time,
     check_visit,
     normal_lastmods,
@@ -87,8 +90,8 @@ def prepare_additions(
     depth).  With ``traps``, each URL is stored without the parameters they strip, and one they
     refuse is left out and counted (a seed -- depth 0, no parent -- is never refused); ``refused``
     remembers the refused ones, so that a link found again is neither checked nor counted twice.
-    Raises TypeError or ValueError for a depth or priority that is not an int (>= 0 for a
-    depth), before anything is stored."""
+    Raises TypeError or ValueError for a depth or priority that is not an int in its range
+    (``base.check_depth``, ``base.check_priority``), before anything is stored."""
     parents: dict[str | None, str | None] = {None: None}
     rows: dict[str, list[Any]] = {}
     hosts: dict[str, int] = {}
@@ -113,8 +116,8 @@ def prepare_additions(
         # The entries of a page share depth and priority: check them when they change (by
         # identity -- True == 1, but True is not 1).
         if depth is not checked[0] or priority is not checked[1]:
-            check_int("depth", depth, 0)
-            check_int("priority", priority)
+            check_depth(depth)
+            check_priority(priority)
             checked = (depth, priority)
         if recent.changes_nothing(key, depth):
             continue
@@ -291,8 +294,8 @@ class FrontierService:
         """
         if isinstance(urls, str):
             raise TypeError("add() takes an iterable of URLs; wrap a single URL in a list")
-        check_int("depth", depth, 0)
-        check_int("priority", priority)
+        check_depth(depth)
+        check_priority(priority)
         return self.add_many((url, depth, parent, priority) for url in urls)
 
     def add_many(
@@ -362,8 +365,14 @@ class FrontierService:
         the caller can take now: 0 skips the host this time.  Without it every host can take any
         number.  They move to 'processing' and their attempts go up by one, in one transaction:
         no URL is handed out twice, whichever thread asks.
+
+        Raises:
+            TypeError, ValueError: for a ``limit`` that is no int from 0 to ``base.MOST_INT``, or a
+                ``max_depth`` that is no int >= 0 (one of ``MOST_INT`` or more limits nothing).
         """
-        check_int("limit", limit, 0)
+        check_int("limit", limit, 0, MOST_INT)
+        if max_depth is not None and check_int("max_depth", max_depth, 0) >= MOST_INT:
+            max_depth = None  # deeper than any URL: no limit
         if limit == 0:
             return []
         return self.store.take(limit, max_depth, host_room)
@@ -506,8 +515,9 @@ class FrontierService:
 
     def failures(self, since: float, limit: int) -> list[tuple[str, str]]:
         """The first ``limit`` URLs that ended in 'error' at or after ``since`` (unix time), oldest
-        first, each with its error."""
-        return self.store.failures(since, limit)
+        first, each with its error.  TypeError or ValueError for a ``since`` that is no time
+        >= 0, a ``limit`` that is no int from 0 to ``base.MOST_INT``."""
+        return self.store.failures(check_time("since", since), check_int("limit", limit, 0, MOST_INT))
 
     def lookup(self, url: str) -> StoredURL | None:
         """``url`` (in any form that normalises to a known one) as the frontier keeps it, whichever
