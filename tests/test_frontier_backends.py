@@ -717,6 +717,31 @@ def test_a_call_refused_inside_a_batch_rolls_the_batch_back(frontier: FrontierBa
     assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/0", "http://a.test/1", "http://b.test/0"]
 
 
+def test_a_call_refused_inside_a_batch_undoes_the_batch_whatever_came_before(store: Store) -> None:
+    """A refused call undoes its batch whatever else the batch did or what came before it: an outcome
+    recorded in the batch goes with it (SQLite kept the batch then), and an outcome recorded before
+    the batch, still uncommitted on a store that commits outcomes in batches, stays (SQLite undid
+    the batch only when none was pending)."""
+    frontier = store.open(commit_every=128) if store.name == "sqlite" else store.open()
+    frontier.add(["http://p.test/0", "http://p.test/1"])
+    before, in_batch = frontier.claim(2)
+    frontier.complete_many([(before.url, 200)])  # pending on SQLite (128 outcomes a commit)
+    frontier.add(["http://a.test/0"])
+    with pytest.raises(ValueError), frontier.batch():
+        frontier.add(["http://a.test/1"])
+        assert len(frontier.claim(10)) == 2
+        frontier.complete_many([(in_batch.url, 200)], {"out": 1})
+        frontier.complete_many([("http://c.test/unknown", 200)])
+    assert [state_of(frontier, url) for url in (before.url, in_batch.url, "http://a.test/0", "http://a.test/1")] == [
+        "done", "processing", "waiting", None]
+    assert frontier.checkpoint() == {}
+    assert frontier.add(["http://a.test/1"]) == 1  # rolled back: new again
+    assert frontier.counts() == {"waiting": 2, "processing": 1, "done": 1, "error": 0}
+    store.crash(frontier)
+    frontier = store.open()
+    assert state_of(frontier, before.url) == "done"  # committed, not lost with the batch
+
+
 def test_the_refusals_of_a_batch_rolled_back_are_not_counted(store: Store) -> None:
     """not_followed counts the links refused as the store keeps them: a call refused in a batch undoes
     the batch, the refusals it stored among it, and the counts go with them -- found again, the
