@@ -41,7 +41,7 @@ from .base import (
     storable_text,
 )
 from .capabilities import HostLeases, NoRobotsStore, RobotsStore, WholeFile
-from .recent import RecentURLs
+from .recent import RecentKeys, RecentURLs
 from .traps import RefusedURLs, TrapRules
 
 if TYPE_CHECKING:
@@ -255,6 +255,9 @@ class FrontierService:
         self.traps = check_traps(traps)
         self.store = store
         self._key = stored_form(self.traps)
+        # The URLs claims handed out lately, stored forms all: an outcome's URL, given as claimed,
+        # is not normalised again (which a crawl's stream of links has pushed out of its cache).
+        self._claimed = RecentKeys()
         self._followed_not: Counter[str] = Counter()  # the refusals of not_followed the store committed
         # Those of calls in the open batch() block, which a call refused in it undoes with the
         # refusals it stored: counted once the block ends, forgotten when it is rolled back.
@@ -375,7 +378,10 @@ class FrontierService:
             max_depth = None  # deeper than any URL: no limit
         if limit == 0:
             return []
-        return self.store.take(limit, max_depth, host_room)
+        claimed = self.store.take(limit, max_depth, host_room)
+        for item in claimed:
+            self._claimed.add(item.url)
+        return claimed
 
     def complete(self, url: str, status: int | None) -> None:
         """Record that a claimed URL was fetched: processing → done (:meth:`complete_many` of one).
@@ -453,6 +459,8 @@ class FrontierService:
     def _given(self, url: str) -> str:
         """The stored form of a URL an outcome is recorded for; one the frontier would not take as
         given, for the store to say why it cannot (``base.processing_key``)."""
+        if url in self._claimed:
+            return url
         try:
             return self._key(url)
         except (TypeError, ValueError):
