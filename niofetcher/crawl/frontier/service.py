@@ -1,10 +1,12 @@
 """The frontier the crawler asks: :class:`FrontierService`, which holds a store (``store.py``) and
-does above it what would otherwise be the same in every store -- the preparation of ``add_many()``
+does above it what would otherwise be the same in every store -- the stored form of every URL a
+caller gives (:func:`stored_form`), the preparation of ``add_many()``
 (:func:`prepare_additions`: normalising, checking, the trap rules of ``traps.py``, the recent-URL
 filter, folding a batch's duplicates and its parents, the hosts of the batch), the per-host budget,
 which asks the store what it knows (:func:`fit_host_budget`), a sitemap's dates as times
-(:func:`modified_times`), the argument checks, the answers of a capability the store lacks, the
-context manager and the repr.
+(:func:`modified_times`), the argument checks and the free texts as every store can keep them
+(``base.storable_text``), the refusals counted as the store keeps them (a rolled-back batch's
+not), the answers of a capability the store lacks, the context manager and the repr.
 
 A crawler adds about 50 links a page, most of them known, so this loop runs for every link found:
 it stays one pass with nothing called per URL that a batch shares (the depth and priority of a
