@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import random
 import shutil
@@ -31,10 +32,12 @@ from typing import Any
 import pytest
 from conftest import run_threads
 
+from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler
 from niofetcher.crawl.frontier import STATES, Frontier, FrontierError, FrontierURL, schema
 from niofetcher.crawl.frontier.base import ROBOTS_SECONDS
 from niofetcher.crawl.frontier.schema import CLAIM_ROWS, SCHEMA_VERSION
 from niofetcher.crawl.schedule import RetrySchedule
+from niofetcher.testing import TestSite
 from niofetcher.urls import normalize_url
 
 # The crawl's retry policy, which a test asks as the crawler does: fail() is told the wait.
@@ -1169,3 +1172,32 @@ def test_the_table_as_a_user_reads_it(frontier: Frontier, db: Path, clock: FakeC
     plan = " ".join(str(row[3]) for row in conn.execute("EXPLAIN QUERY PLAN " + CLAIM_ROWS, (0, "[]", 5, 10, 0)))
     assert "urls_host_queue" in plan and "TEMP B-TREE" not in plan  # each host's queue is an index: no sort
     conn.close()
+
+
+@pytest.mark.timeout(30)
+def test_an_on_page_exception_whose_text_sqlite_cannot_encode_fails_only_its_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The message of an on_page exception becomes the page's error text; one holding a lone
+    surrogate (a page's bytes decoded with surrogateescape) ends that page 'error', its text
+    escaped, and the crawl goes on to its end, instead of dying with UnicodeEncodeError in fail()."""
+    db = tmp_path / "crawl.sqlite"
+    # The crawl logs the exception, surrogate and all, and pytest-xdist sends a test's captured log
+    # to its controller as UTF-8: the record would end the test session, not the crawl.
+    monkeypatch.setattr(logging.getLogger("niofetcher"), "disabled", True)
+
+    title = b"caf\xe9".decode("utf-8", "surrogateescape")
+
+    def explode(page: CrawledPage) -> None:
+        if page.url.endswith("/page/3"):
+            raise ValueError(f"cannot handle title {title}")
+
+    with TestSite(hosts=1, pages=10, max_seconds=30) as site:
+        summary = Crawler(CrawlConfig(seeds=[site.base_urls[0]], db_path=str(db)), explode).run()
+        bad = site.base_urls[0] + "page/3"
+    assert summary.errors == {"on_page_failed": 1}
+    assert summary.counts["waiting"] == summary.counts["processing"] == 0 and summary.counts["error"] == 1
+    with Frontier(db) as frontier:
+        entry = frontier.lookup(bad)
+    assert entry is not None and entry.state == "error"
+    assert entry.error == "ValueError: cannot handle title caf\\udce9"

@@ -35,9 +35,10 @@ from memory_store import MemoryStore, Place
 from test_frontier import FakeClock
 
 from niofetcher.crawl.frontier import FrontierBackend, FrontierError, FrontierErrorKind, open_frontier
-from niofetcher.crawl.frontier.base import STATES, FrontierURL, Revisits, StoredURL, Visit
+from niofetcher.crawl.frontier.base import MOST_BIGINT, MOST_INT, STATES, FrontierURL, Revisits, StoredURL, Visit
 from niofetcher.crawl.frontier.service import FrontierService
 from niofetcher.crawl.frontier.sqlite import frontier as sqlite_frontier
+from niofetcher.crawl.frontier.traps import TrapRules
 from niofetcher.crawl.schedule import RetrySchedule
 from niofetcher.urls import normalize_url
 
@@ -152,9 +153,11 @@ class CoreOnlyStore(SQLiteStore):
 
     name = "core-only"
 
-    def make(self, **options: Any) -> FrontierBackend:
-        store = sqlite_frontier.SQLiteStore(self.location, commit_interval=0.1, count_admitted=False, **options)
-        return FrontierService(CoreOnly(store))
+    def make(self, traps: TrapRules | None = None, **options: Any) -> FrontierBackend:
+        store = sqlite_frontier.SQLiteStore(self.location, commit_interval=0.1,
+                                            count_admitted=traps is not None and traps.max_pages_per_host is not None,
+                                            **options)
+        return FrontierService(CoreOnly(store), traps=traps)
 
     def kill(self, frontier: Any) -> None:
         self.kill_file(frontier.store.inner)
@@ -169,8 +172,8 @@ class InMemoryStore(Store):
         super().__init__(request, clock)
         self.place = Place()
 
-    def make(self, **options: Any) -> FrontierBackend:
-        return FrontierService(MemoryStore(self.place, **options))
+    def make(self, traps: TrapRules | None = None, **options: Any) -> FrontierBackend:
+        return FrontierService(MemoryStore(self.place, **options), traps=traps)
 
     def kill(self, frontier: Any) -> None:
         frontier.store.die()
@@ -376,6 +379,40 @@ def test_add_counts_new_urls_and_ignores_known_ones_in_any_form(frontier: Fronti
         frontier.add("http://a.test/oops")
     with pytest.raises(ValueError):
         frontier.add(["http://a.test/d"], depth=-1)
+
+
+def test_numbers_no_store_can_keep_are_refused_before_anything_is_stored(frontier: FrontierBackend) -> None:
+    """A depth, priority, checkpoint value or count out of the range every store keeps is refused
+    with ValueError, and nothing is stored: a depth past SQLite's claim limit was stored and never
+    claimed (while next_due said it was due), a value of 2**63 or more came back a float, a
+    max_depth that large raised OverflowError, and failures(since, -1) gave every row on SQLite.
+    The ends of each range are kept exactly."""
+    deep, low = "http://a.test/deep", "http://a.test/low"
+    for depth in (-1, MOST_INT + 1, 2**62 + 1, 2**64):
+        with pytest.raises(ValueError, match="depth"):
+            frontier.add([deep], depth=depth)
+        with pytest.raises(ValueError, match="depth"):
+            frontier.add_many([(deep, depth, "http://a.test/", 0)])
+    for priority in (MOST_INT + 1, -MOST_INT - 2, 2**64):
+        with pytest.raises(ValueError, match="priority"):
+            frontier.add([deep], priority=priority)
+    with pytest.raises(ValueError, match="checkpoint"):
+        frontier.complete_many([], {"out": MOST_BIGINT + 1})
+    assert frontier.lookup(deep) is None and frontier.counts()["waiting"] == 0 and frontier.checkpoint() == {}
+    for limit, max_depth in ((-1, None), (MOST_INT + 1, None), (1, -1)):
+        with pytest.raises(ValueError):
+            frontier.claim(limit, max_depth)
+    with pytest.raises(ValueError):
+        frontier.failures(0.0, -1)
+
+    frontier.add([deep], depth=MOST_INT, priority=MOST_INT)
+    frontier.add([low], priority=-MOST_INT - 1)
+    frontier.complete_many([], {"out": MOST_BIGINT})
+    assert frontier.checkpoint() == {"out": MOST_BIGINT} and isinstance(frontier.checkpoint()["out"], int)
+    assert [(item.url, item.priority) for item in frontier.claim(10, max_depth=MOST_INT - 1)] == [
+        (low, -MOST_INT - 1)]
+    assert [(item.url, item.depth, item.priority) for item in frontier.claim(10, max_depth=2**63)] == [
+        (deep, MOST_INT, MOST_INT)]
 
 
 def test_add_records_depth_parent_priority_and_discovery_time(frontier: FrontierBackend, clock: FakeClock) -> None:
@@ -680,6 +717,54 @@ def test_a_call_refused_inside_a_batch_rolls_the_batch_back(frontier: FrontierBa
     assert sorted(c.url for c in frontier.claim(10)) == ["http://a.test/0", "http://a.test/1", "http://b.test/0"]
 
 
+def test_a_call_refused_inside_a_batch_undoes_the_batch_whatever_came_before(store: Store) -> None:
+    """A refused call undoes its batch whatever else the batch did or what came before it: an outcome
+    recorded in the batch goes with it (SQLite kept the batch then), and an outcome recorded before
+    the batch, still uncommitted on a store that commits outcomes in batches, stays (SQLite undid
+    the batch only when none was pending)."""
+    frontier = store.open(commit_every=128) if store.name == "sqlite" else store.open()
+    frontier.add(["http://p.test/0", "http://p.test/1"])
+    before, in_batch = frontier.claim(2)
+    frontier.complete_many([(before.url, 200)])  # pending on SQLite (128 outcomes a commit)
+    frontier.add(["http://a.test/0"])
+    with pytest.raises(ValueError), frontier.batch():
+        frontier.add(["http://a.test/1"])
+        assert len(frontier.claim(10)) == 2
+        frontier.complete_many([(in_batch.url, 200)], {"out": 1})
+        frontier.complete_many([("http://c.test/unknown", 200)])
+    assert [state_of(frontier, url) for url in (before.url, in_batch.url, "http://a.test/0", "http://a.test/1")] == [
+        "done", "processing", "waiting", None]
+    assert frontier.checkpoint() == {}
+    assert frontier.add(["http://a.test/1"]) == 1  # rolled back: new again
+    assert frontier.counts() == {"waiting": 2, "processing": 1, "done": 1, "error": 0}
+    store.crash(frontier)
+    frontier = store.open()
+    assert state_of(frontier, before.url) == "done"  # committed, not lost with the batch
+
+
+def test_the_refusals_of_a_batch_rolled_back_are_not_counted(store: Store) -> None:
+    """not_followed counts the links refused as the store keeps them: a call refused in a batch undoes
+    the batch, the refusals it stored among it, and the counts go with them -- found again, the
+    links are refused and counted once (they were counted twice: CrawlSummary.refused disagreed with
+    the refusals ``niofetcher status`` reads)."""
+    frontier = store.open(traps=TrapRules(max_pages_per_host=2, max_url_length=40))
+    page = "http://h.test/"
+    frontier.add([page])
+    links = [(f"http://h.test/{name}", 1, page, 0) for name in ("a", "b", "c", "x" * 50)]
+    refused = {"max_url_length": 1, "max_pages_per_host": 2}
+    with pytest.raises(ValueError), frontier.batch():
+        frontier.add_many(links)
+        assert frontier.not_followed == refused
+        frontier.fail("http://h.test/nothing", "x")
+    assert frontier.not_followed == {}
+    assert frontier.counts()["waiting"] == 1
+    with frontier.batch():  # the page's links again (the page fetched again)
+        frontier.add_many(links)
+    assert frontier.not_followed == refused
+    frontier.add_many(links)  # known or refused already: counted once
+    assert frontier.not_followed == refused and frontier.counts()["waiting"] == 2
+
+
 def test_a_batch_commits_once_at_its_end(store: Store) -> None:
     """What a batch does is kept all at its end and not before -- what survives a crash shows it --,
     and a block that raises by itself commits nothing on its way out; the next commit does."""
@@ -861,6 +946,57 @@ def test_failures_are_the_first_errors_since_a_time_with_why(frontier: FrontierB
     assert frontier.failures(since, 1) == [(second.url, "HTTP 404 Not Found")]
 
 
+def test_any_free_text_is_kept_escaped_where_a_store_could_not_keep_it(store: Store) -> None:
+    """An error text with a lone surrogate (text decoded with surrogateescape: an on_page exception's
+    message about a page's bytes) or a NUL is kept escaped, not refused -- a refusal failed the call,
+    and with it the crawl and every resume; so is a robots.txt answer's host.  A lastmod or a
+    checkpoint name, handed back as given, is refused instead, before anything is stored."""
+    frontier = store.open()
+    frontier.add(urls(3))
+    first, second, third = frontier.claim(3)
+    surrogate = b"caf\xe9".decode("utf-8", "surrogateescape")
+    assert frontier.fail(first.url, f"ValueError: cannot handle {surrogate}") == "error"
+    assert frontier.fail(second.url, "ValueError: nul \x00 here", retry_in=0.0) == "waiting"
+    frontier.complete_many([(third.url, 200)])
+    assert stored(frontier, first.url).error == "ValueError: cannot handle caf\\udce9"
+    assert stored(frontier, second.url).error == "ValueError: nul \\x00 here"
+    assert frontier.failures(0.0, 5) == [(first.url, "ValueError: cannot handle caf\\udce9")]
+    # A host no URL has (normal forms hold no surrogate): nothing kept of it, and no error.
+    assert frontier.fingerprints(f"http://a.test{surrogate}") == []
+    frontier.store_robots(f"http://a.test{surrogate}\x00", 200, b"User-agent: *\n")
+    frontier.robots(f"http://a.test{surrogate}\x00")
+    for bad in (f"2024-01-0{surrogate}", "2024\x00"):
+        with pytest.raises(ValueError, match="lastmod"):
+            frontier.add_many([("http://a.test/dated", 0, None, 0)], {"http://a.test/dated": bad})
+        with pytest.raises(ValueError, match="checkpoint name"):
+            frontier.complete_many([], {bad: 1})
+    assert frontier.lookup("http://a.test/dated") is None and frontier.checkpoint() == {}
+    assert [item.url for item in frontier.claim(5)] == [second.url]  # every claim still works
+    frontier.close()
+    frontier = store.open()  # and so does a resume
+    assert stored(frontier, first.url).error == "ValueError: cannot handle caf\\udce9"
+
+
+def test_a_url_the_trap_rules_clean_is_found_in_the_form_it_was_added_in(store: Store) -> None:
+    """With strip_query_params, add() stores a URL without the parameters; looked up, given back,
+    completed (with its visit) or failed in the form it was added in, it is found all the same."""
+    frontier = store.open(traps=TrapRules(strip_query_params=("sid",)))
+    first, second = "http://a.test/p?sid=42", "http://a.test/q?x=1&sid=7"
+    assert frontier.add_many([(first, 0, None, 0), (second, 1, "http://a.test/?sid=1", 0)], {first: "2024-01-01"}) == 2
+    assert stored(frontier, first).url == "http://a.test/p" and stored(frontier, first).lastmod == "2024-01-01"
+    assert stored(frontier, second).url == "http://a.test/q?x=1" and stored(frontier, second).parent == "http://a.test/"
+    assert frontier.add(["http://a.test/p?sid=43"]) == 0  # another session, the same page
+    assert len(frontier.claim(2)) == 2
+    frontier.release([first])
+    assert (stored(frontier, first).state, stored(frontier, first).attempts) == ("waiting", 0)
+    assert [item.url for item in frontier.claim(2)] == ["http://a.test/p"]
+    frontier.complete_many([(first, 200)], visits={first: Visit(60.0, True, None, None, "ab" * 32)})
+    assert frontier.fail("http://a.test/q?sid=8&x=1", "boom") == "error"
+    assert (stored(frontier, first).state, stored(frontier, first).visits) == ("done", 1)
+    assert stored(frontier, second).state == "error"
+    assert frontier.counts() == {"waiting": 0, "processing": 0, "done": 1, "error": 1}
+
+
 # -- revisits (issue 27) --------------------------------------------------------
 
 
@@ -950,6 +1086,18 @@ def test_the_times_of_the_visits_are_kept_as_told_and_claims_carry_them(store: S
     with pytest.raises(ValueError):
         frontier.complete_many([], visits={a: Visit(1.0, True, None, None, None, None, -1.0, None)})
     frontier.close()
+
+
+def test_a_visit_is_kept_whatever_form_its_url_is_given_in(frontier: FrontierBackend, clock: FakeClock) -> None:
+    """complete_many() takes a claimed URL in any form, and its visit by the URL as given: the visit
+    is kept on the row the outcome found (SQLite looked for it under the form given, and dropped it)."""
+    frontier.add(["http://a.test/x"])
+    (claimed,) = frontier.claim(1)
+    given = "HTTP://A.TEST:80/x#top"
+    frontier.complete_many([(given, 200)], visits={given: Visit(60.0, True, '"e1"', None, "ab" * 32)})
+    kept = stored(frontier, claimed.url)
+    assert (kept.state, kept.visits, kept.etag, kept.digest, kept.next_due) == (
+        "done", 1, '"e1"', "ab" * 32, clock() + 60.0)
 
 
 def test_an_error_given_a_revisit_comes_round_again_with_fresh_attempts(frontier: FrontierBackend,

@@ -58,6 +58,8 @@ from typing import NamedTuple, Protocol
 from ...urls import host_key, normalize_url
 
 __all__ = [
+    "MOST_BIGINT",
+    "MOST_INT",
     "MOVED_OPTIONS",
     "ROBOTS_SECONDS",
     "STATES",
@@ -73,13 +75,17 @@ __all__ = [
     "WorkerStatus",
     "check_checkpoint",
     "check_crawl_name",
+    "check_depth",
     "check_int",
+    "check_priority",
+    "check_storable",
     "check_time",
     "check_visit",
     "normal_lastmods",
     "processing_key",
     "refuse_moved_options",
     "signed64",
+    "storable_text",
     "unsigned64",
 ]
 
@@ -89,6 +95,13 @@ ROBOTS_SECONDS = 24 * 3600.0
 
 #: Every state a URL can be in, in the order of its life.
 STATES = ("waiting", "processing", "done", "error")
+
+#: The largest depth, priority and count a frontier takes: what every store keeps (PostgreSQL's
+#: INTEGER), so that a crawl keeps its URLs when moved; a priority is at least ``-MOST_INT - 1``.
+MOST_INT = 2**31 - 1
+
+#: The largest checkpoint value (a 64-bit signed integer, as SQLite and PostgreSQL's BIGINT keep it).
+MOST_BIGINT = 2**63 - 1
 
 #: The options a frontier took before the retry policy left it for the crawl's schedule (issue 26).
 MOVED_OPTIONS = ("max_attempts", "retry_delay", "max_retry_delay")
@@ -259,13 +272,50 @@ def unsigned64(value: int) -> int:
     return value & 0xFFFF_FFFF_FFFF_FFFF
 
 
-def check_int(name: str, value: object, minimum: int | None = None) -> int:
-    """``value``, checked to be an int (not a bool), at least ``minimum`` when given."""
+def check_int(name: str, value: object, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value``, checked to be an int (not a bool), at least ``minimum`` and at most ``maximum``
+    when given."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {value!r}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, not {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, not {value!r}")
     return value
+
+
+def check_depth(depth: object) -> int:
+    """A URL's depth, checked: an int from 0 to :data:`MOST_INT` (a deeper one would be stored and
+    never claimed, or not stored at all)."""
+    return check_int("depth", depth, 0, MOST_INT)
+
+
+def check_priority(priority: object) -> int:
+    """A URL's priority, checked: an int from ``-MOST_INT - 1`` to :data:`MOST_INT`."""
+    return check_int("priority", priority, -MOST_INT - 1, MOST_INT)
+
+
+def storable_text(text: str) -> str:
+    """``text`` as every store can keep it: a lone surrogate (text decoded with ``surrogateescape``:
+    a page's bytes, a file name) as its ``\\udcXX`` escape, which UTF-8 cannot encode, and NUL as
+    ``\\x00``, which PostgreSQL's text refuses; any other text as it is.  A free text the crawl hands
+    over (an error's message, an ``on_page`` exception's among them) is stored so, rather than fail
+    the call that records it -- and with it the crawl, at every resume."""
+    if not isinstance(text, str):
+        raise TypeError(f"text to store must be a str, not {text!r}")
+    if text.isascii() and "\x00" not in text:  # nearly every text: nothing to escape
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def check_storable(name: str, text: object) -> str:
+    """``text``, checked to be a str that :func:`storable_text` keeps as it is: one a caller looks
+    things up by (a lastmod, a checkpoint name) is refused rather than changed."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, not {text!r}")
+    if storable_text(text) != text:
+        raise ValueError(f"{name} must be text a frontier can store (no NUL, no lone surrogate), not {text!r}")
+    return text
 
 
 def check_time(name: str, value: object) -> float:
@@ -278,24 +328,28 @@ def check_time(name: str, value: object) -> float:
 
 
 def check_visit(visit: Visit) -> Visit:
-    """``visit`` with its times checked by :func:`check_time` (each optional one when there is one)."""
+    """``visit`` with its times checked by :func:`check_time` (each optional one when there is one)
+    and its texts as a store keeps them (:func:`storable_text`)."""
 
     def optional(name: str, value: float | None) -> float | None:
         return None if value is None else check_time(name, value)
 
+    def text(value: str | None) -> str | None:  # a response header's: kept, sent back on the next visit
+        return None if value is None else storable_text(value)
+
     return visit._replace(revisit_in=check_time("revisit_in", visit.revisit_in),
+                          etag=text(visit.etag), last_modified=text(visit.last_modified), digest=text(visit.digest),
                           captured_at=optional("captured_at", visit.captured_at),
                           changed_time=optional("changed_time", visit.changed_time),
                           unchanged_time=optional("unchanged_time", visit.unchanged_time))
 
 
 def check_checkpoint(checkpoint: Mapping[str, int]) -> dict[str, int]:
-    """``checkpoint`` as a dict, checked: str names, int values >= 0."""
+    """``checkpoint`` as a dict, checked: str names a store keeps as they are, int values from 0 to
+    :data:`MOST_BIGINT`."""
     entries = {}
     for name, value in checkpoint.items():
-        if not isinstance(name, str):
-            raise TypeError(f"checkpoint names must be str, not {name!r}")
-        entries[name] = check_int(f"checkpoint[{name!r}]", value, 0)
+        entries[check_storable("a checkpoint name", name)] = check_int(f"checkpoint[{name!r}]", value, 0, MOST_BIGINT)
     return entries
 
 
@@ -330,15 +384,17 @@ def check_crawl_name(crawl: object) -> str:
     return name
 
 
-def normal_lastmods(lastmods: Mapping[str, str]) -> dict[str, str]:
-    """``lastmods`` (``{url: lastmod}``, an ``add_many()`` argument) by the stored form of each URL,
-    checked to be str; URLs the frontier would not take are left out, as ``add_many()`` leaves them."""
+def normal_lastmods(lastmods: Mapping[str, str], stored_form: Callable[[str], str] = normalize_url) -> dict[str, str]:
+    """``lastmods`` (``{url: lastmod}``, an ``add_many()`` argument) by the stored form of each URL
+    (``stored_form``: the service's, which the trap rules may clean),
+    checked to be str that a store keeps as written (:func:`check_storable`: handed back with
+    claims, it is not escaped); URLs the frontier would not take are left out, as ``add_many()``
+    leaves them."""
     stored = {}
     for url, lastmod in lastmods.items():
-        if not isinstance(lastmod, str):
-            raise TypeError(f"a lastmod must be a str, not {lastmod!r}")
+        check_storable("a lastmod", lastmod)
         try:
-            stored[normalize_url(url)] = lastmod
+            stored[stored_form(url)] = lastmod
         except (TypeError, ValueError):
             continue
     return stored

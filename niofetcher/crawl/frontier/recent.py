@@ -1,4 +1,6 @@
-"""The URLs a frontier added lately, with their depth: a known link skips the database.
+"""The URLs a frontier added lately, with their depth: a known link skips the database; and
+:class:`RecentKeys`, a bounded memory of strings a frontier saw lately (links it refused, URLs
+its claims handed out).
 
 Most links a crawler finds are known already -- a site's menu is on every page -- and a known URL
 costs an index probe in the database and a read of its row (for the depth rule), which grow with
@@ -10,7 +12,7 @@ more than ``2 * size`` URLs kept, however big the frontier grows.
 
 from __future__ import annotations
 
-__all__ = ["RecentURLs"]
+__all__ = ["RecentKeys", "RecentURLs"]
 
 
 class RecentURLs:
@@ -44,5 +46,29 @@ class RecentURLs:
 
     def clear(self) -> None:
         """Forget everything (a rollback may have taken back what was added)."""
+        self._new.clear()
+        self._old.clear()
+
+
+class RecentKeys:
+    """Strings seen lately: two generations of a set, like :class:`RecentURLs`, never more than
+    ``2 * size`` kept."""
+
+    def __init__(self, size: int = 50_000) -> None:
+        self._size = size
+        self._new: set[str] = set()
+        self._old: set[str] = set()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._new or key in self._old
+
+    def add(self, key: str) -> None:
+        """Remember ``key``."""
+        if len(self._new) >= self._size:
+            self._old, self._new = self._new, set()
+        self._new.add(key)
+
+    def clear(self) -> None:
+        """Forget them all."""
         self._new.clear()
         self._old.clear()

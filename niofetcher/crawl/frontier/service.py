@@ -1,10 +1,12 @@
 """The frontier the crawler asks: :class:`FrontierService`, which holds a store (``store.py``) and
-does above it what would otherwise be the same in every store -- the preparation of ``add_many()``
+does above it what would otherwise be the same in every store -- the stored form of every URL a
+caller gives (:func:`stored_form`), the preparation of ``add_many()``
 (:func:`prepare_additions`: normalising, checking, the trap rules of ``traps.py``, the recent-URL
 filter, folding a batch's duplicates and its parents, the hosts of the batch), the per-host budget,
 which asks the store what it knows (:func:`fit_host_budget`), a sitemap's dates as times
-(:func:`modified_times`), the argument checks, the answers of a capability the store lacks, the
-context manager and the repr.
+(:func:`modified_times`), the argument checks and the free texts as every store can keep them
+(``base.storable_text``), the refusals counted as the store keeps them (a rolled-back batch's
+not), the answers of a capability the store lacks, the context manager and the repr.
 
 A crawler adds about 50 links a page, most of them known, so this loop runs for every link found:
 it stays one pass with nothing called per URL that a batch shares (the depth and priority of a
@@ -16,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...urls import host_key, normalize_url
 from .base import (
+    MOST_INT,
     FrontierError,
     FrontierErrorKind,
     FrontierURL,
@@ -31,13 +34,16 @@ from .base import (
     StoredURL,
     Visit,
     check_checkpoint,
+    check_depth,
     check_int,
+    check_priority,
     check_time,
     check_visit,
     normal_lastmods,
+    storable_text,
 )
 from .capabilities import HostLeases, NoRobotsStore, RobotsStore, WholeFile
-from .recent import RecentURLs
+from .recent import RecentKeys, RecentURLs
 from .traps import RefusedURLs, TrapRules
 
 if TYPE_CHECKING:
@@ -47,7 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MODIFIED_SINCE_FETCH", "Additions", "FrontierService", "check_traps", "fit_host_budget", "lastmod_time",
-    "modified_times", "prepare_additions",
+    "modified_times", "prepare_additions", "stored_form",
 ]
 
 
@@ -65,6 +71,18 @@ class Additions(NamedTuple):
         return bool(self.rows or self.lastmods or self.refused)
 
 
+def stored_form(traps: TrapRules | None) -> Callable[[str], str]:
+    """How a URL given in any form becomes the key a frontier with ``traps`` stores it by: its
+    normal form (:func:`normalize_url`), without the parameters the trap rules strip.  Every URL a
+    caller gives goes through it -- those added, their parents and lastmods, and those looked up,
+    given back, completed or failed -- so that each finds the row that adding it made.  The key
+    raises TypeError or ValueError for a URL the frontier does not take."""
+    clean = traps.cleaner.clean if traps is not None and traps.cleaner else None
+    if clean is None:
+        return normalize_url
+    return lambda url: clean(normalize_url(url))
+
+
 def prepare_additions(
     entries: Iterable[tuple[str, int, str | None, int]], lastmods: Mapping[str, str] | None, recent: RecentURLs,
     traps: TrapRules | None = None, refused: RefusedURLs | None = None,
@@ -74,23 +92,21 @@ def prepare_additions(
     depth).  With ``traps``, each URL is stored without the parameters they strip, and one they
     refuse is left out and counted (a seed -- depth 0, no parent -- is never refused); ``refused``
     remembers the refused ones, so that a link found again is neither checked nor counted twice.
-    Raises TypeError or ValueError for a depth or priority that is not an int (>= 0 for a
-    depth), before anything is stored."""
+    Raises TypeError or ValueError for a depth or priority that is not an int in its range
+    (``base.check_depth``, ``base.check_priority``), before anything is stored."""
     parents: dict[str | None, str | None] = {None: None}
     rows: dict[str, list[Any]] = {}
     hosts: dict[str, int] = {}
     checked: tuple[object, object] = (None, None)
     causes: Counter[str] = Counter()
-    clean = traps.cleaner.clean if traps is not None and traps.cleaner else None
+    key_of = stored_form(traps)
     check = traps.refusal if traps is not None and (traps.max_url_length or traps.max_path_repeats) else None
     memory = refused if refused is not None and traps else None
     for url, depth, parent, priority in entries:
         try:
-            key = normalize_url(url)
+            key = key_of(url)
         except ValueError:
             continue
-        if clean is not None:
-            key = clean(key)
         if memory is not None and (depth or parent is not None):  # never a seed
             if key in memory:
                 continue
@@ -102,19 +118,16 @@ def prepare_additions(
         # The entries of a page share depth and priority: check them when they change (by
         # identity -- True == 1, but True is not 1).
         if depth is not checked[0] or priority is not checked[1]:
-            check_int("depth", depth, 0)
-            check_int("priority", priority)
+            check_depth(depth)
+            check_priority(priority)
             checked = (depth, priority)
         if recent.changes_nothing(key, depth):
             continue
         if parent not in parents:
             try:
-                parents[parent] = normalize_url(parent)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                parents[parent] = parent
-            else:
-                if clean is not None:
-                    parents[parent] = clean(parents[parent])  # type: ignore[arg-type]
+                parents[parent] = key_of(parent)  # type: ignore[arg-type]
+            except (TypeError, ValueError):  # kept as given: free text
+                parents[parent] = storable_text(parent) if isinstance(parent, str) else parent
         row = rows.get(key)
         if row is None:
             host = host_key(key)
@@ -123,9 +136,7 @@ def prepare_additions(
                 hosts[host] = priority
         elif depth < row[0]:
             row[0], row[2] = depth, parents[parent]
-    dated = normal_lastmods(lastmods) if lastmods else None
-    if dated and clean is not None:
-        dated = {clean(key): lastmod for key, lastmod in dated.items()}
+    dated = normal_lastmods(lastmods, key_of) if lastmods else None
     return Additions(rows, hosts, dated, causes)
 
 
@@ -245,17 +256,32 @@ class FrontierService:
     def __init__(self, store: Store, *, traps: TrapRules | None = None) -> None:
         self.traps = check_traps(traps)
         self.store = store
-        #: The links :meth:`add_many` refused since this frontier was opened, by cause (traps.CAUSES).
-        self.not_followed: Counter[str] = Counter()
+        self._key = stored_form(self.traps)
+        # The URLs claims handed out lately, stored forms all: an outcome's URL, given as claimed,
+        # is not normalised again (which a crawl's stream of links has pushed out of its cache).
+        self._claimed = RecentKeys()
+        self._followed_not: Counter[str] = Counter()  # the refusals of not_followed the store committed
+        # Those of calls in the open batch() block, which a call refused in it undoes with the
+        # refusals it stored: counted once the block ends, forgotten when it is rolled back.
+        self._in_block: Counter[str] = Counter()
+        self._blocks = 0  # open batch() blocks (add_many's own among them)
         self._refused_urls = RefusedURLs()
         self._recent = RecentURLs()  # known links skip the store (recent.py)
-        self._rollbacks = store.rollbacks  # what the two memories above were true for
+        self._rollbacks = store.rollbacks  # what the memories above were true for
         self._woke_at = store.clock()  # the start of the due period (modified_times): the last wake(), or the opening
         leases, robots = isinstance(store, HostLeases), isinstance(store, RobotsStore)
         self._leases: HostLeases = store if leases else WholeFile()  # type: ignore[assignment]
         self._robots: RobotsStore = store if robots else NoRobotsStore()  # type: ignore[assignment]
         #: The capabilities the store lacks ("host_leases", "robots_store"): the frontier answers for it.
         self.lacks = frozenset(name for name, has in (("host_leases", leases), ("robots_store", robots)) if not has)
+
+    @property
+    def not_followed(self) -> Counter[str]:
+        """The links :meth:`add_many` refused since this frontier was opened, by cause (traps.CAUSES),
+        as the store keeps them: those of a call the store rolled back are not counted (found
+        again, they are refused again)."""
+        self._notice_rollbacks()
+        return self._followed_not + self._in_block
 
     # -- adding ------------------------------------------------------------
 
@@ -273,8 +299,8 @@ class FrontierService:
         """
         if isinstance(urls, str):
             raise TypeError("add() takes an iterable of URLs; wrap a single URL in a list")
-        check_int("depth", depth, 0)
-        check_int("priority", priority)
+        check_depth(depth)
+        check_priority(priority)
         return self.add_many((url, depth, parent, priority) for url in urls)
 
     def add_many(
@@ -299,20 +325,24 @@ class FrontierService:
         store = self.store
         if store.closed:  # asked here: a batch of known links never reaches the store
             raise FrontierError(f"the frontier {store.describe()}", FrontierErrorKind.CLOSED)
-        if store.rollbacks != self._rollbacks:
-            # Undone: what was added lately may be gone, and a refusal for a host's budget went by
-            # counts that were undone.
-            self._recent.clear()
-            self._refused_urls.clear()
-            self._rollbacks = store.rollbacks
+        self._notice_rollbacks()
         traps = self.traps
         additions = prepare_additions(entries, lastmods, self._recent, traps, self._refused_urls)
         if traps is not None and traps.max_pages_per_host is not None and additions.rows:
-            with store.transaction():  # the counts read and the rows added, one unit
+            with self._block():  # the counts read and the rows added, one unit
                 additions = fit_host_budget(additions, traps.max_pages_per_host, store.admitted, store.known,
                                             self._refused_urls)
                 return self._insert(additions, wake_modified)
         return self._insert(additions, wake_modified)
+
+    def _notice_rollbacks(self) -> None:
+        if self.store.rollbacks != self._rollbacks:
+            # Undone: what was added lately may be gone, a refusal for a host's budget went by
+            # counts that were undone, and the refusals the block stored are gone with it.
+            self._recent.clear()
+            self._refused_urls.clear()
+            self._in_block.clear()
+            self._rollbacks = self.store.rollbacks
 
     def _insert(self, additions: Additions, wake_modified: bool) -> int:
         if not additions:
@@ -320,7 +350,8 @@ class FrontierService:
         modified = (modified_times(additions.lastmods, self.store.clock(), self._woke_at)
                     if wake_modified and additions.lastmods else None)
         added = self.store.insert(additions, modified)
-        self.not_followed.update(additions.refused)
+        # Outside a block the store committed them before it returned.
+        (self._in_block if self._blocks else self._followed_not).update(additions.refused)
         recent = self._recent
         for key, row in additions.rows.items():
             recent.added(key, row[0])
@@ -339,11 +370,20 @@ class FrontierService:
         the caller can take now: 0 skips the host this time.  Without it every host can take any
         number.  They move to 'processing' and their attempts go up by one, in one transaction:
         no URL is handed out twice, whichever thread asks.
+
+        Raises:
+            TypeError, ValueError: for a ``limit`` that is no int from 0 to ``base.MOST_INT``, or a
+                ``max_depth`` that is no int >= 0 (one of ``MOST_INT`` or more limits nothing).
         """
-        check_int("limit", limit, 0)
+        check_int("limit", limit, 0, MOST_INT)
+        if max_depth is not None and check_int("max_depth", max_depth, 0) >= MOST_INT:
+            max_depth = None  # deeper than any URL: no limit
         if limit == 0:
             return []
-        return self.store.take(limit, max_depth, host_room)
+        claimed = self.store.take(limit, max_depth, host_room)
+        for item in claimed:
+            self._claimed.add(item.url)
+        return claimed
 
     def complete(self, url: str, status: int | None) -> None:
         """Record that a claimed URL was fetched: processing → done (:meth:`complete_many` of one).
@@ -351,7 +391,7 @@ class FrontierService:
         Raises:
             ValueError: when ``url`` is not in 'processing'.
         """
-        self.store.finish([(url, status)], None, None)
+        self.store.finish([(self._given(url), status)], None, None)
 
     def complete_many(
         self, outcomes: Iterable[tuple[str, int | None]], checkpoint: Mapping[str, int] | None = None,
@@ -377,8 +417,9 @@ class FrontierService:
                 anything is recorded.
         """
         entries = None if checkpoint is None else check_checkpoint(checkpoint)
-        checked = {url: check_visit(visit) for url, visit in visits.items()} if visits else None
-        rows = list(outcomes)
+        given = self._given
+        checked = {given(url): check_visit(visit) for url, visit in visits.items()} if visits else None
+        rows = [(given(url), status) for url, status in outcomes]
         if rows or entries is not None:
             self.store.finish(rows, entries, checked)
 
@@ -389,8 +430,9 @@ class FrontierService:
         With ``retry_in`` (seconds >= 0, which the crawl's schedule gave:
         :meth:`~niofetcher.crawl.schedule.RetrySchedule.retry_in`), the URL waits again and is
         due that long from now by the frontier's clock; with None it becomes an 'error'.
-        ``status`` and ``error`` are recorded either way.  An 'error' given ``revisit_in`` (a revisit
-        policy) is due again that long from now (:meth:`wake`).
+        ``status`` and ``error`` are recorded either way (``error`` as any store can keep it: a lone
+        surrogate or a NUL escaped, :func:`~niofetcher.crawl.frontier.base.storable_text`).  An
+        'error' given ``revisit_in`` (a revisit policy) is due again that long from now (:meth:`wake`).
 
         Returns:
             The URL's new state, 'waiting' or 'error' ('refused' on a store shared by workers, when
@@ -402,7 +444,7 @@ class FrontierService:
         """
         wait = None if retry_in is None else check_time("retry_in", retry_in)
         again = None if revisit_in is None else check_time("revisit_in", revisit_in)
-        return self.store.fail(url, error, status, wait, again)
+        return self.store.fail(self._given(url), storable_text(error), status, wait, again)
 
     def release(self, urls: Iterable[str]) -> None:
         """Put claimed URLs back to 'waiting' without counting the attempt: they were not fetched (a
@@ -412,9 +454,19 @@ class FrontierService:
         keys = set()
         for url in urls:
             with contextlib.suppress(TypeError, ValueError):
-                keys.add(normalize_url(url))
+                keys.add(self._key(url))
         if keys:
             self.store.give_back(list(keys))
+
+    def _given(self, url: str) -> str:
+        """The stored form of a URL an outcome is recorded for; one the frontier would not take as
+        given, for the store to say why it cannot (``base.processing_key``)."""
+        if url in self._claimed:
+            return url
+        try:
+            return self._key(url)
+        except (TypeError, ValueError):
+            return url
 
     def wake(self) -> int:
         """Done and error URLs whose ``next_due`` has come (by the frontier's clock) back to 'waiting',
@@ -435,7 +487,21 @@ class FrontierService:
         release() for others, complete_many() with the outputs' checkpoint last -- and a
         crash must keep all of them or none.  A block that raises commits nothing on its way
         out (the next commit will, or a crash undoes it)."""
-        return self.store.transaction()
+        return self._block()
+
+    @contextlib.contextmanager
+    def _block(self) -> Iterator[None]:
+        self._blocks += 1
+        try:
+            with self.store.transaction():
+                yield
+        finally:
+            self._blocks -= 1
+            if not self._blocks:
+                # Its refusals count, unless a call in it undid the block (and them with it).
+                self._notice_rollbacks()
+                self._followed_not.update(self._in_block)
+                self._in_block.clear()
 
     def checkpoint(self) -> dict[str, int]:
         """The checkpoint entries stored by :meth:`complete_many`, committed (empty for a new frontier)."""
@@ -459,14 +525,15 @@ class FrontierService:
 
     def failures(self, since: float, limit: int) -> list[tuple[str, str]]:
         """The first ``limit`` URLs that ended in 'error' at or after ``since`` (unix time), oldest
-        first, each with its error."""
-        return self.store.failures(since, limit)
+        first, each with its error.  TypeError or ValueError for a ``since`` that is no time
+        >= 0, a ``limit`` that is no int from 0 to ``base.MOST_INT``."""
+        return self.store.failures(check_time("since", since), check_int("limit", limit, 0, MOST_INT))
 
     def lookup(self, url: str) -> StoredURL | None:
         """``url`` (in any form that normalises to a known one) as the frontier keeps it, whichever
         worker wrote it last; None if unknown or invalid."""
         try:
-            key = normalize_url(url)
+            key = self._key(url)
         except (TypeError, ValueError):
             return None
         return self.store.lookup(key)
@@ -481,22 +548,23 @@ class FrontierService:
     def fingerprints(self, host: str) -> list[tuple[str, bytes, int]]:
         """Duplicate detection's fingerprints of ``host``'s done pages that duplicate nothing:
         (url, digest, simhash), as :meth:`store_fingerprints` kept them."""
-        return self.store.fingerprints(host)
+        return self.store.fingerprints(storable_text(host))
 
     def store_fingerprints(self, pages: Iterable[tuple[str, bytes, int, str | None]]) -> None:
         """For claimed URLs about to be completed, (url, digest, simhash, duplicate_of): a
         duplicate's ``duplicate_of`` on its row, the others' fingerprints for :meth:`fingerprints`;
         in the transaction of their outcomes."""
-        self.store.store_fingerprints(pages)
+        self.store.store_fingerprints([(storable_text(url), digest, simhash, None if of is None else storable_text(of))
+                                       for url, digest, simhash, of in pages])
 
     def robots(self, host: str) -> StoredRobots | None:
         """``host``'s robots.txt as the crawl fetched it in the last day, None when there is none
         to reuse (always, from a store without a robots.txt store)."""
-        return self._robots.robots(host)
+        return self._robots.robots(storable_text(host))
 
     def store_robots(self, host: str, status: int, body: bytes) -> None:
         """Keep what ``host``'s robots.txt said (2xx or 4xx), for :meth:`robots`."""
-        self._robots.store_robots(host, status, body)
+        self._robots.store_robots(storable_text(host), status, body)
 
     # -- host leases (capabilities.HostLeases) -------------------------------
 

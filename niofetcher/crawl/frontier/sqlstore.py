@@ -57,8 +57,15 @@ class SQLStore:
         crash must keep all of them or none: a failure committed before the checkpoint
         that covers its output record would lose that record on resume.  A block that
         raises commits nothing on its way out (the next commit will, or a crash undoes it).
+
+        A block begins with what is uncommitted committed (outcomes a store commits in batches,
+        a raised block's calls), so that its transaction holds the block alone: a call refused
+        in it undoes exactly the block, whatever came before.
         """
         with self._lock:
+            if not self._batching:
+                with self._db() as conn:
+                    self._commit(conn)
             self._batching += 1
             try:
                 yield

@@ -36,9 +36,10 @@ __all__ = ["HostLeases", "RobotsStore", "Store"]
 
 class Store(Protocol):
     """The storage operations of a frontier: what :class:`~niofetcher.crawl.frontier.service.FrontierService`
-    asks of the store it holds.  URLs reach a store in stored form (``normalize_url()``), but for
-    :meth:`finish` and :meth:`fail`, whose URLs are the caller's, in any form (the store finds the
-    stored one among the URLs it has 'processing': ``base.processing_key``); arguments are checked."""
+    asks of the store it holds.  URLs reach a store in stored form (``service.stored_form``: the normal
+    form, less the parameters the trap rules strip), those of :meth:`finish`, its ``visits`` and
+    :meth:`fail` too -- but for one the frontier would not take, which comes as the caller gave it,
+    for the store to say why it cannot record it (``base.processing_key``); arguments are checked."""
 
     #: How many times the store undid work it had not committed (a failed call, a block that
     #: failed): what the service remembers of stored URLs is forgotten when it changes.
@@ -81,8 +82,8 @@ class Store(Protocol):
                visits: Mapping[str, Visit] | None) -> None:
         """Claimed URLs to 'done' with their status, all or none -- ValueError for the first that is
         not 'processing', and nothing recorded -- with ``checkpoint`` (checked) stored in the same
-        transaction, also when there are no outcomes, and each ``visits`` entry (by URL as given,
-        checked) kept on its row, ``next_due`` its ``revisit_in`` from now."""
+        transaction, also when there are no outcomes, and each ``visits`` entry (by URL, checked)
+        kept on its row, ``next_due`` its ``revisit_in`` from now."""
 
     def fail(self, url: str, error: str, status: int | None, retry_in: float | None,
              revisit_in: float | None) -> str:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...urls import QueryCleaner, path_repeats
+from .recent import RecentKeys
 
 __all__ = ["CAUSES", "RefusedURLs", "TrapRules", "stored_refusals"]
 
@@ -81,28 +82,10 @@ class TrapRules:
         return None
 
 
-class RefusedURLs:
-    """The stored forms refused lately, with why: a link refused again is skipped at once and not
-    counted twice.  Two generations of a set, like ``recent.RecentURLs``: never more than ``2 * size``."""
-
-    def __init__(self, size: int = 50_000) -> None:
-        self._size = size
-        self._new: set[str] = set()
-        self._old: set[str] = set()
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._new or key in self._old
-
-    def add(self, key: str) -> None:
-        """``key`` was refused (for a cause that will not change while the crawl runs)."""
-        if len(self._new) >= self._size:
-            self._old, self._new = self._new, set()
-        self._new.add(key)
-
-    def clear(self) -> None:
-        """Forget them all (a rolled-back call's refusals were not counted where it matters)."""
-        self._new.clear()
-        self._old.clear()
+class RefusedURLs(RecentKeys):
+    """The stored forms refused lately (for causes that will not change while the crawl runs): a
+    link refused again is skipped at once and not counted twice.  Forgotten when a rollback takes
+    back the counts that refused them."""
 
 
 def stored_refusals(location: str | os.PathLike[str], **options: Any) -> dict[str, int]:

@@ -101,8 +101,10 @@ class Transactions:
         an I/O error; even a COMMIT) rolls the whole transaction back, pending outcomes too -- SQLite
         may have done so already, or undone just the statement, or nothing if the COMMIT failed --
         and what the frontier keeps in memory is read from the file again.  Any other exception (a URL that is not
-        claimed, a bad argument) ends a transaction that holds nothing pending, so that no write
-        lock is left held, and memory is read again as well (a batch's earlier calls went with it).
+        claimed, a bad argument) inside a batch() block undoes the block -- its transaction holds
+        the block alone (``SQLStore.transaction`` commits what was pending when it began) -- and
+        outside one ends a transaction that holds nothing pending, so that no write lock is left
+        held; memory is read again as well.
         """
         with self._lock:
             conn = self._conn
@@ -121,9 +123,11 @@ class Transactions:
                     self._reload(conn)
                 raise database_error(exc, f"{exc}: frontier {self.path}") from exc
             except BaseException:
-                if not self._pending and conn.in_transaction:
-                    # Inside a batch() the transaction may hold earlier calls' work: what the
-                    # frontier keeps in memory of it goes too.
+                if (self._batching or not self._pending) and conn.in_transaction:
+                    # Inside a batch() the transaction holds the block's earlier calls: they go
+                    # too (all or none), and what the frontier keeps in memory of them.
+                    self._pending = 0
+                    self._commit_deferred = False
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
                         self._reload(conn)
