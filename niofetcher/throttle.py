@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 #: The longest a Retry-After pauses a host, whatever it says (DESIGN.md: "up to an hour").
 MAX_PAUSE = 3600.0
+_PAUSE_DIGITS = len(str(int(MAX_PAUSE)))
 
 # The least delay a backoff takes as too short: doubling nothing would leave it at 0.
 LEAST_TOO_FAST = 0.001
@@ -102,13 +103,17 @@ def retry_after(value: str | None, now: float) -> float | None:
     """Seconds a ``Retry-After`` value asks to wait from ``now`` (wall-clock time), at most MAX_PAUSE.
 
     RFC 9110 10.2.3: a number of seconds or an HTTP-date.  A date in the past is 0; a negative
-    number, a fraction, garbage or nothing is None (the backoff delay alone applies).
+    number, a fraction, digits other than ASCII's, garbage or nothing is None (the backoff delay
+    alone applies).  It never raises: the value is the server's.
     """
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
-        return min(float(int(text)), MAX_PAUSE)
+    if text.isascii() and text.isdigit():  # str.isdigit alone takes '²', which int() refuses
+        # int() of a few thousand digits raises, and float() of one above 1e308: every number
+        # longer than MAX_PAUSE's is MAX_PAUSE anyway.
+        digits = text.lstrip("0")
+        return MAX_PAUSE if len(digits) > _PAUSE_DIGITS else min(float(digits or 0), MAX_PAUSE)
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):

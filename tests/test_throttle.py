@@ -199,6 +199,28 @@ def test_retry_after_values() -> None:
         assert retry_after(value, now) is None
 
 
+@pytest.mark.parametrize("value", ["9" * 400, "9" * 5000, "0" * 5000 + "7", "\u00b2", "\u0663"],
+                         ids=["400 nines", "5000 nines", "5000 zeros then 7", "superscript two", "arabic-indic three"])
+def test_retry_after_never_raises(value: str) -> None:
+    # float() of 309 digits overflows, int() of 4300 refuses, and '²' or an Arabic-Indic digit
+    # pass str.isdigit(): none of them may escape into the loop (test below).
+    expected = {"9": MAX_PAUSE, "0": 7.0}.get(value[0])
+    assert retry_after(value, time.time()) == expected
+
+
+@pytest.mark.parametrize("value", ["9" * 400, "\u00b2"], ids=["400 nines", "superscript two"])
+def test_a_backoff_status_with_an_odd_retry_after_still_backs_off(
+    server: Callable[[Answer], tuple[RawServer, Arrivals]], value: str,
+) -> None:
+    srv, _ = server(lambda n, path: (503, [("Retry-After", value)], 0.0))
+    with NIOFetcher(FetcherConfig(throttle=Throttle())) as fetcher:
+        fetcher.register(srv.url("/p"))
+        [result] = fetcher.results()
+        [stats] = fetcher.host_stats().values()
+    assert (result.status, result.error) == (503, None)  # not a protocol_error from the parser
+    assert stats.backoffs == 1
+
+
 @pytest.mark.parametrize("kwargs", [
     {"target_concurrency": 0}, {"target_concurrency": -1.0}, {"target_concurrency": float("nan")},
     {"min_delay": -1}, {"max_delay": float("inf")}, {"min_delay": 2.0, "max_delay": 1.0},
