@@ -461,6 +461,23 @@ def test_a_name_that_does_not_resolve_fails_alone_with_per_ip_limits(watch: Watc
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("per_ip", [None, 1])
+def test_a_resolver_answer_of_the_wrong_shape_fails_that_name_alone(watch: Watch, per_ip: int | None) -> None:
+    server = watch.serve(watch.handler())
+
+    def resolver(host: str, port: int) -> Sequence[Address]:
+        if host == "odd.test":
+            return [(socket.AF_INET, None)]  # type: ignore[list-item]  # a buggy user resolver
+        return [(socket.AF_INET, ("127.0.0.1", port))]
+
+    with NIOFetcher(FetcherConfig(resolver=resolver, max_connections_per_ip=per_ip)) as fetcher:
+        odd, good = fetch(fetcher, f"http://odd.test:{server.port}/"), fetch(fetcher, f"http://good.test:{server.port}/")
+        assert fetcher.failure is None  # the table read the answer on the loop thread: it ended the loop
+    assert odd.error is not None and odd.error.value == "dns_error", odd.error_detail
+    assert good.ok
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("per_ip", [None, 1])
 def test_a_lookup_slower_than_the_connect_timeout_ends_the_request_and_nothing_else(
     watch: Watch, per_ip: int | None
 ) -> None:
