@@ -360,7 +360,7 @@ class Engine:
             assignment = table.next_assignment(now)
             if assignment is None:
                 return
-            slot, task, conn, evict, evict_for_proxy = assignment
+            slot, task, conn, evict, evict_for_proxy, group, addresses = assignment
             if task.first_dispatch_at is None:
                 task.first_dispatch_at = now
             task.dispatched_at = now
@@ -380,12 +380,12 @@ class Engine:
                     task.connection_reused = False
                     task.needs_fresh_connection = False
                     conn = Connection(self, self.loop, self.config, slot, task, self._denied)
-                    table.connection_opened(slot, conn)
+                    table.connection_opened(slot, conn, group)
                     self.connections.add(conn)
                     counters.connections_opened += 1
-                    if slot.addresses is not None and task.proxy is None:
+                    if addresses is not None:
                         # Located by the table (per-IP limits): where it was counted is where it goes.
-                        conn.resolved(slot.addresses, None)
+                        conn.resolved(addresses, None)
                     else:
                         peer = task.proxy or slot.origin  # through a proxy, its name is the one looked up
                         self.resolver.lookup(peer.host, peer.port, conn.resolved, now)

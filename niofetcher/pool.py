@@ -71,8 +71,10 @@ import itertools
 import math
 import time
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from .config import Address
 from .hosts import HostSlot, IPGroup
 from .ip_groups import AddressLines, Clock, Locate, ScheduleAt
 from .request import MakeTask, PendingURL, QueueEntry, Task
@@ -93,6 +95,9 @@ class Assignment(NamedTuple):
 
     ``evict_for_proxy``: an idle connection of the task's proxy (or of its address), closed as well
     when both the host's limit and ``max_connections_per_proxy`` (``max_connections_per_ip``) need a place.
+    ``group`` and ``addresses`` (per-IP limits, a direct route): the address the decision counted on
+    and what a new connection connects to -- carried here, not read from the slot after the evicts
+    have closed, as a close may make the slot forget its address (an expired answer).
     """
 
     slot: HostSlot
@@ -100,6 +105,8 @@ class Assignment(NamedTuple):
     conn: Connection | None
     evict: Connection | None
     evict_for_proxy: Connection | None = None
+    group: IPGroup | None = None
+    addresses: Sequence[Address] | None = None
 
 
 class HostTable(AddressLines):
@@ -242,8 +249,9 @@ class HostTable(AddressLines):
         self.refresh(slot, now)
         return list(slot.idle) if lifted or start_until <= time.monotonic() else []
 
-    def connection_opened(self, slot: HostSlot, conn: Connection | None = None) -> None:
-        """A connection of ``slot``'s began (it counts from its name lookup on); ``conn`` tells its route."""
+    def connection_opened(self, slot: HostSlot, conn: Connection | None = None, group: IPGroup | None = None) -> None:
+        """A connection of ``slot``'s began (it counts from its name lookup on); ``conn`` tells its route,
+        ``group`` the address it counts on (its Assignment's)."""
         slot.open += 1
         self.total_open += 1
         slot.peak_open = max(slot.peak_open, slot.open)
@@ -252,8 +260,8 @@ class HostTable(AddressLines):
             self._proxied[conn] = proxy  # type: ignore[index]
             key = proxy.authority
             self.proxy_open[key] = self.proxy_open.get(key, 0) + 1
-        elif self._by_ip and slot.ip and conn is not None:
-            group = self._ip_group(slot.ip)
+        elif group is not None and conn is not None:
+            group = self.ip_groups.setdefault(group.ip, group)  # freed by an evict closed for this start
             group.open += 1
             self._ip_of[conn] = group
 
@@ -307,9 +315,10 @@ class HostTable(AddressLines):
                              and slot.ip_woken is None) or slot.located_until < now):
             # Its next connection looks again: so a host busy for hours follows its DNS, and one
             # without connections keeps no answer -- unless it waits for a place on that address,
-            # where a look-up would cost it its place in line, or a start of its is under way (its
-            # own idle connection closed to make room: the new one counts on this address).  Never
-            # at a decision: an answer that expires at once (dns_cache_ttl=0) would be looked up for ever.
+            # where a look-up would cost it its place in line, or a start of its is under way.  A
+            # start whose evict closes here connects and counts where its Assignment says, not
+            # where the slot is left.  Never at a decision: an answer that expires at once
+            # (dns_cache_ttl=0) would be looked up for ever.
             slot.addresses = slot.ip = None
         if not slot.open:
             self._free_if_unused(slot, now)
@@ -498,7 +507,9 @@ class HostTable(AddressLines):
             slot.last_start_at = now
             if slot.delay or slot.throttle_delay:
                 slot.next_start_at = now + slot.next_delay()
-            return Assignment(slot, task, conn, evict, evict_for_proxy)
+            if group is None or conn is not None:
+                return Assignment(slot, task, conn, evict, evict_for_proxy)
+            return Assignment(slot, task, conn, evict, evict_for_proxy, group, slot.addresses)
         return None
 
     def _park(self, slot: HostSlot, key: str, queued: QueueEntry, task: Task) -> None:

@@ -109,9 +109,16 @@ def fetch(fetcher: NIOFetcher, url: str) -> FetchResult:
 
 def fetch_all(config: FetcherConfig, urls: list[str]) -> list[FetchResult]:
     with NIOFetcher(config) as fetcher:
-        for url in urls:
-            assert fetcher.register(url)
-        return list(fetcher.results())
+        return fetch_all_on(fetcher, urls)
+
+
+def fetch_all_on(fetcher: NIOFetcher, urls: list[str]) -> list[FetchResult]:
+    """Register ``urls`` on a running fetcher and wait for their results."""
+    for url in urls:
+        assert fetcher.register(url)
+    results = [fetcher.get(timeout=20) for _ in urls]
+    assert None not in results
+    return results  # type: ignore[return-value]
 
 
 # -- max_connections_per_ip --------------------------------------------------------------------------
@@ -442,6 +449,39 @@ def test_a_busy_name_follows_its_records_ttl_not_the_cache_ceiling(watch: Watch)
 
 
 @pytest.mark.timeout(30)
+def test_a_replay_that_closes_its_hosts_idle_connection_counts_its_new_one_on_the_address(watch: Watch) -> None:
+    # dns_cache_ttl=0: every answer has expired by the next decision.  The replay of a request that
+    # met a stale kept-alive connection closes its host's other idle one to open a fresh one; that
+    # close made the slot forget its address before the new connection was counted, so it was
+    # counted nowhere and two more for another name made three sockets on an address limited to two.
+    connections = itertools.count()
+
+    def handle(sock: socket.socket, info: ConnInfo) -> None:
+        mine = next(connections)
+        served = 0
+        while (head := read_request(sock, info)) is not None:
+            if mine < 2 and served == 1:
+                return  # a.test's first two connections: gone when their second request comes
+            if host_of(head) == "b.test" and not info.sleep(0.3):
+                return
+            sock.sendall(OK)
+            served += 1
+
+    server = watch.serve(handle)
+    config = FetcherConfig(resolver=lambda host, port: [(socket.AF_INET, ("127.0.0.1", port))],
+                           dns_cache_ttl=0, max_connections_per_ip=2, max_connections_per_host=2)
+    with NIOFetcher(config) as fetcher:
+        for i in range(2):
+            assert fetcher.register(f"http://a.test:{server.port}/{i}")
+        assert [fetcher.get(timeout=10) is not None for _ in range(2)] == [True, True]
+        replayed = fetch(fetcher, f"http://a.test:{server.port}/2")
+        assert replayed.ok and replayed.replayed
+        results = fetch_all_on(fetcher, [f"http://b.test:{server.port}/{i}" for i in range(4)])
+    assert all(result.ok for result in results)
+    assert server.max_open == 2
+
+
+@pytest.mark.timeout(30)
 def test_a_name_that_does_not_resolve_fails_alone_with_per_ip_limits(watch: Watch) -> None:
     server = watch.serve(watch.handler())
 
@@ -533,11 +573,11 @@ def test__a_slot_parked_on_its_address_blocks_no_other_host() -> None:
     first = table.next_assignment(0.0)
     assert first is not None and first.task.url == "http://a.test/1"
     conn: Any = FakeConn(first.slot)
-    table.connection_opened(first.slot, conn)
+    table.connection_opened(first.slot, conn, first.group)
     table.refresh(first.slot, 0.0)
     second = table.next_assignment(0.0)
     assert second is not None and second.task.url == "http://c.test/1"  # b.test waits for 10.0.0.1, c.test not
-    table.connection_opened(second.slot, FakeConn(second.slot))  # type: ignore[arg-type]
+    table.connection_opened(second.slot, FakeConn(second.slot), second.group)  # type: ignore[arg-type]
     assert table.next_assignment(0.0) is None
     assert {ip: group.open for ip, group in table.ip_groups.items()} == {"10.0.0.1": 1, "10.0.0.2": 1}
     # a.test's connection goes idle: b.test takes the address's place by closing it.
@@ -613,7 +653,7 @@ def start_all(table: HostTable, now: float) -> list[tuple[Assignment, Any]]:
         conn: Any = assignment.conn
         if conn is None:
             conn = FakeConn(assignment.slot, now)
-            table.connection_opened(assignment.slot, conn)
+            table.connection_opened(assignment.slot, conn, assignment.group)
         table.refresh(assignment.slot, now)
         started.append((assignment, conn))
     return started
