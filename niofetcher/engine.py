@@ -396,8 +396,8 @@ class Engine:
             table.refresh(slot, now)
 
     def _locate(self, slot: HostSlot) -> None:
-        """Look ``slot``'s origin up for the host table's per-IP limits; no answer within the
-        connect timeout leaves it unknown, and its connection's own lookup takes over."""
+        """Look ``slot``'s origin up for the host table's per-IP limits; a failed lookup, or no
+        answer within the connect timeout, fails its first request (``HostTable.not_located``)."""
         loop = self.loop
         origin = slot.origin
         self.resolver.lookup(origin.host, origin.port, functools.partial(self._located, slot), loop.now)
@@ -409,12 +409,16 @@ class Engine:
         timer = self._locating.pop(slot, None)
         if timer is not None:
             timer.cancel()
-        origin = slot.origin
-        self.table.located(slot, addresses, self.loop.now, self.resolver.holds_until(origin.host, origin.port))
+        if addresses is not None:
+            origin = slot.origin
+            self.table.located(slot, addresses, self.loop.now, self.resolver.holds_until(origin.host, origin.port))
+        elif failure is not None and (task := self.table.not_located(slot, self.loop.now)) is not None:
+            self._finish_error(task, failure)
 
     def _give_up_locating(self, slot: HostSlot) -> None:
-        del self._locating[slot]
-        self.table.located(slot, None, self.loop.now, -math.inf)  # unknown: looked up again at its next chance
+        # The words of a connection's own lookup that takes too long (channel.py): the same failure.
+        late = f"name lookup took longer than {self.config.connect_timeout} s"
+        self._located(slot, None, FetchFailure(ErrorKind.DNS_ERROR, late))
 
     # -- connection events (ConnectionOwner) --------------------------------
 

@@ -50,8 +50,7 @@ class HostSlot:
     parked: str | None = field(default=None, repr=False)  # the proxy it waits on for a place (pool.py, "Proxies")
     woken: str | None = field(default=None, repr=False)  # the proxy whose free place it was woken for
     # With per-IP limits only (ip_groups.py, "Addresses"): its addresses, the first one's
-    # key ("" when they could not be known: its next connection goes uncounted), and the state
-    # of its waits.
+    # key, and the state of its waits.
     addresses: Sequence[Address] | None = field(default=None, repr=False)
     ip: str | None = None
     located_until: float = field(default=0.0, repr=False)  # its addresses are looked up again after it

@@ -7,9 +7,12 @@ waiters are: open connections, the earliest next start, the idle
 connections a waiter may close for a place, and a line of parked slots.  A
 slot learns its address before it needs a new connection: the table asks
 ``locate`` (the engine's resolver, an answer from its cache comes at once)
-and the slot waits out of the ready heap until ``located``; its connections
-then connect to those addresses, counted on the first one from the moment
-they begin, and the slot forgets them when its last connection closes, or
+and the slot waits out of the ready heap until ``located``; a look-up that
+fails, or gives no answer within the connect timeout, fails the slot's first
+request (``not_located``: dns_error, as its connection's own look-up would),
+for a connection that does not know its address would be counted on none.
+Its connections connect to those addresses, counted on the first one from
+the moment they begin, and the slot forgets them when its last connection closes, or
 when one closes after the answer expired (the record's TTL, as the resolver
 kept it: ``dns_cache_ttl`` at most), so that its next connection follows a
 changed DNS answer.  A slot whose address is full or whose
@@ -72,7 +75,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import Address
 from .hosts import HostSlot, IPGroup
-from .request import QueueEntry, Task
+from .request import MakeTask, QueueEntry, Task
 
 if TYPE_CHECKING:
     from .hosts import Connection
@@ -92,6 +95,8 @@ class AddressLines:
     """The per-address methods of pool.HostTable, which holds the state they share with it."""
 
     _ready: list[tuple[int, int, int, HostSlot]]
+    _make_task: MakeTask
+    pending: int
     _idle_lru: OrderedDict[Connection, None]
     _proxied: dict[Connection, Proxy]
     _schedule_at: ScheduleAt
@@ -104,6 +109,10 @@ class AddressLines:
 
     def refresh(self, slot: HostSlot, now: float) -> None:
         """Put ``slot`` in the ready heap if it can take a request now (the table's)."""
+        raise NotImplementedError
+
+    def _free_if_unused(self, slot: HostSlot, now: float) -> None:
+        """Move ``slot`` out of the table if nothing of it is left (the table's)."""
         raise NotImplementedError
 
     # -- addresses (module docstring, "Addresses") ------------------------------
@@ -120,16 +129,37 @@ class AddressLines:
             slot.locating = True
             self._locate(slot)  # type: ignore[misc]
 
-    def located(self, slot: HostSlot, addresses: Sequence[Address] | None, now: float, until: float) -> None:
-        """``slot``'s origin resolves to ``addresses`` (None: it could not be known in time, or at all),
-        an answer that holds until ``until`` (the record's TTL, as the resolver kept it)."""
+    def located(self, slot: HostSlot, addresses: Sequence[Address], now: float, until: float) -> None:
+        """``slot``'s origin resolves to ``addresses`` (not empty), an answer that holds until ``until``
+        (the record's TTL, as the resolver kept it)."""
         if not slot.locating:
             return  # an answer after it gave up waiting, or after a cancel
         slot.locating = False
-        slot.addresses = addresses or None
-        slot.ip = addresses[0][1][0] if addresses else ""
+        slot.addresses = addresses
+        slot.ip = addresses[0][1][0]
         slot.located_until = until
         self.refresh(slot, now)
+
+    def not_located(self, slot: HostSlot, now: float) -> Task | None:
+        """``slot``'s origin could not be looked up (a failure, or no answer within the connect
+        timeout): its first request is taken off its queue, for the caller to fail, and returned.
+
+        A connection that does not know its address is counted on none, so it would break the very
+        limits the look-up was for; the request fails instead, as it would by its own connection's
+        look-up without per-IP limits, and the next one looks up again (joining the look-up still
+        under way, if any).  None when no look-up is awaited (a late answer) or nothing is queued.
+        """
+        if not slot.locating:
+            return None
+        slot.locating = False
+        if not slot.queue:
+            return None
+        entry = heapq.heappop(slot.queue)
+        self.pending -= 1
+        task = entry[2] if len(entry) == 3 else self._make_task(entry, slot.origin)
+        self.refresh(slot, now)
+        self._free_if_unused(slot, now)
+        return task
 
     def _ip_group(self, ip: str) -> IPGroup:
         group = self.ip_groups.get(ip)

@@ -425,21 +425,18 @@ class HostTable(AddressLines):
                 if slot.ip is None:
                     self._locate_slot(slot, queued, task, now)
                     continue
-                if slot.ip:
-                    group = self._ip_group(slot.ip)
-                    if group.next_start_at > now:
-                        if slot.idle:
-                            # Its own connection is there: it waits for the address's delay, by its
-                            # own timer, not for a place in the line, whose wakes come as places free
-                            # (none may: it would wait for its idle connection to close).
-                            if len(queued) != 3:
-                                slot.queue[0] = (queued[0], queued[1], task)
-                            self.pause(slot, group.next_start_at, now)
-                        else:
-                            self._park_ip(slot, group, queued, task, now)
-                        continue
-                else:
-                    slot.ip = None  # unknown for this start only: the next one asks again
+                group = self._ip_group(slot.ip)
+                if group.next_start_at > now:
+                    if slot.idle:
+                        # Its own connection is there: it waits for the address's delay, by its
+                        # own timer, not for a place in the line, whose wakes come as places free
+                        # (none may: it would wait for its idle connection to close).
+                        if len(queued) != 3:
+                            slot.queue[0] = (queued[0], queued[1], task)
+                        self.pause(slot, group.next_start_at, now)
+                    else:
+                        self._park_ip(slot, group, queued, task, now)
+                    continue
             idle = slot.idle
             conn: Connection | None
             if group is not None and idle and self._turn_bound(slot, group, task):

@@ -541,10 +541,40 @@ def test_a_lookup_slower_than_the_connect_timeout_ends_the_request_and_nothing_e
     by_url = {r.url: r for r in results}
     assert by_url[f"http://quick.test:{server.port}/"].ok
     slow = by_url[f"http://slow.test:{server.port}/"]
-    # With per-IP limits the table waits a connect timeout for the address, then the connection
-    # its own: the same error as without them, later.
+    # With per-IP limits the table waits a connect timeout for the address, then fails the
+    # request: the same error as without them.
     assert not slow.ok and slow.error.value == "dns_error", slow.error_detail  # type: ignore[union-attr]
     assert slow.error_detail == "name lookup took longer than 0.2 s"
+
+
+@pytest.mark.timeout(30)
+def test_a_lookup_slower_than_the_connect_timeout_opens_no_uncounted_connection(watch: Watch) -> None:
+    # The table gave up waiting for the address after connect_timeout and let each name's connection
+    # look up on its own, counted on no address: an answer that came before that second timeout
+    # (here at 1.5 connect timeouts) put every name on the one address at once.
+    server = watch.serve(watch.handler(pause=0.5))
+    release = threading.Event()
+
+    def resolver(host: str, port: int) -> Sequence[Address]:
+        release.wait(5)
+        return [(socket.AF_INET, ("127.0.0.1", port))]
+
+    config = FetcherConfig(resolver=resolver, max_connections_per_ip=1, connect_timeout=0.3)
+    try:
+        with NIOFetcher(config) as fetcher:
+            for i in range(3):
+                assert fetcher.register(f"http://n{i}.test:{server.port}/")
+            time.sleep(0.45)
+            release.set()
+            failed = [fetcher.get(timeout=10) for _ in range(3)]
+            # Answered by now, and kept: the names' next requests are counted on their address.
+            served = fetch_all_on(fetcher, [f"http://n{i}.test:{server.port}/again" for i in range(3)])
+    finally:
+        release.set()
+    assert watch.max_open == 1
+    assert [(r and r.error and r.error.value, r and r.error_detail) for r in failed] == [
+        ("dns_error", "name lookup took longer than 0.3 s")] * 3
+    assert all(result.ok for result in served)
 
 
 # -- the table alone ----------------------------------------------------------------------------------
