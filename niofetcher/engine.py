@@ -126,6 +126,7 @@ class Engine:
             config.max_connections, config.max_connections_per_host, config.host_delay,
             config.host_delay_jitter, self.loop.timers.call_at, lambda: self.loop.now, self._pending_task,
             config.max_connections_per_proxy, config.max_connections_per_ip, config.ip_delay, self._locate,
+            config.throttle.min_delay if config.throttle is not None else 0.0,
         )
         self.resolver = ResolverPool(config, self.loop.call_soon_threadsafe)
         self.connections: set[HostConnection] = set()

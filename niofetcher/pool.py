@@ -115,9 +115,11 @@ class HostTable(AddressLines):
     def __init__(
         self, max_connections: int, per_host: int, delay: float, jitter: float, schedule_at: ScheduleAt, clock: Clock,
         make_task: MakeTask | None = None, per_proxy: int | None = None, per_ip: int | None = None,
-        ip_delay: float = 0.0, locate: Locate | None = None,
+        ip_delay: float = 0.0, locate: Locate | None = None, throttle_floor: float = 0.0,
     ) -> None:
         """``make_task`` is needed only by a table that queues PendingURLs (``enqueue_entry``).
+
+        ``throttle_floor``: a new host's throttled delay (``Throttle.min_delay``), from its first start on.
 
         ``per_proxy``: open connections one proxy gets at most (None: only the total limit).
         ``per_ip`` and ``ip_delay``: the same per resolved address, and the least time between two
@@ -130,6 +132,7 @@ class HostTable(AddressLines):
         self.per_host = per_host
         self.default_delay = delay
         self.jitter = jitter
+        self.throttle_floor = throttle_floor
         self.slots: dict[Origin, HostSlot] = {}
         self.recent: OrderedDict[Origin, HostSlot] = OrderedDict()  # freed slots, oldest first
         self._set_delays: OrderedDict[Origin, float] = OrderedDict()  # least recently used first
@@ -167,7 +170,7 @@ class HostTable(AddressLines):
                     delay = self.default_delay
                 else:
                     self._set_delays.move_to_end(origin)
-                slot = HostSlot(origin, self.per_host, delay, self.jitter)
+                slot = HostSlot(origin, self.per_host, delay, self.jitter, throttle_delay=self.throttle_floor)
                 if self._gates:
                     slot.start_until = self._gates.get(origin, math.inf)
             self.slots[origin] = slot

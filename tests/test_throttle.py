@@ -176,6 +176,16 @@ def test_never_below_host_delay_or_min_delay(server: Callable[[Answer], tuple[Ra
     assert stats.delay == pytest.approx(0.2)
 
 
+def test_min_delay_holds_from_a_hosts_first_requests(server: Callable[[Answer], tuple[RawServer, Arrivals]]) -> None:
+    # A new host's throttled delay began at 0, so its first requests all started at once, one a
+    # connection; only answers raised it to min_delay.
+    srv, arrivals = server(lambda n, path: (200, [], 0.0))
+    config = FetcherConfig(max_connections_per_host=4, throttle=Throttle(min_delay=0.2))
+    fetch_all(config, [srv.url(f"/p{i}") for i in range(4)])
+    times = arrivals.times()
+    assert len(times) == 4 and min(b - a for a, b in itertools.pairwise(times)) >= 0.18
+
+
 @pytest.mark.parametrize("value", ["garbage", "-5", "1.5", "", "Thu, 01 Jan 1970 00:00:00 GMT"])
 def test_a_retry_after_of_no_use_pauses_for_the_backoff_delay_only(
     server: Callable[[Answer], tuple[RawServer, Arrivals]], value: str,
