@@ -504,7 +504,9 @@ class HostTable(AddressLines):
             slot.wait_sum += wait
             slot.wait_max = max(slot.wait_max, wait)
             slot.start_gap = now - slot.last_start_at
-            slot.last_start_at = now
+            # With nothing left waiting, the gap to the next start is the host's idling, not a
+            # spacing the fetcher chose: a backoff must not take an hour's idling as too short.
+            slot.last_start_at = now if slot.queue else math.inf
             if slot.delay or slot.throttle_delay:
                 slot.next_start_at = now + slot.next_delay()
             if group is None or conn is not None:

@@ -3,8 +3,8 @@
 A host's throttled delay moves toward ``latency / target_concurrency`` (halfway
 at each answer, so one slow answer does not set it alone) while answers are
 good.  A backoff status (429, 503) begins an *episode*: the delay that was too
-short (the larger of the delay and the spacing the requests actually had) is
-remembered and the delay set to twice it (four times while backoffs come
+short (the larger of the delay and the spacing the requests actually had while
+more of them waited, at most half max_delay) is remembered and the delay set to twice it (four times while backoffs come
 within a few answers of each other, as when a limit is first sought), and the
 whole host pauses until its ``Retry-After`` has passed; the answers to requests sent before the episode
 began belong to it and back off no further (their Retry-After still holds),
@@ -91,10 +91,12 @@ class Throttle:
 
     def backed_off(self, delay: float, spacing: float, good_since: int) -> tuple[float, float]:
         """The delay after a backoff status that begins an episode, and the delay found too short:
-        the larger of ``delay`` and the ``spacing`` the host's requests had, doubled -- four times
-        when the last backoff was at most QUICK_REPEAT good answers ago, as while the limit is
-        first sought -- within [min_delay, max_delay]."""
-        too_fast = max(delay, spacing, LEAST_TOO_FAST)
+        the larger of ``delay`` and the ``spacing`` the host's requests had (at most half
+        max_delay), doubled -- four times when the last backoff was at most QUICK_REPEAT good
+        answers ago, as while the limit is first sought -- within [min_delay, max_delay]."""
+        # At most half max_delay: a spacing of an hour (a Retry-After's pause) would otherwise make
+        # a floor of 1.25 hours, and hold the delay at max_delay for as long as FORGET takes.
+        too_fast = min(max(delay, spacing, LEAST_TOO_FAST), self.max_delay / 2)
         factor = 4 if good_since <= QUICK_REPEAT else 2
         return min(max(factor * too_fast, self.min_delay), self.max_delay), too_fast
 

@@ -186,6 +186,34 @@ def test_min_delay_holds_from_a_hosts_first_requests(server: Callable[[Answer], 
     assert len(times) == 4 and min(b - a for a, b in itertools.pairwise(times)) >= 0.18
 
 
+def test_a_backoff_after_an_idle_gap_does_not_take_the_gap_for_the_spacing(
+    server: Callable[[Answer], tuple[RawServer, Arrivals]],
+) -> None:
+    # The gap before the 503's request was the host's idling (nothing queued), not a spacing the
+    # fetcher chose; taken as "too short", it set the delay to max_delay and its floor above it.
+    srv, _ = server(lambda n, path: (503 if n == 1 else 200, [], 0.0))
+    with NIOFetcher(FetcherConfig(throttle=Throttle(max_delay=1.0))) as fetcher:
+        fetcher.register(srv.url("/first"))
+        assert fetcher.get(timeout=5) is not None
+        time.sleep(0.6)
+        fetcher.register(srv.url("/second"))
+        second = fetcher.get(timeout=5)
+        [stats] = fetcher.host_stats().values()
+    assert second is not None and second.status == 503
+    assert stats.backoffs == 1 and stats.delay < 0.1  # 1.0 (4 x the 0.6 s idle, at most max_delay) before
+
+
+def test_a_backoff_takes_at_most_half_max_delay_as_too_short() -> None:
+    # A spacing of an hour (requests held by a Retry-After) made a floor of 1.25 hours: the delay
+    # stayed at max_delay for the ~70,000 good answers FORGET needs to bring the floor under it.
+    throttle = Throttle(max_delay=60.0)
+    delay, too_fast = throttle.backed_off(0.0, 3600.0, good_since=100)
+    assert (delay, too_fast) == (60.0, 30.0)
+    for _ in range(100):
+        delay, too_fast = throttle.eased(delay, too_fast, 0.001, good=True)
+    assert delay < 40.0  # down toward 1.25 x 30
+
+
 @pytest.mark.parametrize("value", ["garbage", "-5", "1.5", "", "Thu, 01 Jan 1970 00:00:00 GMT"])
 def test_a_retry_after_of_no_use_pauses_for_the_backoff_delay_only(
     server: Callable[[Answer], tuple[RawServer, Arrivals]], value: str,
