@@ -36,6 +36,11 @@ crawler's Crawl-delay) live in their own map, SET_DELAYS hosts at most, least
 recently used forgotten first, so a host keeps its delay long after its slot
 is gone: the map is all that stays, a few hundred bytes a host, where a slot
 kept alive for its delay would hold its lists, its figures and a TLS session.
+A Throttle's state of a host whose throttled delay is above its floor
+(``throttle_floor``: a server that asked to slow down, or is slow) is kept the
+same way, THROTTLED_HOSTS hosts at most, when its slot leaves ``recent``, and
+given back to the slot it gets when it returns: a server that answered 429s
+is not hammered again because a thousand other hosts came and went.
 
 Start gates.  ``set_gate`` gives an origin a deadline (``time.monotonic()``, the table's clock)
 after which none of its requests starts, on a new connection or a kept-alive one: a crawler that
@@ -72,7 +77,7 @@ import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from .config import Address
 from .hosts import HostSlot, IPGroup
@@ -83,8 +88,25 @@ from .urls import Origin, Proxy
 if TYPE_CHECKING:
     from .hosts import Connection
 
+_V = TypeVar("_V")
+
 RECENT_HOSTS = 1024  # freed slots kept for host_stats() and for a quick return
 SET_DELAYS = 65536  # hosts whose set_delay() is remembered without a slot
+THROTTLED_HOSTS = 65536  # hosts whose Throttle state is remembered without a slot
+
+# A Throttle's state of a host, kept when its slot is dropped: its throttled delay, the delay its
+# last backoff found too short, its backoffs, and the good answers since its last backoff.
+ThrottleState = tuple[float, float, int, int]
+
+
+def _remember(lru: OrderedDict[Origin, _V], origin: Origin, value: _V, most: int) -> None:
+    """Keep ``value`` for ``origin`` in ``lru``, most recently used last, forgetting the least
+    recently used beyond ``most``."""
+    lru[origin] = value
+    lru.move_to_end(origin)
+    if len(lru) > most:
+        lru.popitem(last=False)
+
 
 def _tasks_only(entry: PendingURL, origin: Origin) -> Task:
     raise TypeError(f"a PendingURL for {origin} was queued on a HostTable built without make_task")
@@ -136,6 +158,7 @@ class HostTable(AddressLines):
         self.slots: dict[Origin, HostSlot] = {}
         self.recent: OrderedDict[Origin, HostSlot] = OrderedDict()  # freed slots, oldest first
         self._set_delays: OrderedDict[Origin, float] = OrderedDict()  # least recently used first
+        self._throttled: OrderedDict[Origin, ThrottleState] = OrderedDict()  # the same
         self._gates: dict[Origin, float] = {}  # the start gates set (set_gate), until lifted
         self.total_open = 0
         self.pending = 0
@@ -171,6 +194,10 @@ class HostTable(AddressLines):
                 else:
                     self._set_delays.move_to_end(origin)
                 slot = HostSlot(origin, self.per_host, delay, self.jitter, throttle_delay=self.throttle_floor)
+                throttled = self._throttled.pop(origin, None) if self._throttled else None
+                if throttled is not None:
+                    slot.throttle_delay, slot.too_fast, slot.backoffs, good_since = throttled
+                    slot.served_at_backoff = -good_since  # served - served_at_backoff, as it was
                 if self._gates:
                     slot.start_until = self._gates.get(origin, math.inf)
             self.slots[origin] = slot
@@ -201,10 +228,7 @@ class HostTable(AddressLines):
         if delay == self.default_delay:
             delays.pop(origin, None)
         else:
-            delays[origin] = delay
-            delays.move_to_end(origin)
-            if len(delays) > SET_DELAYS:
-                delays.popitem(last=False)
+            _remember(delays, origin, delay, SET_DELAYS)
         # No slot is made for it: one made here, with nothing to do, would never be freed.
         slot = self.slots.get(origin) or self.recent.get(origin)
         if slot is not None:
@@ -389,7 +413,10 @@ class HostTable(AddressLines):
         recent = self.recent
         recent[origin] = slot
         if len(recent) > RECENT_HOSTS:
-            recent.popitem(last=False)
+            origin, slot = recent.popitem(last=False)
+            if slot.throttle_delay > self.throttle_floor:  # a server that asked to slow down, or is slow
+                state = (slot.throttle_delay, slot.too_fast, slot.backoffs, slot.served - slot.served_at_backoff)
+                _remember(self._throttled, origin, state, THROTTLED_HOSTS)
 
     # -- decisions ----------------------------------------------------------
 

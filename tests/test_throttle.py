@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from rawserver import ConnInfo, Handler, RawServer, http_response, read_request
 
-from niofetcher import FetcherConfig, HostStats, NIOFetcher, Throttle
+from niofetcher import FetcherConfig, HostStats, NIOFetcher, Throttle, pool
 from niofetcher.throttle import MAX_PAUSE, retry_after
 
 Answer = Callable[[int, bytes], tuple[int, list[tuple[str, str]], float]]  # (n, path) -> status, headers, latency
@@ -212,6 +212,41 @@ def test_a_backoff_takes_at_most_half_max_delay_as_too_short() -> None:
     for _ in range(100):
         delay, too_fast = throttle.eased(delay, too_fast, 0.001, good=True)
     assert delay < 40.0  # down toward 1.25 x 30
+
+
+def test_a_host_that_asked_to_slow_down_keeps_its_delay_after_its_slot_is_dropped(
+    server: Callable[[Answer], tuple[RawServer, Arrivals]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its slot leaves the table when nothing of it is left, and ``recent`` after RECENT_HOSTS other
+    # hosts have left since: with it went its throttled delay, so it was asked at full speed again.
+    monkeypatch.setattr(pool, "RECENT_HOSTS", 3)
+    close = [("Connection", "close")]  # no idle connection keeps a slot in the table
+    srv, _ = server(lambda n, path: (429 if path == b"/limited/0" else 200, close, 0.05 if b"limited" in path else 0.0))
+    names = ["limited.test", *(f"other{i}.test" for i in range(5))]
+    config = FetcherConfig(resolve=dict.fromkeys(names, "127.0.0.1"), max_connections_per_host=1,
+                           throttle=Throttle(max_delay=0.5))
+
+    def limited(fetcher: NIOFetcher) -> HostStats | None:
+        return next((stats for origin, stats in fetcher.host_stats().items() if origin.host == "limited.test"), None)
+
+    with NIOFetcher(config) as fetcher:
+        for i in range(3):
+            fetcher.register(f"http://limited.test:{srv.port}/limited/{i}")
+        assert [fetcher.get(timeout=5) is not None for _ in range(3)] == [True] * 3
+        before = limited(fetcher)
+        assert before is not None and before.backoffs == 1 and before.delay > 0.02  # toward the 50 ms latency
+        for name in names[1:]:
+            fetcher.register(f"http://{name}:{srv.port}/")
+            assert fetcher.get(timeout=5) is not None
+        deadline = time.monotonic() + 10
+        while limited(fetcher) is not None and time.monotonic() < deadline:  # until its slot is dropped
+            time.sleep(0.02)
+        assert limited(fetcher) is None
+        fetcher.register(f"http://limited.test:{srv.port}/again")
+        assert fetcher.get(timeout=5) is not None
+        after = limited(fetcher)
+    assert after is not None and after.backoffs == 1  # 0: a fresh slot
+    assert after.delay >= 0.9 * before.delay  # one good answer lowers it by 5% at most
 
 
 @pytest.mark.parametrize("value", ["garbage", "-5", "1.5", "", "Thu, 01 Jan 1970 00:00:00 GMT"])
