@@ -386,6 +386,7 @@ class Engine:
                     counters.connections_opened += 1
                     if addresses is not None:
                         # Located by the table (per-IP limits): where it was counted is where it goes.
+                        conn.channel.may_try = functools.partial(table.may_connect, conn)
                         conn.resolved(addresses, None)
                     else:
                         peer = task.proxy or slot.origin  # through a proxy, its name is the one looked up
@@ -449,6 +450,7 @@ class Engine:
         throttle = self.config.throttle
         if throttle is not None:
             self._throttle(throttle, conn.slot, task, None, [])
+        replayable = self.table.turned_away(conn) or replayable  # per-IP: it waits for its place instead
         if replayable and not task.replayed and self.phase < _CANCELLING and task.method in IDEMPOTENT_METHODS:
             task.replayed = True
             task.needs_fresh_connection = True

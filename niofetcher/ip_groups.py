@@ -26,6 +26,14 @@ neither its connect timeout nor its request timeout has begun.  Through a
 proxy the origin's address is the proxy's to know: proxied requests are
 counted by ``max_connections_per_proxy`` only.
 
+Falling back.  A connection whose first address fails tries its name's next
+ones (channel.py), each asked of ``may_connect`` first: an address with a
+place now takes its count from the one it leaves, so that it is counted where
+it connects, and one without turns it away -- its request starts again (a
+replay, once) on that address, parked in its line like any other.  Either way
+its slot puts that address first for its next connections, until it looks
+its name up again.
+
 Turns.  A full address is shared by turns, not by churn.  Closing another
 host's idle connection to open one's own costs a connect (and a TLS handshake)
 on both sides, so a waiter may close an idle connection of its address at once
@@ -73,7 +81,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .config import Address
+from .config import Address, Sockaddr
 from .hosts import HostSlot, IPGroup
 from .request import MakeTask, QueueEntry, Task
 
@@ -106,6 +114,7 @@ class AddressLines:
     ip_delay: float
     ip_groups: dict[str, IPGroup]
     _ip_of: dict[Connection, IPGroup]
+    _turned_away: set[Connection]
 
     def refresh(self, slot: HostSlot, now: float) -> None:
         """Put ``slot`` in the ready heap if it can take a request now (the table's)."""
@@ -160,6 +169,42 @@ class AddressLines:
         self.refresh(slot, now)
         self._free_if_unused(slot, now)
         return task
+
+    def may_connect(self, conn: Connection, sockaddr: Sockaddr) -> bool:
+        """Whether ``conn``, counted on an address, may try ``sockaddr`` (module docstring, "Falling
+        back"): on its own address, yes; on another, only with a place there now, and its count moves."""
+        group = self._ip_of.get(conn)
+        ip = sockaddr[0]
+        if group is None or group.ip == ip:
+            return True
+        now = self._clock()
+        slot = conn.slot
+        if slot.addresses is not None and slot.ip == group.ip:  # its next connections go there first
+            slot.addresses = sorted(slot.addresses, key=lambda address: address[1][0] != ip)
+            slot.ip = ip
+        per_ip = self.per_ip
+        other = self.ip_groups.get(ip)
+        if other is not None and (other.next_start_at > now or (per_ip is not None and other.open >= per_ip)):
+            self._turned_away.add(conn)
+            return False
+        self._turned_away.discard(conn)
+        other = self._ip_group(ip)
+        group.open -= 1
+        other.open += 1
+        self._ip_of[conn] = other
+        if self.ip_delay:
+            other.next_start_at = now + self.ip_delay
+        self._wake_ip(group, now)
+        self._free_group(group, now)
+        return True
+
+    def turned_away(self, conn: Connection) -> bool:
+        """``conn``, closed now, failed to connect because an address it fell back to had no place
+        (``may_connect``): its request may start again, on that address in its turn."""
+        if conn in self._turned_away:
+            self._turned_away.remove(conn)
+            return True
+        return False
 
     def _ip_group(self, ip: str) -> IPGroup:
         group = self.ip_groups.get(ip)

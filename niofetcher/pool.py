@@ -181,6 +181,7 @@ class HostTable(AddressLines):
         self._locate = locate
         self.ip_groups: dict[str, IPGroup] = {}
         self._ip_of: dict[Connection, IPGroup] = {}  # every open connection counted on an address
+        self._turned_away: set[Connection] = set()  # until their requests' failures are seen (may_connect)
 
     def slot(self, origin: Origin) -> HostSlot:
         """The slot of ``origin``: its live one, its recent one back, or a new one."""
@@ -330,6 +331,8 @@ class HostTable(AddressLines):
             proxy = self._proxied.pop(conn, None)
             if proxy is not None:
                 self._proxy_closed(conn, proxy.authority, was_idle, now)
+        if self._turned_away and conn.carried is None:  # a crash: no failure of its request to come
+            self._turned_away.discard(conn)
         if self._ip_of:
             group = self._ip_of.pop(conn, None)
             if group is not None:

@@ -359,6 +359,27 @@ def test_every_address_of_a_name_is_tried_when_one_refuses(watch: Watch, per_ip:
 
 
 @pytest.mark.timeout(30)
+def test_a_connection_that_falls_back_to_another_address_counts_there(watch: Watch) -> None:
+    # a.test's first address refuses (nothing listens on 127.0.0.3) and its second is b.test's. Its
+    # connection was counted on the first and connected to the second, beside b.test's: two at once
+    # on an address limited to one.  Now it counts where it connects, waiting its turn there.
+    server = watch.serve(watch.handler(pause=0.2))
+
+    def resolver(host: str, port: int) -> Sequence[Address]:
+        first = [(socket.AF_INET, ("127.0.0.3", port))] if host == "a.test" else []
+        return [*first, (socket.AF_INET, ("127.0.0.1", port))]
+
+    urls = [f"http://{name}.test:{server.port}/{i}" for i in range(3) for name in ("b", "a")]
+    results = fetch_all(FetcherConfig(resolver=resolver, max_connections_per_ip=1), urls)
+    assert [result.error for result in results] == [None] * 6
+    assert {result.peer for result in results} == {f"127.0.0.1:{server.port}"}
+    assert watch.max_open == 1
+    # Turned away from b.test's full address, its first request started again there in its turn.
+    replayed = sorted(result.url for result in results if result.replayed)
+    assert replayed == [f"http://a.test:{server.port}/0"]
+
+
+@pytest.mark.timeout(30)
 def test_without_a_dns_cache_each_new_connection_follows_the_answer_of_its_time(watch: Watch) -> None:
     # dns_cache_ttl=0: every answer expires at once, which must neither loop nor keep an old one.
     first = watch.serve(watch.handler())
