@@ -161,11 +161,11 @@ class AddressLines:
         if not slot.locating:
             return None
         slot.locating = False
-        if not slot.queue:
-            return None
-        entry = heapq.heappop(slot.queue)
-        self.pending -= 1
-        task = entry[2] if len(entry) == 3 else self._make_task(entry, slot.origin)
+        task = None
+        if slot.queue:
+            entry = heapq.heappop(slot.queue)
+            self.pending -= 1
+            task = entry[2] if len(entry) == 3 else self._make_task(entry, slot.origin)
         self.refresh(slot, now)
         self._free_if_unused(slot, now)
         return task
