@@ -539,9 +539,8 @@ class HostTable(AddressLines):
             slot.last_start_at = now if slot.queue else math.inf
             if slot.delay or slot.throttle_delay:
                 slot.next_start_at = now + slot.next_delay()
-            if group is None or conn is not None:
-                return Assignment(slot, task, conn, evict, evict_for_proxy)
-            return Assignment(slot, task, conn, evict, evict_for_proxy, group, slot.addresses)
+            return Assignment(slot, task, conn, evict, evict_for_proxy, group,
+                              slot.addresses if group is not None and conn is None else None)
         return None
 
     def _park(self, slot: HostSlot, key: str, queued: QueueEntry, task: Task) -> None:

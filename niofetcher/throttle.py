@@ -4,9 +4,10 @@ A host's throttled delay moves toward ``latency / target_concurrency`` (halfway
 at each answer, so one slow answer does not set it alone) while answers are
 good.  A backoff status (429, 503) begins an *episode*: the delay that was too
 short (the larger of the delay and the spacing the requests actually had while
-more of them waited, at most half max_delay) is remembered and the delay set to twice it (four times while backoffs come
-within a few answers of each other, as when a limit is first sought), and the
-whole host pauses until its ``Retry-After`` has passed; the answers to requests sent before the episode
+more of them waited, at most half max_delay) is remembered and the delay set
+to twice it (four times while backoffs come within a few answers of each
+other, as when a limit is first sought), and the whole host pauses until its
+``Retry-After`` has passed; the answers to requests sent before the episode
 began belong to it and back off no further (their Retry-After still holds),
 as TCP halves its window once per loss.  Later good answers bring the delay
 down in small steps (5% an answer), never below 1.25 times the delay that was
