@@ -140,6 +140,7 @@ class Channel:
         "interest",
         "last_activity",
         "loop",
+        "may_try",
         "origin",
         "peer",
         "proxy",
@@ -180,6 +181,9 @@ class Channel:
         self._last_connect_error = ""
         self._out: memoryview | None = None
         self._tunnel: TunnelRequest | None = None
+        # Asked before each address is tried, set by its owner: with per-IP limits the host table's
+        # ``may_connect``, which moves the connection's count to the address it falls back to.
+        self.may_try: Callable[[Sockaddr], bool] | None = None
 
     # -- opening ------------------------------------------------------------
 
@@ -200,6 +204,10 @@ class Channel:
             if refusal:
                 self._last_connect_error = refusal
                 self._refusals += 1
+                continue
+            may_try = self.may_try
+            if may_try is not None and not may_try(sockaddr):
+                self._last_connect_error = f"{_address_text(sockaddr)}: no place there under the per-IP limits"
                 continue
             try:
                 sock = socket.socket(family, socket.SOCK_STREAM)

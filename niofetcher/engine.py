@@ -126,6 +126,7 @@ class Engine:
             config.max_connections, config.max_connections_per_host, config.host_delay,
             config.host_delay_jitter, self.loop.timers.call_at, lambda: self.loop.now, self._pending_task,
             config.max_connections_per_proxy, config.max_connections_per_ip, config.ip_delay, self._locate,
+            config.throttle.min_delay if config.throttle is not None else 0.0,
         )
         self.resolver = ResolverPool(config, self.loop.call_soon_threadsafe)
         self.connections: set[HostConnection] = set()
@@ -360,7 +361,7 @@ class Engine:
             assignment = table.next_assignment(now)
             if assignment is None:
                 return
-            slot, task, conn, evict, evict_for_proxy = assignment
+            slot, task, conn, evict, evict_for_proxy, group, addresses = assignment
             if task.first_dispatch_at is None:
                 task.first_dispatch_at = now
             task.dispatched_at = now
@@ -380,12 +381,13 @@ class Engine:
                     task.connection_reused = False
                     task.needs_fresh_connection = False
                     conn = Connection(self, self.loop, self.config, slot, task, self._denied)
-                    table.connection_opened(slot, conn)
+                    table.connection_opened(slot, conn, group)
                     self.connections.add(conn)
                     counters.connections_opened += 1
-                    if slot.addresses is not None and task.proxy is None:
+                    if addresses is not None:
                         # Located by the table (per-IP limits): where it was counted is where it goes.
-                        conn.resolved(slot.addresses, None)
+                        conn.channel.may_try = functools.partial(table.may_connect, conn)
+                        conn.resolved(addresses, None)
                     else:
                         peer = task.proxy or slot.origin  # through a proxy, its name is the one looked up
                         self.resolver.lookup(peer.host, peer.port, conn.resolved, now)
@@ -396,8 +398,8 @@ class Engine:
             table.refresh(slot, now)
 
     def _locate(self, slot: HostSlot) -> None:
-        """Look ``slot``'s origin up for the host table's per-IP limits; no answer within the
-        connect timeout leaves it unknown, and its connection's own lookup takes over."""
+        """Look ``slot``'s origin up for the host table's per-IP limits; a failed lookup, or no
+        answer within the connect timeout, fails its first request (``HostTable.not_located``)."""
         loop = self.loop
         origin = slot.origin
         self.resolver.lookup(origin.host, origin.port, functools.partial(self._located, slot), loop.now)
@@ -409,12 +411,16 @@ class Engine:
         timer = self._locating.pop(slot, None)
         if timer is not None:
             timer.cancel()
-        origin = slot.origin
-        self.table.located(slot, addresses, self.loop.now, self.resolver.holds_until(origin.host, origin.port))
+        if addresses is not None:
+            origin = slot.origin
+            self.table.located(slot, addresses, self.loop.now, self.resolver.holds_until(origin.host, origin.port))
+        elif failure is not None and (task := self.table.not_located(slot, self.loop.now)) is not None:
+            self._finish_error(task, failure)
 
     def _give_up_locating(self, slot: HostSlot) -> None:
-        del self._locating[slot]
-        self.table.located(slot, None, self.loop.now, -math.inf)  # unknown: looked up again at its next chance
+        # The words of a connection's own lookup that takes too long (channel.py): the same failure.
+        late = f"name lookup took longer than {self.config.connect_timeout} s"
+        self._located(slot, None, FetchFailure(ErrorKind.DNS_ERROR, late))
 
     # -- connection events (ConnectionOwner) --------------------------------
 
@@ -444,6 +450,7 @@ class Engine:
         throttle = self.config.throttle
         if throttle is not None:
             self._throttle(throttle, conn.slot, task, None, [])
+        replayable = self.table.turned_away(conn) or replayable  # per-IP: it waits for its place instead
         if replayable and not task.replayed and self.phase < _CANCELLING and task.method in IDEMPOTENT_METHODS:
             task.replayed = True
             task.needs_fresh_connection = True

@@ -44,14 +44,15 @@ class HostSlot:
     backoff_at: float = -math.inf  # when its last backoff began: an answer to a request sent before is of it
     backoffs: int = 0  # backoffs, each begun by an answer that asked it to slow down (429, 503)
     served_at_backoff: int = 0  # ``served`` when its last backoff began
-    last_start_at: float = math.inf  # when its last request started, and the gap before that one
-    start_gap: float = 0.0
+    # When its last request started, if others of its waited then (else inf), and the gap before
+    # that start (-inf: none the fetcher chose), the spacing a backoff takes as too short.
+    last_start_at: float = math.inf
+    start_gap: float = -math.inf
     tls_sessions: TLSSessions = field(default_factory=TLSSessions, repr=False)  # for its next TLS connection
     parked: str | None = field(default=None, repr=False)  # the proxy it waits on for a place (pool.py, "Proxies")
     woken: str | None = field(default=None, repr=False)  # the proxy whose free place it was woken for
     # With per-IP limits only (ip_groups.py, "Addresses"): its addresses, the first one's
-    # key ("" when they could not be known: its next connection goes uncounted), and the state
-    # of its waits.
+    # key, and the state of its waits.
     addresses: Sequence[Address] | None = field(default=None, repr=False)
     ip: str | None = None
     located_until: float = field(default=0.0, repr=False)  # its addresses are looked up again after it

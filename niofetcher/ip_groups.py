@@ -7,9 +7,12 @@ waiters are: open connections, the earliest next start, the idle
 connections a waiter may close for a place, and a line of parked slots.  A
 slot learns its address before it needs a new connection: the table asks
 ``locate`` (the engine's resolver, an answer from its cache comes at once)
-and the slot waits out of the ready heap until ``located``; its connections
-then connect to those addresses, counted on the first one from the moment
-they begin, and the slot forgets them when its last connection closes, or
+and the slot waits out of the ready heap until ``located``; a look-up that
+fails, or gives no answer within the connect timeout, fails the slot's first
+request (``not_located``: dns_error, as its connection's own look-up would),
+for a connection that does not know its address would be counted on none.
+Its connections connect to those addresses, counted on the first one from
+the moment they begin, and the slot forgets them when its last connection closes, or
 when one closes after the answer expired (the record's TTL, as the resolver
 kept it: ``dns_cache_ttl`` at most), so that its next connection follows a
 changed DNS answer.  A slot whose address is full or whose
@@ -22,6 +25,14 @@ woken that cannot start after all passes its wake on.  A request waiting here wa
 neither its connect timeout nor its request timeout has begun.  Through a
 proxy the origin's address is the proxy's to know: proxied requests are
 counted by ``max_connections_per_proxy`` only.
+
+Falling back.  A connection whose first address fails tries its name's next
+ones (channel.py), each asked of ``may_connect`` first: an address with a
+place now takes its count from the one it leaves, so that it is counted where
+it connects, and one without turns it away -- its request starts again (a
+replay, once) on that address, parked in its line like any other.  Either way
+its slot puts that address first for its next connections, until it looks
+its name up again.
 
 Turns.  A full address is shared by turns, not by churn.  Closing another
 host's idle connection to open one's own costs a connect (and a TLS handshake)
@@ -70,9 +81,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .config import Address
+from .config import Address, Sockaddr
 from .hosts import HostSlot, IPGroup
-from .request import QueueEntry, Task
+from .request import MakeTask, QueueEntry, Task
 
 if TYPE_CHECKING:
     from .hosts import Connection
@@ -92,6 +103,8 @@ class AddressLines:
     """The per-address methods of pool.HostTable, which holds the state they share with it."""
 
     _ready: list[tuple[int, int, int, HostSlot]]
+    _make_task: MakeTask
+    pending: int
     _idle_lru: OrderedDict[Connection, None]
     _proxied: dict[Connection, Proxy]
     _schedule_at: ScheduleAt
@@ -101,9 +114,14 @@ class AddressLines:
     ip_delay: float
     ip_groups: dict[str, IPGroup]
     _ip_of: dict[Connection, IPGroup]
+    _turned_away: set[Connection]
 
     def refresh(self, slot: HostSlot, now: float) -> None:
         """Put ``slot`` in the ready heap if it can take a request now (the table's)."""
+        raise NotImplementedError
+
+    def _free_if_unused(self, slot: HostSlot, now: float) -> None:
+        """Move ``slot`` out of the table if nothing of it is left (the table's)."""
         raise NotImplementedError
 
     # -- addresses (module docstring, "Addresses") ------------------------------
@@ -120,16 +138,73 @@ class AddressLines:
             slot.locating = True
             self._locate(slot)  # type: ignore[misc]
 
-    def located(self, slot: HostSlot, addresses: Sequence[Address] | None, now: float, until: float) -> None:
-        """``slot``'s origin resolves to ``addresses`` (None: it could not be known in time, or at all),
-        an answer that holds until ``until`` (the record's TTL, as the resolver kept it)."""
+    def located(self, slot: HostSlot, addresses: Sequence[Address], now: float, until: float) -> None:
+        """``slot``'s origin resolves to ``addresses`` (not empty), an answer that holds until ``until``
+        (the record's TTL, as the resolver kept it)."""
         if not slot.locating:
             return  # an answer after it gave up waiting, or after a cancel
         slot.locating = False
-        slot.addresses = addresses or None
-        slot.ip = addresses[0][1][0] if addresses else ""
+        slot.addresses = addresses
+        slot.ip = addresses[0][1][0]
         slot.located_until = until
         self.refresh(slot, now)
+
+    def not_located(self, slot: HostSlot, now: float) -> Task | None:
+        """``slot``'s origin could not be looked up (a failure, or no answer within the connect
+        timeout): its first request is taken off its queue, for the caller to fail, and returned.
+
+        A connection that does not know its address is counted on none, so it would break the very
+        limits the look-up was for; the request fails instead, as it would by its own connection's
+        look-up without per-IP limits, and the next one looks up again (joining the look-up still
+        under way, if any).  None when no look-up is awaited (a late answer) or nothing is queued.
+        """
+        if not slot.locating:
+            return None
+        slot.locating = False
+        task = None
+        if slot.queue:
+            entry = heapq.heappop(slot.queue)
+            self.pending -= 1
+            task = entry[2] if len(entry) == 3 else self._make_task(entry, slot.origin)
+        self.refresh(slot, now)
+        self._free_if_unused(slot, now)
+        return task
+
+    def may_connect(self, conn: Connection, sockaddr: Sockaddr) -> bool:
+        """Whether ``conn``, counted on an address, may try ``sockaddr`` (module docstring, "Falling
+        back"): on its own address, yes; on another, only with a place there now, and its count moves."""
+        group = self._ip_of.get(conn)
+        ip = sockaddr[0]
+        if group is None or group.ip == ip:
+            return True
+        now = self._clock()
+        slot = conn.slot
+        if slot.addresses is not None and slot.ip == group.ip:  # its next connections go there first
+            slot.addresses = sorted(slot.addresses, key=lambda address: address[1][0] != ip)
+            slot.ip = ip
+        per_ip = self.per_ip
+        other = self.ip_groups.get(ip)
+        if other is not None and (other.next_start_at > now or (per_ip is not None and other.open >= per_ip)):
+            self._turned_away.add(conn)
+            return False
+        self._turned_away.discard(conn)
+        other = self._ip_group(ip)
+        group.open -= 1
+        other.open += 1
+        self._ip_of[conn] = other
+        if self.ip_delay:
+            other.next_start_at = now + self.ip_delay
+        self._wake_ip(group, now)
+        self._free_group(group, now)
+        return True
+
+    def turned_away(self, conn: Connection) -> bool:
+        """``conn``, closed now, failed to connect because an address it fell back to had no place
+        (``may_connect``): its request may start again, on that address in its turn."""
+        if conn in self._turned_away:
+            self._turned_away.remove(conn)
+            return True
+        return False
 
     def _ip_group(self, ip: str) -> IPGroup:
         group = self.ip_groups.get(ip)

@@ -36,6 +36,11 @@ crawler's Crawl-delay) live in their own map, SET_DELAYS hosts at most, least
 recently used forgotten first, so a host keeps its delay long after its slot
 is gone: the map is all that stays, a few hundred bytes a host, where a slot
 kept alive for its delay would hold its lists, its figures and a TLS session.
+A Throttle's state of a host whose throttled delay is above its floor
+(``throttle_floor``: a server that asked to slow down, or is slow) is kept the
+same way, THROTTLED_HOSTS hosts at most, when its slot leaves ``recent``, and
+given back to the slot it gets when it returns: a server that answered 429s
+is not hammered again because a thousand other hosts came and went.
 
 Start gates.  ``set_gate`` gives an origin a deadline (``time.monotonic()``, the table's clock)
 after which none of its requests starts, on a new connection or a kept-alive one: a crawler that
@@ -71,8 +76,10 @@ import itertools
 import math
 import time
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
+from .config import Address
 from .hosts import HostSlot, IPGroup
 from .ip_groups import AddressLines, Clock, Locate, ScheduleAt
 from .request import MakeTask, PendingURL, QueueEntry, Task
@@ -81,8 +88,25 @@ from .urls import Origin, Proxy
 if TYPE_CHECKING:
     from .hosts import Connection
 
+_V = TypeVar("_V")
+
 RECENT_HOSTS = 1024  # freed slots kept for host_stats() and for a quick return
 SET_DELAYS = 65536  # hosts whose set_delay() is remembered without a slot
+THROTTLED_HOSTS = 65536  # hosts whose Throttle state is remembered without a slot
+
+# A Throttle's state of a host, kept when its slot is dropped: its throttled delay, the delay its
+# last backoff found too short, its backoffs, and the good answers since its last backoff.
+ThrottleState = tuple[float, float, int, int]
+
+
+def _remember(lru: OrderedDict[Origin, _V], origin: Origin, value: _V, most: int) -> None:
+    """Keep ``value`` for ``origin`` in ``lru``, most recently used last, forgetting the least
+    recently used beyond ``most``."""
+    lru[origin] = value
+    lru.move_to_end(origin)
+    if len(lru) > most:
+        lru.popitem(last=False)
+
 
 def _tasks_only(entry: PendingURL, origin: Origin) -> Task:
     raise TypeError(f"a PendingURL for {origin} was queued on a HostTable built without make_task")
@@ -93,6 +117,9 @@ class Assignment(NamedTuple):
 
     ``evict_for_proxy``: an idle connection of the task's proxy (or of its address), closed as well
     when both the host's limit and ``max_connections_per_proxy`` (``max_connections_per_ip``) need a place.
+    ``group`` and ``addresses`` (per-IP limits, a direct route): the address the decision counted on
+    and what a new connection connects to -- carried here, not read from the slot after the evicts
+    have closed, as a close may make the slot forget its address (an expired answer).
     """
 
     slot: HostSlot
@@ -100,6 +127,8 @@ class Assignment(NamedTuple):
     conn: Connection | None
     evict: Connection | None
     evict_for_proxy: Connection | None = None
+    group: IPGroup | None = None
+    addresses: Sequence[Address] | None = None
 
 
 class HostTable(AddressLines):
@@ -108,9 +137,11 @@ class HostTable(AddressLines):
     def __init__(
         self, max_connections: int, per_host: int, delay: float, jitter: float, schedule_at: ScheduleAt, clock: Clock,
         make_task: MakeTask | None = None, per_proxy: int | None = None, per_ip: int | None = None,
-        ip_delay: float = 0.0, locate: Locate | None = None,
+        ip_delay: float = 0.0, locate: Locate | None = None, throttle_floor: float = 0.0,
     ) -> None:
         """``make_task`` is needed only by a table that queues PendingURLs (``enqueue_entry``).
+
+        ``throttle_floor``: a new host's throttled delay (``Throttle.min_delay``), from its first start on.
 
         ``per_proxy``: open connections one proxy gets at most (None: only the total limit).
         ``per_ip`` and ``ip_delay``: the same per resolved address, and the least time between two
@@ -123,9 +154,11 @@ class HostTable(AddressLines):
         self.per_host = per_host
         self.default_delay = delay
         self.jitter = jitter
+        self.throttle_floor = throttle_floor
         self.slots: dict[Origin, HostSlot] = {}
         self.recent: OrderedDict[Origin, HostSlot] = OrderedDict()  # freed slots, oldest first
         self._set_delays: OrderedDict[Origin, float] = OrderedDict()  # least recently used first
+        self._throttled: OrderedDict[Origin, ThrottleState] = OrderedDict()  # the same
         self._gates: dict[Origin, float] = {}  # the start gates set (set_gate), until lifted
         self.total_open = 0
         self.pending = 0
@@ -148,6 +181,7 @@ class HostTable(AddressLines):
         self._locate = locate
         self.ip_groups: dict[str, IPGroup] = {}
         self._ip_of: dict[Connection, IPGroup] = {}  # every open connection counted on an address
+        self._turned_away: set[Connection] = set()  # until their requests' failures are seen (may_connect)
 
     def slot(self, origin: Origin) -> HostSlot:
         """The slot of ``origin``: its live one, its recent one back, or a new one."""
@@ -160,7 +194,11 @@ class HostTable(AddressLines):
                     delay = self.default_delay
                 else:
                     self._set_delays.move_to_end(origin)
-                slot = HostSlot(origin, self.per_host, delay, self.jitter)
+                slot = HostSlot(origin, self.per_host, delay, self.jitter, throttle_delay=self.throttle_floor)
+                throttled = self._throttled.pop(origin, None) if self._throttled else None
+                if throttled is not None:
+                    slot.throttle_delay, slot.too_fast, slot.backoffs, good_since = throttled
+                    slot.served_at_backoff = -good_since  # served - served_at_backoff, as it was
                 if self._gates:
                     slot.start_until = self._gates.get(origin, math.inf)
             self.slots[origin] = slot
@@ -191,10 +229,7 @@ class HostTable(AddressLines):
         if delay == self.default_delay:
             delays.pop(origin, None)
         else:
-            delays[origin] = delay
-            delays.move_to_end(origin)
-            if len(delays) > SET_DELAYS:
-                delays.popitem(last=False)
+            _remember(delays, origin, delay, SET_DELAYS)
         # No slot is made for it: one made here, with nothing to do, would never be freed.
         slot = self.slots.get(origin) or self.recent.get(origin)
         if slot is not None:
@@ -242,8 +277,9 @@ class HostTable(AddressLines):
         self.refresh(slot, now)
         return list(slot.idle) if lifted or start_until <= time.monotonic() else []
 
-    def connection_opened(self, slot: HostSlot, conn: Connection | None = None) -> None:
-        """A connection of ``slot``'s began (it counts from its name lookup on); ``conn`` tells its route."""
+    def connection_opened(self, slot: HostSlot, conn: Connection | None = None, group: IPGroup | None = None) -> None:
+        """A connection of ``slot``'s began (it counts from its name lookup on); ``conn`` tells its route,
+        ``group`` the address it counts on (its Assignment's)."""
         slot.open += 1
         self.total_open += 1
         slot.peak_open = max(slot.peak_open, slot.open)
@@ -252,8 +288,8 @@ class HostTable(AddressLines):
             self._proxied[conn] = proxy  # type: ignore[index]
             key = proxy.authority
             self.proxy_open[key] = self.proxy_open.get(key, 0) + 1
-        elif self._by_ip and slot.ip and conn is not None:
-            group = self._ip_group(slot.ip)
+        elif group is not None and conn is not None:
+            group = self.ip_groups.setdefault(group.ip, group)  # freed by an evict closed for this start
             group.open += 1
             self._ip_of[conn] = group
 
@@ -295,6 +331,8 @@ class HostTable(AddressLines):
             proxy = self._proxied.pop(conn, None)
             if proxy is not None:
                 self._proxy_closed(conn, proxy.authority, was_idle, now)
+        if self._turned_away and conn.carried is None:  # a crash: no failure of its request to come
+            self._turned_away.discard(conn)
         if self._ip_of:
             group = self._ip_of.pop(conn, None)
             if group is not None:
@@ -307,9 +345,10 @@ class HostTable(AddressLines):
                              and slot.ip_woken is None) or slot.located_until < now):
             # Its next connection looks again: so a host busy for hours follows its DNS, and one
             # without connections keeps no answer -- unless it waits for a place on that address,
-            # where a look-up would cost it its place in line, or a start of its is under way (its
-            # own idle connection closed to make room: the new one counts on this address).  Never
-            # at a decision: an answer that expires at once (dns_cache_ttl=0) would be looked up for ever.
+            # where a look-up would cost it its place in line, or a start of its is under way.  A
+            # start whose evict closes here connects and counts where its Assignment says, not
+            # where the slot is left.  Never at a decision: an answer that expires at once
+            # (dns_cache_ttl=0) would be looked up for ever.
             slot.addresses = slot.ip = None
         if not slot.open:
             self._free_if_unused(slot, now)
@@ -377,7 +416,10 @@ class HostTable(AddressLines):
         recent = self.recent
         recent[origin] = slot
         if len(recent) > RECENT_HOSTS:
-            recent.popitem(last=False)
+            origin, slot = recent.popitem(last=False)
+            if slot.throttle_delay > self.throttle_floor:  # a server that asked to slow down, or is slow
+                state = (slot.throttle_delay, slot.too_fast, slot.backoffs, slot.served - slot.served_at_backoff)
+                _remember(self._throttled, origin, state, THROTTLED_HOSTS)
 
     # -- decisions ----------------------------------------------------------
 
@@ -416,21 +458,18 @@ class HostTable(AddressLines):
                 if slot.ip is None:
                     self._locate_slot(slot, queued, task, now)
                     continue
-                if slot.ip:
-                    group = self._ip_group(slot.ip)
-                    if group.next_start_at > now:
-                        if slot.idle:
-                            # Its own connection is there: it waits for the address's delay, by its
-                            # own timer, not for a place in the line, whose wakes come as places free
-                            # (none may: it would wait for its idle connection to close).
-                            if len(queued) != 3:
-                                slot.queue[0] = (queued[0], queued[1], task)
-                            self.pause(slot, group.next_start_at, now)
-                        else:
-                            self._park_ip(slot, group, queued, task, now)
-                        continue
-                else:
-                    slot.ip = None  # unknown for this start only: the next one asks again
+                group = self._ip_group(slot.ip)
+                if group.next_start_at > now:
+                    if slot.idle:
+                        # Its own connection is there: it waits for the address's delay, by its
+                        # own timer, not for a place in the line, whose wakes come as places free
+                        # (none may: it would wait for its idle connection to close).
+                        if len(queued) != 3:
+                            slot.queue[0] = (queued[0], queued[1], task)
+                        self.pause(slot, group.next_start_at, now)
+                    else:
+                        self._park_ip(slot, group, queued, task, now)
+                    continue
             idle = slot.idle
             conn: Connection | None
             if group is not None and idle and self._turn_bound(slot, group, task):
@@ -495,10 +534,13 @@ class HostTable(AddressLines):
             slot.wait_sum += wait
             slot.wait_max = max(slot.wait_max, wait)
             slot.start_gap = now - slot.last_start_at
-            slot.last_start_at = now
+            # With nothing left waiting, the gap to the next start is the host's idling, not a
+            # spacing the fetcher chose: a backoff must not take an hour's idling as too short.
+            slot.last_start_at = now if slot.queue else math.inf
             if slot.delay or slot.throttle_delay:
                 slot.next_start_at = now + slot.next_delay()
-            return Assignment(slot, task, conn, evict, evict_for_proxy)
+            return Assignment(slot, task, conn, evict, evict_for_proxy, group,
+                              slot.addresses if group is not None and conn is None else None)
         return None
 
     def _park(self, slot: HostSlot, key: str, queued: QueueEntry, task: Task) -> None:

@@ -77,6 +77,22 @@ def system_resolver(host: str, port: int) -> list[Address]:
     return [(family, sockaddr) for family, _, _, _, sockaddr in infos]
 
 
+def well_formed(answer: Sequence[Address]) -> list[Address]:
+    """A resolver's answer as a list, each item checked: (family, sockaddr) with an int family and a
+    tuple sockaddr of an IP address (a str) and an int port.  Anything else raises ValueError, so a
+    wrong answer from a user's resolver is a failed lookup (dns_error), found here on a worker, and
+    neither a fault where the loop reads it (the host table's per-IP limits, the connect) nor a name
+    that ``connect`` would look up on the loop thread."""
+    found = list(answer)
+    for item in found:
+        family, sockaddr = item if isinstance(item, tuple) and len(item) == 2 else (None, None)
+        if (not isinstance(family, int) or isinstance(family, bool) or not isinstance(sockaddr, tuple)
+                or len(sockaddr) < 2 or not isinstance(sockaddr[0], str) or type(sockaddr[1]) is not int):
+            raise ValueError(f"not a (family, (address, port, ...)): {item!r:.80}")
+        ipaddress.ip_address(sockaddr[0].split("%", 1)[0])  # a name, or garbage: ValueError
+    return found
+
+
 def interleave_families(addresses: Sequence[Address]) -> list[Address]:
     """Alternate address families, keeping each family's order, first family first (RFC 8305 4)."""
     if not addresses:
@@ -175,7 +191,7 @@ class ResolverPool:
             ttl = min(self._ttl, NEGATIVE_TTL)  # a failure's
             try:
                 given = self._resolve(host, port)
-                found = interleave_families(list(given))
+                found = interleave_families(well_formed(given))
                 if found:
                     failure = None
                     ttl = min(self._ttl, given.ttl) if isinstance(given, ResolvedAddresses) else self._ttl

@@ -3,10 +3,11 @@
 A host's throttled delay moves toward ``latency / target_concurrency`` (halfway
 at each answer, so one slow answer does not set it alone) while answers are
 good.  A backoff status (429, 503) begins an *episode*: the delay that was too
-short (the larger of the delay and the spacing the requests actually had) is
-remembered and the delay set to twice it (four times while backoffs come
-within a few answers of each other, as when a limit is first sought), and the
-whole host pauses until its ``Retry-After`` has passed; the answers to requests sent before the episode
+short (the larger of the delay and the spacing the requests actually had while
+more of them waited, at most half max_delay) is remembered and the delay set
+to twice it (four times while backoffs come within a few answers of each
+other, as when a limit is first sought), and the whole host pauses until its
+``Retry-After`` has passed; the answers to requests sent before the episode
 began belong to it and back off no further (their Retry-After still holds),
 as TCP halves its window once per loss.  Later good answers bring the delay
 down in small steps (5% an answer), never below 1.25 times the delay that was
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 #: The longest a Retry-After pauses a host, whatever it says (DESIGN.md: "up to an hour").
 MAX_PAUSE = 3600.0
+_PAUSE_DIGITS = len(str(int(MAX_PAUSE)))
 
 # The least delay a backoff takes as too short: doubling nothing would leave it at 0.
 LEAST_TOO_FAST = 0.001
@@ -90,10 +92,12 @@ class Throttle:
 
     def backed_off(self, delay: float, spacing: float, good_since: int) -> tuple[float, float]:
         """The delay after a backoff status that begins an episode, and the delay found too short:
-        the larger of ``delay`` and the ``spacing`` the host's requests had, doubled -- four times
-        when the last backoff was at most QUICK_REPEAT good answers ago, as while the limit is
-        first sought -- within [min_delay, max_delay]."""
-        too_fast = max(delay, spacing, LEAST_TOO_FAST)
+        the larger of ``delay`` and the ``spacing`` the host's requests had (at most half
+        max_delay), doubled -- four times when the last backoff was at most QUICK_REPEAT good
+        answers ago, as while the limit is first sought -- within [min_delay, max_delay]."""
+        # At most half max_delay: a spacing of an hour (a Retry-After's pause) would otherwise make
+        # a floor of 1.25 hours, and hold the delay at max_delay for as long as FORGET takes.
+        too_fast = min(max(delay, spacing, LEAST_TOO_FAST), self.max_delay / 2)
         factor = 4 if good_since <= QUICK_REPEAT else 2
         return min(max(factor * too_fast, self.min_delay), self.max_delay), too_fast
 
@@ -102,13 +106,17 @@ def retry_after(value: str | None, now: float) -> float | None:
     """Seconds a ``Retry-After`` value asks to wait from ``now`` (wall-clock time), at most MAX_PAUSE.
 
     RFC 9110 10.2.3: a number of seconds or an HTTP-date.  A date in the past is 0; a negative
-    number, a fraction, garbage or nothing is None (the backoff delay alone applies).
+    number, a fraction, digits other than ASCII's, garbage or nothing is None (the backoff delay
+    alone applies).  It never raises: the value is the server's.
     """
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
-        return min(float(int(text)), MAX_PAUSE)
+    if text.isascii() and text.isdigit():  # str.isdigit alone takes '²', which int() refuses
+        # int() of a few thousand digits raises, and float() of one above 1e308: every number
+        # longer than MAX_PAUSE's is MAX_PAUSE anyway.
+        digits = text.lstrip("0")
+        return MAX_PAUSE if len(digits) > _PAUSE_DIGITS else min(float(digits or 0), MAX_PAUSE)
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):

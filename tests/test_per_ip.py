@@ -109,9 +109,16 @@ def fetch(fetcher: NIOFetcher, url: str) -> FetchResult:
 
 def fetch_all(config: FetcherConfig, urls: list[str]) -> list[FetchResult]:
     with NIOFetcher(config) as fetcher:
-        for url in urls:
-            assert fetcher.register(url)
-        return list(fetcher.results())
+        return fetch_all_on(fetcher, urls)
+
+
+def fetch_all_on(fetcher: NIOFetcher, urls: list[str]) -> list[FetchResult]:
+    """Register ``urls`` on a running fetcher and wait for their results."""
+    for url in urls:
+        assert fetcher.register(url)
+    results = [fetcher.get(timeout=20) for _ in urls]
+    assert None not in results
+    return results  # type: ignore[return-value]
 
 
 # -- max_connections_per_ip --------------------------------------------------------------------------
@@ -352,6 +359,27 @@ def test_every_address_of_a_name_is_tried_when_one_refuses(watch: Watch, per_ip:
 
 
 @pytest.mark.timeout(30)
+def test_a_connection_that_falls_back_to_another_address_counts_there(watch: Watch) -> None:
+    # a.test's first address refuses (nothing listens on 127.0.0.3) and its second is b.test's. Its
+    # connection was counted on the first and connected to the second, beside b.test's: two at once
+    # on an address limited to one.  Now it counts where it connects, waiting its turn there.
+    server = watch.serve(watch.handler(pause=0.2))
+
+    def resolver(host: str, port: int) -> Sequence[Address]:
+        first = [(socket.AF_INET, ("127.0.0.3", port))] if host == "a.test" else []
+        return [*first, (socket.AF_INET, ("127.0.0.1", port))]
+
+    urls = [f"http://{name}.test:{server.port}/{i}" for i in range(3) for name in ("b", "a")]
+    results = fetch_all(FetcherConfig(resolver=resolver, max_connections_per_ip=1), urls)
+    assert [result.error for result in results] == [None] * 6
+    assert {result.peer for result in results} == {f"127.0.0.1:{server.port}"}
+    assert watch.max_open == 1
+    # Turned away from b.test's full address, its first request started again there in its turn.
+    replayed = sorted(result.url for result in results if result.replayed)
+    assert replayed == [f"http://a.test:{server.port}/0"]
+
+
+@pytest.mark.timeout(30)
 def test_without_a_dns_cache_each_new_connection_follows_the_answer_of_its_time(watch: Watch) -> None:
     # dns_cache_ttl=0: every answer expires at once, which must neither loop nor keep an old one.
     first = watch.serve(watch.handler())
@@ -442,6 +470,39 @@ def test_a_busy_name_follows_its_records_ttl_not_the_cache_ceiling(watch: Watch)
 
 
 @pytest.mark.timeout(30)
+def test_a_replay_that_closes_its_hosts_idle_connection_counts_its_new_one_on_the_address(watch: Watch) -> None:
+    # dns_cache_ttl=0: every answer has expired by the next decision.  The replay of a request that
+    # met a stale kept-alive connection closes its host's other idle one to open a fresh one; that
+    # close made the slot forget its address before the new connection was counted, so it was
+    # counted nowhere and two more for another name made three sockets on an address limited to two.
+    connections = itertools.count()
+
+    def handle(sock: socket.socket, info: ConnInfo) -> None:
+        mine = next(connections)
+        served = 0
+        while (head := read_request(sock, info)) is not None:
+            if mine < 2 and served == 1:
+                return  # a.test's first two connections: gone when their second request comes
+            if host_of(head) == "b.test" and not info.sleep(0.3):
+                return
+            sock.sendall(OK)
+            served += 1
+
+    server = watch.serve(handle)
+    config = FetcherConfig(resolver=lambda host, port: [(socket.AF_INET, ("127.0.0.1", port))],
+                           dns_cache_ttl=0, max_connections_per_ip=2, max_connections_per_host=2)
+    with NIOFetcher(config) as fetcher:
+        for i in range(2):
+            assert fetcher.register(f"http://a.test:{server.port}/{i}")
+        assert [fetcher.get(timeout=10) is not None for _ in range(2)] == [True, True]
+        replayed = fetch(fetcher, f"http://a.test:{server.port}/2")
+        assert replayed.ok and replayed.replayed
+        results = fetch_all_on(fetcher, [f"http://b.test:{server.port}/{i}" for i in range(4)])
+    assert all(result.ok for result in results)
+    assert server.max_open == 2
+
+
+@pytest.mark.timeout(30)
 def test_a_name_that_does_not_resolve_fails_alone_with_per_ip_limits(watch: Watch) -> None:
     server = watch.serve(watch.handler())
 
@@ -457,6 +518,23 @@ def test_a_name_that_does_not_resolve_fails_alone_with_per_ip_limits(watch: Watc
     assert failed == [f"http://nowhere.test:{server.port}/{i}" for i in range(3)]
     assert {r.error.value for r in results if not r.ok} == {"dns_error"}  # type: ignore[union-attr]
     assert len(results) == 6 and watch.max_open == 1
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("per_ip", [None, 1])
+def test_a_resolver_answer_of_the_wrong_shape_fails_that_name_alone(watch: Watch, per_ip: int | None) -> None:
+    server = watch.serve(watch.handler())
+
+    def resolver(host: str, port: int) -> Sequence[Address]:
+        if host == "odd.test":
+            return [(socket.AF_INET, None)]  # type: ignore[list-item]  # a buggy user resolver
+        return [(socket.AF_INET, ("127.0.0.1", port))]
+
+    with NIOFetcher(FetcherConfig(resolver=resolver, max_connections_per_ip=per_ip)) as fetcher:
+        odd, good = fetch(fetcher, f"http://odd.test:{server.port}/"), fetch(fetcher, f"http://good.test:{server.port}/")
+        assert fetcher.failure is None  # the table read the answer on the loop thread: it ended the loop
+    assert odd.error is not None and odd.error.value == "dns_error", odd.error_detail
+    assert good.ok
 
 
 @pytest.mark.timeout(30)
@@ -484,10 +562,40 @@ def test_a_lookup_slower_than_the_connect_timeout_ends_the_request_and_nothing_e
     by_url = {r.url: r for r in results}
     assert by_url[f"http://quick.test:{server.port}/"].ok
     slow = by_url[f"http://slow.test:{server.port}/"]
-    # With per-IP limits the table waits a connect timeout for the address, then the connection
-    # its own: the same error as without them, later.
+    # With per-IP limits the table waits a connect timeout for the address, then fails the
+    # request: the same error as without them.
     assert not slow.ok and slow.error.value == "dns_error", slow.error_detail  # type: ignore[union-attr]
     assert slow.error_detail == "name lookup took longer than 0.2 s"
+
+
+@pytest.mark.timeout(30)
+def test_a_lookup_slower_than_the_connect_timeout_opens_no_uncounted_connection(watch: Watch) -> None:
+    # The table gave up waiting for the address after connect_timeout and let each name's connection
+    # look up on its own, counted on no address: an answer that came before that second timeout
+    # (here at 1.5 connect timeouts) put every name on the one address at once.
+    server = watch.serve(watch.handler(pause=0.5))
+    release = threading.Event()
+
+    def resolver(host: str, port: int) -> Sequence[Address]:
+        release.wait(5)
+        return [(socket.AF_INET, ("127.0.0.1", port))]
+
+    config = FetcherConfig(resolver=resolver, max_connections_per_ip=1, connect_timeout=0.3)
+    try:
+        with NIOFetcher(config) as fetcher:
+            for i in range(3):
+                assert fetcher.register(f"http://n{i}.test:{server.port}/")
+            time.sleep(0.45)
+            release.set()
+            failed = [fetcher.get(timeout=10) for _ in range(3)]
+            # Answered by now, and kept: the names' next requests are counted on their address.
+            served = fetch_all_on(fetcher, [f"http://n{i}.test:{server.port}/again" for i in range(3)])
+    finally:
+        release.set()
+    assert watch.max_open == 1
+    assert [(r and r.error and r.error.value, r and r.error_detail) for r in failed] == [
+        ("dns_error", "name lookup took longer than 0.3 s")] * 3
+    assert all(result.ok for result in served)
 
 
 # -- the table alone ----------------------------------------------------------------------------------
@@ -516,11 +624,11 @@ def test__a_slot_parked_on_its_address_blocks_no_other_host() -> None:
     first = table.next_assignment(0.0)
     assert first is not None and first.task.url == "http://a.test/1"
     conn: Any = FakeConn(first.slot)
-    table.connection_opened(first.slot, conn)
+    table.connection_opened(first.slot, conn, first.group)
     table.refresh(first.slot, 0.0)
     second = table.next_assignment(0.0)
     assert second is not None and second.task.url == "http://c.test/1"  # b.test waits for 10.0.0.1, c.test not
-    table.connection_opened(second.slot, FakeConn(second.slot))  # type: ignore[arg-type]
+    table.connection_opened(second.slot, FakeConn(second.slot), second.group)  # type: ignore[arg-type]
     assert table.next_assignment(0.0) is None
     assert {ip: group.open for ip, group in table.ip_groups.items()} == {"10.0.0.1": 1, "10.0.0.2": 1}
     # a.test's connection goes idle: b.test takes the address's place by closing it.
@@ -596,7 +704,7 @@ def start_all(table: HostTable, now: float) -> list[tuple[Assignment, Any]]:
         conn: Any = assignment.conn
         if conn is None:
             conn = FakeConn(assignment.slot, now)
-            table.connection_opened(assignment.slot, conn)
+            table.connection_opened(assignment.slot, conn, assignment.group)
         table.refresh(assignment.slot, now)
         started.append((assignment, conn))
     return started

@@ -219,6 +219,22 @@ def test__failures_are_dns_error_and_cached_briefly(harness_factory: Any, answer
     assert harness.resolve("next.test").got[0][1].kind is ErrorKind.DNS_ERROR, "the pool keeps working"
 
 
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("item", [
+    (V4, None), (V4, "127.0.0.1"), (V4, ("127.0.0.1",)), (V4, (None, 80)), (V4, ("127.0.0.1", "80")),
+    ("inet", ("127.0.0.1", 80)), (V4, ("localhost", 80)), (V4, ["127.0.0.1", 80]), (V4,), "127.0.0.1", None,
+], ids=["no-sockaddr", "str-sockaddr", "no-port", "no-address", "str-port", "str-family", "a-name",
+        "list-sockaddr", "no-pair", "a-str", "none"])
+def test__an_answer_of_the_wrong_shape_is_a_dns_error(harness_factory: Any, item: Any) -> None:
+    # One bad item among good ones fails the lookup: the loop reads every one (the connect, the
+    # per-IP limits' address) and must not be where a user's resolver's bug is found.
+    stub = StubResolver(lambda host, port: [(V4, ("127.0.0.1", port)), item])
+    harness = harness_factory(stub)
+    (addresses, failure), = harness.resolve("odd.test").got
+    assert addresses is None
+    assert failure is not None and failure.kind is ErrorKind.DNS_ERROR and "odd.test" in failure.detail
+
+
 # -- a TTL per answer (ResolvedAddresses) -----------------------------------
 
 

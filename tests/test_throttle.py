@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from rawserver import ConnInfo, Handler, RawServer, http_response, read_request
 
-from niofetcher import FetcherConfig, HostStats, NIOFetcher, Throttle
+from niofetcher import FetcherConfig, HostStats, NIOFetcher, Throttle, pool
 from niofetcher.throttle import MAX_PAUSE, retry_after
 
 Answer = Callable[[int, bytes], tuple[int, list[tuple[str, str]], float]]  # (n, path) -> status, headers, latency
@@ -178,6 +178,79 @@ def test_never_below_host_delay_or_min_delay(server: Callable[[Answer], tuple[Ra
     assert stats.delay == pytest.approx(0.2)
 
 
+def test_min_delay_holds_from_a_hosts_first_requests(server: Callable[[Answer], tuple[RawServer, Arrivals]]) -> None:
+    # A new host's throttled delay began at 0, so its first requests all started at once, one a
+    # connection; only answers raised it to min_delay.
+    srv, arrivals = server(lambda n, path: (200, [], 0.0))
+    config = FetcherConfig(max_connections_per_host=4, throttle=Throttle(min_delay=0.2))
+    fetch_all(config, [srv.url(f"/p{i}") for i in range(4)])
+    times = arrivals.times()
+    assert len(times) == 4 and min(b - a for a, b in itertools.pairwise(times)) >= 0.18
+
+
+def test_a_backoff_after_an_idle_gap_does_not_take_the_gap_for_the_spacing(
+    server: Callable[[Answer], tuple[RawServer, Arrivals]],
+) -> None:
+    # The gap before the 503's request was the host's idling (nothing queued), not a spacing the
+    # fetcher chose; taken as "too short", it set the delay to max_delay and its floor above it.
+    srv, _ = server(lambda n, path: (503 if n == 1 else 200, [], 0.0))
+    with NIOFetcher(FetcherConfig(throttle=Throttle(max_delay=1.0))) as fetcher:
+        fetcher.register(srv.url("/first"))
+        assert fetcher.get(timeout=5) is not None
+        time.sleep(0.6)
+        fetcher.register(srv.url("/second"))
+        second = fetcher.get(timeout=5)
+        [stats] = fetcher.host_stats().values()
+    assert second is not None and second.status == 503
+    assert stats.backoffs == 1 and stats.delay < 0.1  # 1.0 (4 x the 0.6 s idle, at most max_delay) before
+
+
+def test_a_backoff_takes_at_most_half_max_delay_as_too_short() -> None:
+    # A spacing of an hour (requests held by a Retry-After) made a floor of 1.25 hours: the delay
+    # stayed at max_delay for the ~70,000 good answers FORGET needs to bring the floor under it.
+    throttle = Throttle(max_delay=60.0)
+    delay, too_fast = throttle.backed_off(0.0, 3600.0, good_since=100)
+    assert (delay, too_fast) == (60.0, 30.0)
+    for _ in range(100):
+        delay, too_fast = throttle.eased(delay, too_fast, 0.001, good=True)
+    assert delay < 40.0  # down toward 1.25 x 30
+
+
+def test_a_host_that_asked_to_slow_down_keeps_its_delay_after_its_slot_is_dropped(
+    server: Callable[[Answer], tuple[RawServer, Arrivals]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its slot leaves the table when nothing of it is left, and ``recent`` after RECENT_HOSTS other
+    # hosts have left since: with it went its throttled delay, so it was asked at full speed again.
+    monkeypatch.setattr(pool, "RECENT_HOSTS", 3)
+    close = [("Connection", "close")]  # no idle connection keeps a slot in the table
+    srv, _ = server(lambda n, path: (429 if path == b"/limited/0" else 200, close, 0.05 if b"limited" in path else 0.0))
+    names = ["limited.test", *(f"other{i}.test" for i in range(5))]
+    config = FetcherConfig(resolve=dict.fromkeys(names, "127.0.0.1"), max_connections_per_host=1,
+                           throttle=Throttle(max_delay=0.5))
+
+    def limited(fetcher: NIOFetcher) -> HostStats | None:
+        return next((stats for origin, stats in fetcher.host_stats().items() if origin.host == "limited.test"), None)
+
+    with NIOFetcher(config) as fetcher:
+        for i in range(3):
+            fetcher.register(f"http://limited.test:{srv.port}/limited/{i}")
+        assert [fetcher.get(timeout=5) is not None for _ in range(3)] == [True] * 3
+        before = limited(fetcher)
+        assert before is not None and before.backoffs == 1 and before.delay > 0.02  # toward the 50 ms latency
+        for name in names[1:]:
+            fetcher.register(f"http://{name}:{srv.port}/")
+            assert fetcher.get(timeout=5) is not None
+        deadline = time.monotonic() + 10
+        while limited(fetcher) is not None and time.monotonic() < deadline:  # until its slot is dropped
+            time.sleep(0.02)
+        assert limited(fetcher) is None
+        fetcher.register(f"http://limited.test:{srv.port}/again")
+        assert fetcher.get(timeout=5) is not None
+        after = limited(fetcher)
+    assert after is not None and after.backoffs == 1  # 0: a fresh slot
+    assert after.delay >= 0.9 * before.delay  # one good answer lowers it by 5% at most
+
+
 @pytest.mark.parametrize("value", ["garbage", "-5", "1.5", "", "Thu, 01 Jan 1970 00:00:00 GMT"])
 def test_a_retry_after_of_no_use_pauses_for_the_backoff_delay_only(
     server: Callable[[Answer], tuple[RawServer, Arrivals]], value: str,
@@ -199,6 +272,28 @@ def test_retry_after_values() -> None:
     assert retry_after(email.utils.formatdate(now - 30, usegmt=True), now) == 0.0  # in the past
     for value in (None, "", "soon", "-1", "1.5", "Thu, 99 Foo 2020 00:00:00 GMT"):
         assert retry_after(value, now) is None
+
+
+@pytest.mark.parametrize("value", ["9" * 400, "9" * 5000, "0" * 5000 + "7", "\u00b2", "\u0663"],
+                         ids=["400 nines", "5000 nines", "5000 zeros then 7", "superscript two", "arabic-indic three"])
+def test_retry_after_never_raises(value: str) -> None:
+    # float() of 309 digits overflows, int() of 4300 refuses, and '²' or an Arabic-Indic digit
+    # pass str.isdigit(): none of them may escape into the loop (test below).
+    expected = {"9": MAX_PAUSE, "0": 7.0}.get(value[0])
+    assert retry_after(value, time.time()) == expected
+
+
+@pytest.mark.parametrize("value", ["9" * 400, "\u00b2"], ids=["400 nines", "superscript two"])
+def test_a_backoff_status_with_an_odd_retry_after_still_backs_off(
+    server: Callable[[Answer], tuple[RawServer, Arrivals]], value: str,
+) -> None:
+    srv, _ = server(lambda n, path: (503, [("Retry-After", value)], 0.0))
+    with NIOFetcher(FetcherConfig(throttle=Throttle())) as fetcher:
+        fetcher.register(srv.url("/p"))
+        [result] = fetcher.results()
+        [stats] = fetcher.host_stats().values()
+    assert (result.status, result.error) == (503, None)  # not a protocol_error from the parser
+    assert stats.backoffs == 1
 
 
 @pytest.mark.parametrize("kwargs", [
