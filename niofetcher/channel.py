@@ -463,7 +463,7 @@ class Channel:
         timeout = self.config.connect_timeout
         state = self.state
         if state is RESOLVING and not self._addresses:
-            return FetchFailure(ErrorKind.DNS_ERROR, f"name lookup took longer than {timeout} s")
+            return lookup_too_slow(timeout)
         if state is TUNNELING:
             return FetchFailure(ErrorKind.CONNECT_TIMEOUT, f"no answer to CONNECT within {timeout} s")
         return FetchFailure(ErrorKind.CONNECT_TIMEOUT, f"not connected within {timeout} s")
@@ -490,6 +490,11 @@ class Channel:
     def on_internal_error(self, exc: Exception) -> None:
         """A bug in a handler must cost one request, never the loop."""
         self.user.on_internal_error(exc)
+
+
+def lookup_too_slow(connect_timeout: float) -> FetchFailure:
+    """A name lookup that outlasted the connect timeout: a connection's own, or the host table's (per-IP limits)."""
+    return FetchFailure(ErrorKind.DNS_ERROR, f"name lookup took longer than {connect_timeout} s")
 
 
 def _address_text(sockaddr: Sockaddr) -> str:

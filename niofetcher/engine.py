@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .channel import lookup_too_slow
 from .config import Address, FetcherConfig
 from .connection import Connection
 from .cookies import new_jar, store_cookies
@@ -418,9 +419,7 @@ class Engine:
             self._finish_error(task, failure)
 
     def _give_up_locating(self, slot: HostSlot) -> None:
-        # The words of a connection's own lookup that takes too long (channel.py): the same failure.
-        late = f"name lookup took longer than {self.config.connect_timeout} s"
-        self._located(slot, None, FetchFailure(ErrorKind.DNS_ERROR, late))
+        self._located(slot, None, lookup_too_slow(self.config.connect_timeout))
 
     # -- connection events (ConnectionOwner) --------------------------------
 
