@@ -49,10 +49,11 @@ from rawserver import ConnInfo, http_response, read_request
 
 import niofetcher.crawl.parsing as parsing_module
 import niofetcher.crawl.pipeline as pipeline_module
-from niofetcher import FetcherConfig
+from niofetcher import FetcherConfig, NIOFetcher
 from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler, CrawlSummary
 from niofetcher.crawl.frontier import Frontier
 from niofetcher.crawl.parse import PageLinks
+from niofetcher.crawl.policy import retry_after
 from niofetcher.testing import PortCounters, TestSite
 
 ROBOTS = "/robots.txt"
@@ -536,6 +537,30 @@ def test_a_retry_waits_as_long_as_retry_after_says(
     assert summary.counts["done"] == 1
 
 
+@pytest.mark.timeout(30)
+def test_a_retry_after_of_no_use_leaves_the_retry_to_the_schedule(
+    tmp_path: Path, raw_server: MakeServer, no_leaks: LeakBaseline
+) -> None:
+    """A Retry-After that is no number ('\u00b2' passes str.isdigit(); the crawl died of the
+    ValueError of float()) is ignored: the page is retried after retry_delay and done."""
+    odd = text("busy\n", status=503, headers=[("Retry-After", "\u00b2")])
+    site = MiniSite(raw_server, {ROBOTS: NOT_FOUND, "/odd": in_turn(odd, html())})
+    summary = crawl(tmp_path, [site.url("/odd")], retry_delay=0.05)
+    assert [hit.path for hit in site.log()].count("/odd") == 2
+    assert summary.counts["done"] == 1
+
+
+def test_a_retry_after_waits_an_hour_at_most(raw_server: MakeServer) -> None:
+    """A crawl told to come back in three years would hold its hosts' URLs and never end."""
+    srv = raw_server(lambda sock, info: sock.sendall(text("busy\n", status=503, headers=[("Retry-After", "100000000")]))
+                     if read_request(sock, info) is not None else None)
+    with NIOFetcher() as fetcher:
+        fetcher.register(srv.url("/"))
+        result = fetcher.get(timeout=10)
+    assert result is not None and result.status == 503
+    assert retry_after(result) == 3600.0
+
+
 # -- on_page --------------------------------------------------------------------------------------
 
 
@@ -725,7 +750,7 @@ def test_a_page_that_cannot_be_parsed_fails_alone(
 
 CRAWL_SCRIPT = textwrap.dedent("""
     import sys
-    from niofetcher import FetcherConfig
+    from niofetcher import FetcherConfig, NIOFetcher
     from niofetcher.crawl import CrawlConfig, Crawler
     if __name__ == "__main__":  # parse processes import this module again
         seed, db, parse_mode = sys.argv[1:]

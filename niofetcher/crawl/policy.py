@@ -20,7 +20,6 @@ rules are the same for a page and for robots.txt.
 
 from __future__ import annotations
 
-import email.utils
 import functools
 import re
 import time
@@ -30,6 +29,7 @@ from urllib.parse import urlsplit
 
 from ..errors import ErrorKind
 from ..models import REDIRECT_STATUSES, FetchResult
+from ..throttle import retry_after as read_retry_after
 from ..urls import normal_host
 from .directives import canonical_header, header_directives
 from .parse import PageLinks
@@ -52,18 +52,9 @@ def is_final(result: FetchResult, attempts: int, retry_statuses: Sequence[int], 
 
 
 def retry_after(result: FetchResult) -> float | None:
-    """Seconds from a Retry-After header: delta-seconds or an HTTP date (RFC 9110 10.2.3)."""
-    value = result.header("retry-after")
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+    """Seconds a Retry-After header asks to wait, at most an hour (the fetcher's reading,
+    ``throttle.retry_after``: delta-seconds or an HTTP date, None for anything else)."""
+    return read_retry_after(result.header("retry-after"), time.time())
 
 
 def error_text(result: FetchResult) -> str:
