@@ -295,6 +295,17 @@ def test_a_crawl_delay_within_max_crawl_delay_is_honoured_as_it_is(
     assert not [record for record in caplog.records if "Crawl-delay" in record.getMessage()]
 
 
+def test_a_crawl_delay_below_the_crawls_own_delay_does_not_lower_it(tmp_path: Path, no_leaks: LeakBaseline) -> None:
+    """``--delay 0.5`` with ``Crawl-delay: 0.1``: the pages still start 0.5 s apart (the Crawl-delay
+    replaced the crawl's delay: 0.1 s apart)."""
+    with TestSite(hosts=1, pages=3, links_per_page=3, robots_crawl_delay=0.1, log_requests=True,
+                  max_seconds=30) as site:
+        crawl(tmp_path, site, fetcher=FetcherConfig(max_connections_per_host=4, host_delay=0.5))
+        starts = [at for at, _ in site.counters().log]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    assert len(gaps) == 3 and min(gaps) >= 0.45, gaps
+
+
 @pytest.mark.parametrize("value", [-1.0, float("inf"), float("nan"), True, "30"])
 def test_max_crawl_delay_must_be_a_non_negative_number_of_seconds(value: Any) -> None:
     with pytest.raises(ValueError, match="max_crawl_delay"):

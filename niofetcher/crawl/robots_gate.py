@@ -242,7 +242,7 @@ class RobotsGate:
         delay = self.crawl_delay(rules)
         if delay and rules.crawl_delay is not None and rules.crawl_delay > delay:
             log.warning("%s asks for Crawl-delay %g s; using max_crawl_delay, %g s", origin, rules.crawl_delay, delay)
-        if delay:
+        if delay > fetcher.config.host_delay:  # a Crawl-delay raises the crawl's own delay, never lowers it
             fetcher.set_host_delay(f"{origin}/", delay)
 
 
