@@ -14,16 +14,22 @@ Real crawls of the trap site (``niofetcher.testing.TrapSite``) on 127.0.0.1, cou
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import socket
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import MakeServer
+from rawserver import ConnInfo, Handler, http_response, read_request
 from test_cli_crawl import crawl as cli_crawl
 from test_cli_crawl import summary_rows
 
 from niofetcher.crawl import CrawlConfig, CrawledPage, Crawler, CrawlSummary
+from niofetcher.crawl.schedule import RevisitPolicy
 from niofetcher.testing import TrapSite
 
 pytest_plugins = ["pg_cluster"]
@@ -111,3 +117,42 @@ def test_the_command_line_counts_duplicates_and_records_say_which(tmp_path: Path
     assert marked and all(original.endswith("/list") for original in marked.values())
     assert all("duplicate_of" in record for record in records)
     assert summary_rows(done.stdout)["duplicates this run"] == str(len(marked))
+
+
+def home_with_new_links() -> Handler:
+    """``/`` with the same words at every visit, a comment that changes (so its bytes do) and a new
+    link each time (``/x1``, ``/x2``, ...); every ``/x`` page alike."""
+    visits = itertools.count(1)
+
+    def handler(sock: socket.socket, info: ConnInfo) -> None:
+        while (head := read_request(sock, info)) is not None:
+            if head.startswith(b"GET / "):
+                n = next(visits)
+                body = b"<html><body><!-- %d --><p>home page words</p><a href='/x%d'>x</a></body></html>" % (n, n)
+            else:
+                body = b"<html><body><p>page x</p></body></html>"
+            sock.sendall(http_response(200, body, [("Content-Type", "text/html")]))
+
+    return handler
+
+
+@pytest.mark.timeout(30)
+def test_a_revisit_whose_text_is_unchanged_is_no_duplicate_of_itself(tmp_path: Path, raw_server: MakeServer) -> None:
+    """Revisits of ``/`` find its own earlier visit's fingerprint: that is "unchanged", and the new
+    links it carries are followed (marked a duplicate of itself, only /x1 was ever crawled)."""
+    srv = raw_server(home_with_new_links(), max_seconds=20)
+    home = srv.url("/")
+    seen: list[tuple[str, str | None]] = []
+    config = CrawlConfig(seeds=[home], db_path=str(tmp_path / "crawl.sqlite"), dedup="exact", parse_mode="thread",
+                         keep_running=True, revisit=RevisitPolicy(interval=0.3, min_interval=0.3, max_interval=0.3,
+                                                                  adaptive=False))
+    crawler = Crawler(config, on_page=lambda page: seen.append((page.url, page.duplicate_of)))
+    stopper = threading.Timer(2.0, crawler.stop)
+    stopper.start()
+    try:
+        crawler.run()
+    finally:
+        stopper.cancel()
+    visits_of_home = [duplicate_of for url, duplicate_of in seen if url == home]
+    assert len(visits_of_home) >= 3 and set(visits_of_home) == {None}, seen
+    assert len({url for url, _ in seen if "/x" in url}) >= 2, seen

@@ -248,7 +248,7 @@ class Duplicates:
                     del self._hosts[old]
 
     def check(self, host: str, url: str, page: Fingerprint) -> str | None:
-        """The URL of the done page that ``page`` (of ``url``) duplicates, or None, and then it is
+        """The URL of another done page that ``page`` (of ``url``) duplicates, or None, and then it is
         filed.  A host without an index (not claimed through the coordinator: a redirect's target is
         its own URL's host) gets an empty one."""
         with self._lock:
@@ -258,4 +258,7 @@ class Duplicates:
             original = index.find(page)
             if original is None:
                 index.add(page, url)
-            return original
+                return None
+            # A revisit whose bytes changed and whose text did not matches its own earlier visit:
+            # unchanged, not a duplicate (its links, new ones included, are followed).
+            return None if original == url else original
