@@ -24,6 +24,10 @@ LINK_TAGS = ("a", "area", "base", "frame", "iframe", "link", "meta", "title")
 
 # Text left out of a cell, title or option: code, and a nested table (reported on its own).
 NO_TEXT = frozenset(("script", "style", "template", "table"))
+# An option's text ends where another option or a select begins: the HTML5 parser never nests
+# them, a tolerant parser does, and each option's text holding all those nested in it made a page
+# of a few kB of nested <select><option> cost minutes to harvest.
+NO_OPTION_TEXT = NO_TEXT | {"option", "select"}
 # Elements whose start and end separate words (text_content() would glue "a<br>b" into "ab").
 BLOCK = frozenset(
     ["address", "article", "aside", "blockquote", "br", "caption", "dd", "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "legend", "li", "main", "nav", "ol", "p", "pre", "section", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul"]
@@ -107,7 +111,7 @@ class Harvest:
             self.title = collapse(text)
 
 
-Option = tuple[str | None, bool, str]  # a select's option: (value attribute, selected, text)
+Option = tuple[str | None, bool, Callable[[], str]]  # a select's option: (value attribute, selected, its text)
 
 
 def field(
@@ -115,7 +119,8 @@ def field(
 ) -> tuple[str, str, str]:
     """(name, type, value) of an input, select, textarea or button.
 
-    ``text`` (a textarea's) and ``options`` (a select's) are only called when needed.
+    ``text`` (a textarea's), ``options`` (a select's) and the chosen option's text are only
+    called when needed.
     """
     name = get("name") or ""
     if tag == "input":
@@ -135,7 +140,7 @@ def field(
     if chosen is None:
         return name, "select", ""
     value_attr, _, option_text = chosen
-    return name, "select", value_attr if value_attr is not None else collapse(option_text)
+    return name, "select", value_attr if value_attr is not None else collapse(option_text())
 
 
 def collapse(text: str) -> str:

@@ -30,6 +30,7 @@ from .harvest import (
     CELL_TAGS,
     FIELD_TAGS,
     LINK_TAGS,
+    NO_OPTION_TEXT,
     NO_TEXT,
     SIMPLE_TAGS,
     Get,
@@ -199,8 +200,8 @@ def _bs4_ancestor(tag: Tag, names: frozenset[str]) -> Tag | None:
     return None
 
 
-def _bs4_text(tag: Tag) -> str:
-    """The text under ``tag``: no comments, no NO_TEXT subtrees, BLOCK elements as word breaks."""
+def _bs4_text(tag: Tag, skip: frozenset[str] = NO_TEXT) -> str:
+    """The text under ``tag``: no comments, no subtrees of ``skip``, BLOCK elements as word breaks."""
     parts: list[str] = []
     stack: list[Iterator[Any]] = [iter(tag.contents)]
     after: list[str] = [""]
@@ -214,7 +215,7 @@ def _bs4_text(tag: Tag) -> str:
             block = name in BLOCK
             if block:
                 parts.append(" ")
-            if name not in NO_TEXT:
+            if name not in skip:
                 after.append(" " if block else "")
                 stack.append(iter(child.contents))
         elif isinstance(child, NavigableString) and not isinstance(child, PreformattedString):
@@ -223,11 +224,21 @@ def _bs4_text(tag: Tag) -> str:
 
 
 def _bs4_options(select: Tag) -> list[Option]:
-    return [
-        (_bs4_get(node)("value"), _bs4_get(node)("selected") is not None, _bs4_text(node))
-        for node in select.descendants
-        if isinstance(node, Tag) and node.name == "option"
-    ]
+    """The options of ``select``, not those of a select nested in it, as ``_lxml_options`` reads them."""
+    options: list[Option] = []
+    stack: list[Iterator[Any]] = [iter(select.contents)]
+    while stack:
+        child = next(stack[-1], None)
+        if child is None:
+            stack.pop()
+            continue
+        if not isinstance(child, Tag) or child.name == "select":
+            continue
+        if child.name == "option":
+            get = _bs4_get(child)
+            options.append((get("value"), get("selected") is not None, functools.partial(_bs4_text, child, NO_OPTION_TEXT)))
+        stack.append(iter(child.contents))
+    return options
 
 
 def _check() -> None:

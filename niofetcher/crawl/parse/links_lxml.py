@@ -21,6 +21,7 @@ from .harvest import (
     CELL_TAGS,
     FIELD_TAGS,
     LINK_TAGS,
+    NO_OPTION_TEXT,
     NO_TEXT,
     SIMPLE_TAGS,
     TAGS,
@@ -121,8 +122,9 @@ _FEW_TAGS = tuple(sorted(set(LINK_TAGS) - {"a", "title"}))  # area, base, frame,
 _NESTED_TAGS = tuple(sorted(set(TAGS) - SIMPLE_TAGS))  # forms and tables, their fields, rows and cells; title
 
 
-def _lxml_text(el: Any) -> str:
-    """The text under ``el``, exactly as ``_bs4_text`` reads it from the same tree."""
+def _lxml_text(el: Any, skip: frozenset[str] = NO_TEXT) -> str:
+    """The text under ``el``, exactly as ``_bs4_text`` reads it from the same tree (less the
+    subtrees of ``skip``)."""
     parts: list[str] = [el.text or ""]
     stack: list[Iterator[Any]] = [iter(el)]
     after: list[str] = [""]
@@ -137,7 +139,7 @@ def _lxml_text(el: Any) -> str:
             block = tag in BLOCK
             if block:
                 parts.append(" ")
-            if tag not in NO_TEXT:
+            if tag not in skip:
                 if child.text:
                     parts.append(child.text)
                 after.append((" " + (child.tail or "")) if block else (child.tail or ""))
@@ -150,4 +152,21 @@ def _lxml_text(el: Any) -> str:
 
 
 def _lxml_options(select: Any) -> list[Option]:
-    return [(o.get("value"), o.get("selected") is not None, _lxml_text(o)) for o in select.iter("option")]
+    """The options of ``select``, not those of a select nested in it (the HTML5 parser would have
+    closed ``select`` there), in document order."""
+    options: list[Option] = []
+    stack: list[Iterator[Any]] = [iter(select)]
+    while stack:
+        child = next(stack[-1], None)
+        if child is None:
+            stack.pop()
+            continue
+        tag = child.tag
+        if tag.__class__ is not str or tag == "select":
+            continue
+        if tag == "option":
+            get = child.get
+            options.append((get("value"), get("selected") is not None,
+                            functools.partial(_lxml_text, child, NO_OPTION_TEXT)))
+        stack.append(iter(child))
+    return options

@@ -239,5 +239,5 @@ def _options(select: LexborNode) -> list[Option]:
     options: list[Option] = []
     for option in select.css("option"):
         get = _getter(option)
-        options.append((get("value"), get("selected") is not None, _text(option)))
+        options.append((get("value"), get("selected") is not None, functools.partial(_text, option)))
     return options
