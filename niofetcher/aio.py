@@ -27,6 +27,8 @@ into the event loop and routes them.
 - Shutdown runs NIOFetcher's (blocking) shutdown and the delivery thread's end
   in a thread of its own, and the event loop awaits its future; the last
   batches are routed before that future resolves, since they were posted first.
+  A shutdown whose awaiter is cancelled stops the fetcher without waiting, on
+  the event loop, before it lets the cancel go on: the event loop may close next.
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ class AsyncFetcher:
         ``wait=True`` finishes the registered work (at most ``timeout`` s, then the rest is
         cancelled), ``wait=False`` cancels it at once; unfinished URLs come back ``cancelled``,
         to their ``fetch()`` or to ``results()``.  Calling it again waits for the first call's end.
+        Cancelled (Ctrl-C under ``asyncio.run()``, an outer timeout), it stops the fetcher as
+        ``wait=False`` does before the CancelledError goes on: no thread of it outlives the cancel.
         """
         loop = self._loop
         if loop is None:  # never started: nothing runs, nothing to wait for
@@ -108,7 +112,18 @@ class AsyncFetcher:
 
             self._shutdown_thread = threading.Thread(target=blocking, name="niofetcher-aio-shutdown", daemon=True)
             self._shutdown_thread.start()
-        await asyncio.shield(self._shutdown)
+        try:
+            await asyncio.shield(self._shutdown)
+        except asyncio.CancelledError:
+            # Ctrl-C under asyncio.run() or an outer timeout: the program is leaving, perhaps closing
+            # the event loop next, so the fetcher stops now, not after the registered work.  Stopping
+            # without waiting takes the loop thread a moment; the joins then do not wait either.
+            self.fetcher.shutdown(wait=False)
+            self._join_shutdown_thread()
+            raise
+        self._join_shutdown_thread()
+
+    def _join_shutdown_thread(self) -> None:
         # It has posted its last word and only returns now: a join that does not wait, and no
         # thread left behind when shutdown() returns.
         if self._shutdown_thread is not None:

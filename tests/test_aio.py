@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -227,3 +228,33 @@ def test_shutdown_with_wait_finishes_the_work_first_and_refuses_more(
     results, accepted_after = run(main())
     assert len(results) == 20 and all(r.ok for r in results)
     assert not accepted_after
+
+
+def niofetcher_threads() -> list[str]:
+    """The fetcher's threads alive now (the test site's own are scaffolding)."""
+    return sorted(
+        t.name for t in threading.enumerate() if t.name.startswith("niofetcher-") and "testsite" not in t.name
+    )
+
+
+def test_a_cancelled_shutdown_stops_the_fetcher_before_it_raises(run: Any, no_leaks: LeakBaseline) -> None:
+    """Ctrl-C under asyncio.run() or an outer timeout cancels the task awaiting shutdown(wait=True):
+    the fetcher stops at once, and no thread of it outlives the CancelledError."""
+    slow = TestSite(hosts=1, pages=5, delay=30)
+
+    async def main() -> tuple[list[str], list[FetchResult]]:
+        with slow:
+            fetcher = AsyncFetcher()
+            await fetcher.start()
+            assert fetcher.register(f"{slow.base_urls[0]}page/1")
+            closing = asyncio.ensure_future(fetcher.shutdown())
+            await asyncio.sleep(0)  # it runs up to its wait for the page, 30 s away
+            closing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await closing
+            alive = niofetcher_threads()
+            return alive, [result async for result in fetcher.results()]
+
+    alive, results = run(main())
+    assert alive == [], "the fetcher's threads ended before the CancelledError reached its awaiter"
+    assert [r.error for r in results] == ["cancelled"]
