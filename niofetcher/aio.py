@@ -93,6 +93,8 @@ class AsyncFetcher:
         to their ``fetch()`` or to ``results()``.  Calling it again waits for the first call's end.
         Cancelled (Ctrl-C under ``asyncio.run()``, an outer timeout), it stops the fetcher as
         ``wait=False`` does before the CancelledError goes on: no thread of it outlives the cancel.
+        What NIOFetcher.shutdown() raises (a ``timeout`` it refuses) it raises, the fetcher stopped
+        as ``wait=False`` stops it.
         """
         loop = self._loop
         if loop is None:  # never started: nothing runs, nothing to wait for
@@ -104,10 +106,10 @@ class AsyncFetcher:
 
             def blocking() -> None:
                 try:
-                    self.fetcher.shutdown(wait, timeout)
-                    if self._delivery is not None:
-                        self._delivery.join()
-                finally:
+                    self._stop(wait, timeout)
+                except BaseException as error:  # noqa: BLE001 - raised by the awaiting shutdown()
+                    _post(loop, _fail, done, error)
+                else:
                     _post(loop, _resolve, done)
 
             self._shutdown_thread = threading.Thread(target=blocking, name="niofetcher-aio-shutdown", daemon=True)
@@ -122,6 +124,16 @@ class AsyncFetcher:
             self._join_shutdown_thread()
             raise
         self._join_shutdown_thread()
+
+    def _stop(self, wait: bool, timeout: float | None) -> None:
+        """Shutdown thread: NIOFetcher.shutdown(), then the delivery thread's end."""
+        try:
+            self.fetcher.shutdown(wait, timeout)
+        finally:
+            # Even when that raised (a timeout it refuses), no thread outlives shutdown().
+            self.fetcher.shutdown(wait=False)
+            if self._delivery is not None:
+                self._delivery.join()
 
     def _join_shutdown_thread(self) -> None:
         # It has posted its last word and only returns now: a join that does not wait, and no
@@ -250,3 +262,8 @@ def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _fail(future: asyncio.Future[None], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)

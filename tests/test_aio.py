@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -257,4 +258,24 @@ def test_a_cancelled_shutdown_stops_the_fetcher_before_it_raises(run: Any, no_le
 
     alive, results = run(main())
     assert alive == [], "the fetcher's threads ended before the CancelledError reached its awaiter"
+    assert [r.error for r in results] == ["cancelled"]
+
+
+def test_a_shutdown_that_niofetcher_refuses_raises_with_the_fetcher_stopped(run: Any, no_leaks: LeakBaseline) -> None:
+    """timeout=inf: NIOFetcher.shutdown() raises (OverflowError from the wait, or its own ValueError);
+    AsyncFetcher.shutdown() raises it too, not returns, and stops the threads all the same."""
+    slow = TestSite(hosts=1, pages=5, delay=30)
+
+    async def main() -> tuple[list[str], list[FetchResult]]:
+        with slow:
+            fetcher = AsyncFetcher()
+            await fetcher.start()
+            assert fetcher.register(f"{slow.base_urls[0]}page/1")
+            with pytest.raises((OverflowError, ValueError)):
+                await fetcher.shutdown(timeout=math.inf)
+            alive = niofetcher_threads()
+            return alive, [result async for result in fetcher.results()]
+
+    alive, results = run(main())
+    assert alive == [], "the fetcher's threads ended before shutdown() raised"
     assert [r.error for r in results] == ["cancelled"]
