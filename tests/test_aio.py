@@ -279,3 +279,51 @@ def test_a_shutdown_that_niofetcher_refuses_raises_with_the_fetcher_stopped(run:
     alive, results = run(main())
     assert alive == [], "the fetcher's threads ended before shutdown() raised"
     assert [r.error for r in results] == ["cancelled"]
+
+
+def test_max_completed_holds_back_the_results_nobody_takes(run: Any, no_leaks: LeakBaseline, site: TestSite) -> None:
+    """With max_completed, at most that many results wait on the event loop untaken: the fetcher's
+    own backlog fills, and its loop stops starting requests, as NIOFetcher's does for get().
+    Taking them through results() lets it go on; fetch()'s results count as taken."""
+    limit = 10
+    urls = [f"{site.base_urls[i % 2]}page/{i % 50}?n={i}" for i in range(300)]
+
+    async def main() -> tuple[int, list[FetchResult], list[FetchResult]]:
+        async with AsyncFetcher(FetcherConfig(max_completed=limit)) as fetcher:
+            assert fetcher.register_many(urls) == len(urls)
+            stopped = 0  # looks in a row that found the loop starting nothing with URLs still pending
+            while stopped < 20:
+                await asyncio.sleep(0.01)
+                stats = fetcher.stats()
+                assert len(fetcher._unclaimed) <= limit, "results nobody took piled up on the event loop"
+                assert stats.completed < len(urls), "every URL was fetched though nobody took a result"
+                stopped = stopped + 1 if stats.in_flight == 0 and stats.pending > 0 else 0
+            held_back = fetcher.stats().completed
+            taken = []
+            async for result in fetcher.results():
+                assert len(fetcher._unclaimed) <= limit
+                taken.append(result)
+            # Only fetch() now: what it awaits is taken as it arrives, never held against the limit.
+            fetched = await asyncio.gather(*(fetcher.fetch(f"{url}&again") for url in urls[:100]))
+        return held_back, taken, list(fetched)
+
+    held_back, taken, fetched = run(main())
+    assert held_back < len(urls)
+    assert sorted(r.url for r in taken) == sorted(urls) and all(r.ok for r in taken)
+    assert [r.url for r in fetched] == [f"{url}&again" for url in urls[:100]] and all(r.ok for r in fetched)
+
+
+def test_shutdown_lifts_max_completed_for_results_nobody_took_yet(
+    run: Any, no_leaks: LeakBaseline, site: TestSite
+) -> None:
+    """Leaving ``async with`` before reading results() finishes the work, as NIOFetcher's
+    shutdown(wait=True) does: it cannot wait on a reader who comes only after it."""
+    urls = [f"{site.base_urls[0]}page/{i}" for i in range(50)]
+
+    async def main() -> list[FetchResult]:
+        async with AsyncFetcher(FetcherConfig(max_completed=5)) as fetcher:
+            assert fetcher.register_many(urls) == len(urls)
+        return [result async for result in fetcher.results()]
+
+    results = run(main())
+    assert sorted(r.url for r in results) == sorted(urls) and all(r.ok for r in results)
