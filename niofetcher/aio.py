@@ -17,6 +17,12 @@ into the event loop and routes them.
   and a failure (an event loop closed under it) that must stay out of the
   loop thread.  While the event loop is busy the results pile up in the
   fetcher and the next batch is simply bigger.
+- Back-pressure: with ``max_completed`` the delivery thread takes at most that
+  many results the program has not taken yet (from ``results()``, or routed to
+  a ``fetch()``), so that the rest stay in the fetcher, whose loop then stops
+  starting requests as it does for a slow ``get()``.  Once it is full it waits
+  until half are taken: a batch per hand-over, not a hand-over per result.
+  Shutdown lifts it, as NIOFetcher's ``shutdown(wait=True)`` lifts its own.
 - Routing, on the event loop: ``fetch()`` registers a URLBean of its own
   (``FetchResult.bean`` is the very object registered), and its future waits
   under that bean's identity; the same bean fetched twice is two
@@ -27,6 +33,8 @@ into the event loop and routes them.
 - Shutdown runs NIOFetcher's (blocking) shutdown and the delivery thread's end
   in a thread of its own, and the event loop awaits its future; the last
   batches are routed before that future resolves, since they were posted first.
+  A shutdown whose awaiter is cancelled stops the fetcher without waiting, on
+  the event loop, before it lets the cancel go on: the event loop may close next.
 """
 
 from __future__ import annotations
@@ -65,6 +73,8 @@ class AsyncFetcher:
         self._outstanding = 0  # registrations accepted and not yet routed
         self._arrival: asyncio.Event | None = None  # set when results are routed or delivery ends
         self._delivery_over = False
+        limit = self.fetcher.config.max_completed
+        self._allowance = None if limit is None else _Allowance(limit)
         self._shutdown: asyncio.Future[None] | None = None
         self._shutdown_thread: threading.Thread | None = None
 
@@ -89,26 +99,53 @@ class AsyncFetcher:
         ``wait=True`` finishes the registered work (at most ``timeout`` s, then the rest is
         cancelled), ``wait=False`` cancels it at once; unfinished URLs come back ``cancelled``,
         to their ``fetch()`` or to ``results()``.  Calling it again waits for the first call's end.
+        Cancelled (Ctrl-C under ``asyncio.run()``, an outer timeout), it stops the fetcher as
+        ``wait=False`` does before the CancelledError goes on: no thread of it outlives the cancel.
+        What NIOFetcher.shutdown() raises (a ``timeout`` it refuses) it raises, the fetcher stopped
+        as ``wait=False`` stops it.
         """
         loop = self._loop
         if loop is None:  # never started: nothing runs, nothing to wait for
             self.fetcher.shutdown()
             return
         if self._shutdown is None:
+            if self._allowance is not None:
+                self._allowance.lift()  # the delivery thread must take everything to end
             self._shutdown = loop.create_future()
             done = self._shutdown
 
             def blocking() -> None:
                 try:
-                    self.fetcher.shutdown(wait, timeout)
-                    if self._delivery is not None:
-                        self._delivery.join()
-                finally:
+                    self._stop(wait, timeout)
+                except BaseException as error:  # noqa: BLE001 - raised by the awaiting shutdown()
+                    _post(loop, _fail, done, error)
+                else:
                     _post(loop, _resolve, done)
 
             self._shutdown_thread = threading.Thread(target=blocking, name="niofetcher-aio-shutdown", daemon=True)
             self._shutdown_thread.start()
-        await asyncio.shield(self._shutdown)
+        try:
+            await asyncio.shield(self._shutdown)
+        except asyncio.CancelledError:
+            # Ctrl-C under asyncio.run() or an outer timeout: the program is leaving, perhaps closing
+            # the event loop next, so the fetcher stops now, not after the registered work.  Stopping
+            # without waiting takes the loop thread a moment; the joins then do not wait either.
+            self.fetcher.shutdown(wait=False)
+            self._join_shutdown_thread()
+            raise
+        self._join_shutdown_thread()
+
+    def _stop(self, wait: bool, timeout: float | None) -> None:
+        """Shutdown thread: NIOFetcher.shutdown(), then the delivery thread's end."""
+        try:
+            self.fetcher.shutdown(wait, timeout)
+        finally:
+            # Even when that raised (a timeout it refuses), no thread outlives shutdown().
+            self.fetcher.shutdown(wait=False)
+            if self._delivery is not None:
+                self._delivery.join()
+
+    def _join_shutdown_thread(self) -> None:
         # It has posted its last word and only returns now: a join that does not wait, and no
         # thread left behind when shutdown() returns.
         if self._shutdown_thread is not None:
@@ -167,9 +204,13 @@ class AsyncFetcher:
         arrival = self._arrival
         if arrival is None:
             return
+        allowance = self._allowance
         while True:
             while self._unclaimed:
-                yield self._unclaimed.popleft()
+                result = self._unclaimed.popleft()
+                if allowance is not None:
+                    allowance.taken(1)
+                yield result
             if self._outstanding == 0 or self._delivery_over:
                 return
             arrival.clear()
@@ -184,9 +225,12 @@ class AsyncFetcher:
         loop = self._loop
         assert loop is not None
         fetcher = self.fetcher
+        allowance = self._allowance
         try:
             # Empty only once the fetcher is shut down with everything delivered.
-            while batch := fetcher.get_batch(DELIVERY_BATCH):
+            while batch := fetcher.get_batch(DELIVERY_BATCH if allowance is None else allowance.room()):
+                if allowance is not None:
+                    allowance.hold(len(batch))
                 if not _post(loop, self._route, batch):
                     return
         finally:
@@ -195,6 +239,7 @@ class AsyncFetcher:
     def _route(self, batch: list[FetchResult]) -> None:
         """Event loop: each result to its fetch(), or to results()."""
         waiting = self._waiting
+        unclaimed_before = len(self._unclaimed)
         for result in batch:
             key = id(result.bean)
             entry = waiting.get(key)
@@ -207,6 +252,8 @@ class AsyncFetcher:
                     future.set_result(result)
             else:
                 self._unclaimed.append(result)
+        if self._allowance is not None:
+            self._allowance.taken(len(batch) - (len(self._unclaimed) - unclaimed_before))  # by their fetch()
         self._outstanding -= len(batch)
         assert self._arrival is not None
         self._arrival.set()
@@ -223,6 +270,48 @@ class AsyncFetcher:
         self._arrival.set()
 
 
+class _Allowance:
+    """max_completed across the threads: results the delivery thread took and the program has not.
+
+    The delivery thread asks for ``room()`` and ``hold()``s what it took; the event loop says what
+    was ``taken()``.  The lock is held for arithmetic only, so the event loop never waits on it.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._resume = limit // 2  # once full, the delivery thread waits until held this few or fewer
+        self._held = 0
+        self._lifted = False
+        self._cond = threading.Condition()
+
+    def room(self) -> int:
+        """Delivery thread: how many results it may take now, waiting while ``limit`` are held."""
+        with self._cond:
+            if self._held >= self._limit:
+                self._cond.wait_for(lambda: self._held <= self._resume or self._lifted)
+            return DELIVERY_BATCH if self._lifted else min(DELIVERY_BATCH, self._limit - self._held)
+
+    def hold(self, count: int) -> None:
+        """Delivery thread: it took ``count`` results."""
+        with self._cond:
+            self._held += count
+
+    def taken(self, count: int) -> None:
+        """Event loop: the program took ``count`` results."""
+        with self._cond:
+            before = self._held
+            self._held -= count
+            # Only the delivery thread adds, so a waiting one saw held fall past this point once.
+            if before > self._resume >= self._held:
+                self._cond.notify()
+
+    def lift(self) -> None:
+        """Event loop, at shutdown: no more waiting, whatever is held."""
+        with self._cond:
+            self._lifted = True
+            self._cond.notify()
+
+
 def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> bool:
     """Any thread: run ``callback`` on ``loop``; False when that loop is closed (nobody is left to tell)."""
     try:
@@ -235,3 +324,8 @@ def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _fail(future: asyncio.Future[None], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -227,3 +229,101 @@ def test_shutdown_with_wait_finishes_the_work_first_and_refuses_more(
     results, accepted_after = run(main())
     assert len(results) == 20 and all(r.ok for r in results)
     assert not accepted_after
+
+
+def niofetcher_threads() -> list[str]:
+    """The fetcher's threads alive now (the test site's own are scaffolding)."""
+    return sorted(
+        t.name for t in threading.enumerate() if t.name.startswith("niofetcher-") and "testsite" not in t.name
+    )
+
+
+def test_a_cancelled_shutdown_stops_the_fetcher_before_it_raises(run: Any, no_leaks: LeakBaseline) -> None:
+    """Ctrl-C under asyncio.run() or an outer timeout cancels the task awaiting shutdown(wait=True):
+    the fetcher stops at once, and no thread of it outlives the CancelledError."""
+    slow = TestSite(hosts=1, pages=5, delay=30)
+
+    async def main() -> tuple[list[str], list[FetchResult]]:
+        with slow:
+            fetcher = AsyncFetcher()
+            await fetcher.start()
+            assert fetcher.register(f"{slow.base_urls[0]}page/1")
+            closing = asyncio.ensure_future(fetcher.shutdown())
+            await asyncio.sleep(0)  # it runs up to its wait for the page, 30 s away
+            closing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await closing
+            alive = niofetcher_threads()
+            return alive, [result async for result in fetcher.results()]
+
+    alive, results = run(main())
+    assert alive == [], "the fetcher's threads ended before the CancelledError reached its awaiter"
+    assert [r.error for r in results] == ["cancelled"]
+
+
+def test_a_shutdown_that_niofetcher_refuses_raises_with_the_fetcher_stopped(run: Any, no_leaks: LeakBaseline) -> None:
+    """timeout=inf: NIOFetcher.shutdown() raises (OverflowError from the wait, or its own ValueError);
+    AsyncFetcher.shutdown() raises it too, not returns, and stops the threads all the same."""
+    slow = TestSite(hosts=1, pages=5, delay=30)
+
+    async def main() -> tuple[list[str], list[FetchResult]]:
+        with slow:
+            fetcher = AsyncFetcher()
+            await fetcher.start()
+            assert fetcher.register(f"{slow.base_urls[0]}page/1")
+            with pytest.raises((OverflowError, ValueError)):
+                await fetcher.shutdown(timeout=math.inf)
+            alive = niofetcher_threads()
+            return alive, [result async for result in fetcher.results()]
+
+    alive, results = run(main())
+    assert alive == [], "the fetcher's threads ended before shutdown() raised"
+    assert [r.error for r in results] == ["cancelled"]
+
+
+def test_max_completed_holds_back_the_results_nobody_takes(run: Any, no_leaks: LeakBaseline, site: TestSite) -> None:
+    """With max_completed, at most that many results wait on the event loop untaken: the fetcher's
+    own backlog fills, and its loop stops starting requests, as NIOFetcher's does for get().
+    Taking them through results() lets it go on; fetch()'s results count as taken."""
+    limit = 10
+    urls = [f"{site.base_urls[i % 2]}page/{i % 50}?n={i}" for i in range(300)]
+
+    async def main() -> tuple[int, list[FetchResult], list[FetchResult]]:
+        async with AsyncFetcher(FetcherConfig(max_completed=limit)) as fetcher:
+            assert fetcher.register_many(urls) == len(urls)
+            stopped = 0  # looks in a row that found the loop starting nothing with URLs still pending
+            while stopped < 20:
+                await asyncio.sleep(0.01)
+                stats = fetcher.stats()
+                assert len(fetcher._unclaimed) <= limit, "results nobody took piled up on the event loop"
+                assert stats.completed < len(urls), "every URL was fetched though nobody took a result"
+                stopped = stopped + 1 if stats.in_flight == 0 and stats.pending > 0 else 0
+            held_back = fetcher.stats().completed
+            taken = []
+            async for result in fetcher.results():
+                assert len(fetcher._unclaimed) <= limit
+                taken.append(result)
+            # Only fetch() now: what it awaits is taken as it arrives, never held against the limit.
+            fetched = await asyncio.gather(*(fetcher.fetch(f"{url}&again") for url in urls[:100]))
+        return held_back, taken, list(fetched)
+
+    held_back, taken, fetched = run(main())
+    assert held_back < len(urls)
+    assert sorted(r.url for r in taken) == sorted(urls) and all(r.ok for r in taken)
+    assert [r.url for r in fetched] == [f"{url}&again" for url in urls[:100]] and all(r.ok for r in fetched)
+
+
+def test_shutdown_lifts_max_completed_for_results_nobody_took_yet(
+    run: Any, no_leaks: LeakBaseline, site: TestSite
+) -> None:
+    """Leaving ``async with`` before reading results() finishes the work, as NIOFetcher's
+    shutdown(wait=True) does: it cannot wait on a reader who comes only after it."""
+    urls = [f"{site.base_urls[0]}page/{i}" for i in range(50)]
+
+    async def main() -> list[FetchResult]:
+        async with AsyncFetcher(FetcherConfig(max_completed=5)) as fetcher:
+            assert fetcher.register_many(urls) == len(urls)
+        return [result async for result in fetcher.results()]
+
+    results = run(main())
+    assert sorted(r.url for r in results) == sorted(urls) and all(r.ok for r in results)
