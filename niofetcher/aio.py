@@ -131,9 +131,9 @@ class AsyncFetcher:
             # the event loop next, so the fetcher stops now, not after the registered work.  Stopping
             # without waiting takes the loop thread a moment; the joins then do not wait either.
             self.fetcher.shutdown(wait=False)
-            self._join_shutdown_thread()
             raise
-        self._join_shutdown_thread()
+        finally:  # also when it raises what NIOFetcher.shutdown() raised: the thread posts it just before it ends
+            self._join_shutdown_thread()
 
     def _stop(self, wait: bool, timeout: float | None) -> None:
         """Shutdown thread: NIOFetcher.shutdown(), then the delivery thread's end."""
