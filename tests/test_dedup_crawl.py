@@ -156,3 +156,45 @@ def test_a_revisit_whose_text_is_unchanged_is_no_duplicate_of_itself(tmp_path: P
     visits_of_home = [duplicate_of for url, duplicate_of in seen if url == home]
     assert len(visits_of_home) >= 3 and set(visits_of_home) == {None}, seen
     assert len({url for url, _ in seen if "/x" in url}) >= 2, seen
+
+
+TWINS = {
+    b"/": b"<html><body><a href='/a'>a</a> <a href='/b'>b</a></body></html>",
+    b"/a": b"<html><body><p>the very same words on both pages</p><a href='/c'>next</a></body></html>",
+    b"/b": b"<html><body><p>the very same words on both pages</p><a href='/d'>next</a></body></html>",
+    b"/c": b"<html><body><p>page c</p></body></html>",
+    b"/d": b"<html><body><p>page d</p></body></html>",
+}
+
+
+def twins(sock: socket.socket, info: ConnInfo) -> None:
+    """/a and /b of the same text; /b answers 0.5 s late, after /a is through on_page."""
+    while (head := read_request(sock, info)) is not None:
+        path = head.split(b" ")[1]
+        if path == b"/b" and not info.sleep(0.5):
+            return
+        body = TWINS.get(path)
+        sock.sendall(http_response(200, body, [("Content-Type", "text/html")]) if body is not None
+                     else http_response(404, b""))
+
+
+@pytest.mark.timeout(30)
+def test_a_page_on_page_refused_is_no_original(tmp_path: Path, raw_server: MakeServer) -> None:
+    """/a is filed as an original when parsed, then its on_page raises and it ends 'error': /b, of
+    its text, is the original then, not a duplicate of a page that is not done (whose links, and
+    its own, would be lost)."""
+    srv = raw_server(twins, max_seconds=20)
+
+    def refuse_a(page: CrawledPage) -> None:
+        if page.url.endswith("/a"):
+            raise RuntimeError("on_page refuses /a")
+
+    config = CrawlConfig(seeds=[srv.url("/")], db_path=str(tmp_path / "crawl.sqlite"), dedup="exact",
+                         parse_mode="thread")
+    summary = Crawler(config, on_page=refuse_a).run()
+    with contextlib.closing(sqlite3.connect(tmp_path / "crawl.sqlite")) as conn:
+        rows = {url.removeprefix(srv.url("/")): (state, duplicate_of)
+                for url, state, duplicate_of in conn.execute("SELECT url, state, duplicate_of FROM urls")}
+    assert rows["a"] == ("error", None)
+    assert rows["b"] == ("done", None) and rows["d"] == ("done", None), rows
+    assert summary.duplicates == 0

@@ -167,12 +167,22 @@ class HostIndex:
         same = self._digests.get(_digest_key(page.digest))
         if same is not None:
             return self._urls[same]
-        simhashes = self._simhashes
+        simhashes, urls = self._simhashes, self._urls
         for block, table in enumerate(self._blocks):
             for number in table.get(_block(page.simhash, block), ()):
-                if near(page.simhash, simhashes[number]):
-                    return self._urls[number]
+                if urls[number] and near(page.simhash, simhashes[number]):
+                    return urls[number]
         return None
+
+    def withdraw(self, page: Fingerprint, url: str) -> None:
+        """Take back the page ``add`` filed last for ``url``: it did not end done after all (an
+        ``on_page`` refused it), and a later page of its text is the original, not its duplicate."""
+        numbers = [number for number in range(len(self._urls) - 1, -1, -1) if self._urls[number] == url][:1]
+        for number in numbers:
+            self._urls[number] = ""  # its simhash stays filed, under no URL: find() passes it by
+            key = _digest_key(page.digest)
+            if self._digests.get(key) == number:
+                del self._digests[key]
 
     def add(self, page: Fingerprint, url: str) -> None:
         """File a page that is done (not a duplicate: a duplicate's original is filed already)."""
@@ -262,3 +272,11 @@ class Duplicates:
             # A revisit whose bytes changed and whose text did not matches its own earlier visit:
             # unchanged, not a duplicate (its links, new ones included, are followed).
             return None if original == url else original
+
+    def withdraw(self, host: str, url: str, page: Fingerprint) -> None:
+        """``url``'s page, filed by :meth:`check` as an original, did not end done (an ``on_page``
+        refused it): the next page of its text is the original."""
+        with self._lock:
+            index = self._hosts.get(host)
+            if index is not None:
+                index.withdraw(page, url)

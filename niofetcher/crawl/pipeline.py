@@ -260,6 +260,8 @@ class Pipeline:
                     except Exception as exc:
                         log.exception("on_page failed for %s", page.item.url)
                         page.failure = f"{type(exc).__name__}: {exc}"
+                        if self._duplicates is not None and page.fingerprint is not None and page.duplicate_of is None:
+                            self._duplicates.withdraw(page.item.host, page.item.url, page.fingerprint)
                         continue
                 if output is not None:
                     output.prepare(crawled)
