@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from conftest import LeakBaseline, MakeServer
@@ -198,9 +199,11 @@ def test_a_robots_txt_that_cannot_be_reached_is_a_complete_disallow_until_it_can
 # -- the file, read as RFC 9309 and Google's parser read it (tests/test_robots_rulebook.py) ------------
 
 
-def serve_site(raw_server: MakeServer, robots: bytes, pages: list[str]) -> tuple[int, list[str]]:
-    """A site serving ``robots`` as /robots.txt and a home page that links to ``pages``; its port,
-    and the paths it was asked for, as they come."""
+def serve_site(
+    raw_server: MakeServer, robots: bytes, pages: list[str], content_type: str = "text/plain"
+) -> tuple[int, list[str]]:
+    """A site serving ``robots`` as /robots.txt (as ``content_type``) and a home page that links to
+    ``pages``; its port, and the paths it was asked for, as they come."""
     paths: list[str] = []
     lock = threading.Lock()
     home = "".join(f'<a href="{page}">{page}</a>' for page in pages).encode()
@@ -210,7 +213,7 @@ def serve_site(raw_server: MakeServer, robots: bytes, pages: list[str]) -> tuple
         if path is None:
             return
         if path == ROBOTS:
-            sock.sendall(http_response(200, robots, [("Content-Type", "text/plain")], close=True))
+            sock.sendall(http_response(200, robots, [("Content-Type", content_type)], close=True))
         else:
             sock.sendall(http_response(200, home if path == "/" else b"ok", [("Content-Type", "text/html")],
                                        close=True))
@@ -250,6 +253,26 @@ def test_a_crawl_obeys_the_groups_as_google_reads_them(
     assert refused == {f"http://127.0.0.1:{named_port}{path}" for path in ("/bom", "/unknown-line")} | {
         f"http://127.0.0.1:{unnamed_port}/star"}
     assert summary.counts["done"] == 9 and summary.errors == {"robots_disallowed": 3}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("charset", "path"), [("utf-16le", "/secret"), ("latin-1", "/caf\u00e9")])
+def test_a_resumed_crawl_obeys_a_robots_txt_in_the_charset_its_content_type_names(
+    tmp_path: Path, raw_server: MakeServer, no_leaks: LeakBaseline, charset: str, path: str
+) -> None:
+    """A robots.txt in UTF-16LE, or in Latin-1 with a non-ASCII path, read back from the frontier by
+    a resumed crawl: the frontier kept only its bytes, read back as UTF-8, so the resumed run found
+    no rules (UTF-16) or another path (Latin-1) and fetched the disallowed page."""
+    robots = f"User-agent: *\nDisallow: {path}\n".encode(charset)
+    port, paths = serve_site(raw_server, robots, ["/a", quote(path)], f"text/plain; charset={charset}")
+    config = CrawlConfig(seeds=[f"http://127.0.0.1:{port}/"], db_path=str(tmp_path / "crawl.sqlite"),
+                         parse_mode="thread", max_pages=1)
+    Crawler(config).run()
+    assert paths == [ROBOTS, "/"]
+    summary = Crawler(dataclasses.replace(config, max_pages=None)).run()
+    assert paths == [ROBOTS, "/", "/a"]  # robots.txt read back from the frontier, and obeyed
+    assert rows(tmp_path)[f"http://127.0.0.1:{port}{quote(path)}"] == ("error", DISALLOWED)
+    assert summary.errors == {"robots_disallowed": 1}
 
 
 # -- Crawl-delay (case 11) ---------------------------------------------------------------------
@@ -303,7 +326,7 @@ def test_a_crawl_delay_below_the_crawls_own_delay_does_not_lower_it(tmp_path: Pa
         crawl(tmp_path, site, fetcher=FetcherConfig(max_connections_per_host=4, host_delay=0.5))
         starts = [at for at, _ in site.counters().log]
     gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
-    assert len(gaps) == 3 and min(gaps) >= 0.45, gaps
+    assert len(gaps) == 4 and min(gaps) >= 0.45, gaps  # robots.txt, / and /page/0 to /page/2
 
 
 @pytest.mark.parametrize("value", [-1.0, float("inf"), float("nan"), True, "30"])

@@ -79,7 +79,7 @@ from ..urls import Origin, absolute_url, parse_target
 
 __all__ = [
     "ALLOW_ALL", "DISALLOWED", "LINES_PER_UNIT", "MAX_REDIRECTS", "MAX_ROBOTS_BYTES", "Redirect", "RobotsRules",
-    "RobotsTable", "interpret", "parsed_part",
+    "RobotsTable", "interpret", "parsed_part", "stored_body", "stored_rules",
 ]
 
 #: Redirects followed from ``/robots.txt`` to the file (RFC 9309 2.3.1.2: at least five).
@@ -147,13 +147,7 @@ def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | 
     if result.error is not None or status is None or status >= 500 or status == 429:
         return None
     if 200 <= status < 300:
-        # A BOM in the charset the Content-Type names (UTF-16) is a U+FEFF once decoded.
-        text = decode_text(_without_bom(parsed_part(result.body)), result.header("content-type")).removeprefix("\ufeff")
-        records = _records_for(text, _product_token(user_agent))
-        parser = Protego.parse("\n".join(records))
-        delay = parser.crawl_delay(user_agent)
-        return RobotsRules(parser, crawl_delay=float(delay) if delay else None, sitemaps=tuple(parser.sitemaps),
-                           weight=1 + len(records) // LINES_PER_UNIT)
+        return _rules_of(_text(result), user_agent)
     if status in _REDIRECTS and hops < MAX_REDIRECTS:
         target = absolute_url(result.header("location") or "", result.url)
         if target is not None:
@@ -163,6 +157,38 @@ def interpret(result: FetchResult, hops: int, user_agent: str) -> RobotsRules | 
                 return ALLOW_ALL
             return Redirect(target, hops + 1)
     return ALLOW_ALL  # 4xx, too many redirects, a redirect to nowhere (and 1xx/3xx oddities): unavailable
+
+
+def stored_body(result: FetchResult) -> bytes:
+    """What the frontier keeps of a final answer (a 2xx or a 4xx), for :func:`stored_rules`: the
+    text of a 2xx as UTF-8, decoded here, while its Content-Type is known (a robots.txt in UTF-16
+    or Latin-1 read back as UTF-8 bytes would be garbage: no rules); nothing of a 4xx."""
+    status = result.status
+    return _text(result).encode() if status is not None and 200 <= status < 300 else b""
+
+
+def stored_rules(status: int, body: bytes, user_agent: str) -> RobotsRules:
+    """The rules of an answer that the frontier kept (:func:`stored_body`).  A row kept by an
+    older niofetcher holds the body as fetched, which is read as UTF-8, as it was then."""
+    if not 200 <= status < 300:
+        return ALLOW_ALL
+    return _rules_of(_without_bom(body).decode("utf-8", "replace"), user_agent)
+
+
+def _text(result: FetchResult) -> str:
+    """The text of a 2xx robots.txt: its parsed part, decoded by the charset its Content-Type
+    names (else UTF-8), without a byte order mark."""
+    # A BOM in the charset the Content-Type names (UTF-16) is a U+FEFF once decoded.
+    return decode_text(_without_bom(parsed_part(result.body)), result.header("content-type")).removeprefix("\ufeff")
+
+
+def _rules_of(text: str, user_agent: str) -> RobotsRules:
+    """The rules that the robots.txt ``text`` holds for ``user_agent``."""
+    records = _records_for(text, _product_token(user_agent))
+    parser = Protego.parse("\n".join(records))
+    delay = parser.crawl_delay(user_agent)
+    return RobotsRules(parser, crawl_delay=float(delay) if delay else None, sitemaps=tuple(parser.sitemaps),
+                       weight=1 + len(records) // LINES_PER_UNIT)
 
 
 def _product_token(user_agent: str) -> str:

@@ -11,8 +11,9 @@ origin ends ``error`` ("robots.txt unavailable: HTTP 503").  Its Crawl-delay bec
 host delay, capped at ``max_crawl_delay`` (as Heritrix's ``respectCrawlDelayUpToSeconds``): a
 ``Crawl-delay: 3600`` must not stall a crawl for an hour a page.
 
-Every final answer fetched (a 2xx or a 4xx) is stored in the frontier with its host, and kept
-there for a day: the rules of an origin aged out of memory are read back from there rather than
+Every final answer fetched (a 2xx or a 4xx) is stored in the frontier with its host (a 2xx as its
+text, decoded by the charset its Content-Type names: ``robots.stored_body``), and kept there for a
+day: the rules of an origin aged out of memory are read back from there rather than
 fetched again, and so are they by a resumed crawl, and, on PostgreSQL, by a worker that takes the
 host over (``use()`` gives the gate the frontier).  Rules are used for a day from their fetch at
 most (RFC 9309 2.4), in memory too.
@@ -45,7 +46,7 @@ from ..urls import Origin, host_key, normalize_url, parse_target
 from .frontier import FrontierBackend, FrontierURL
 from .frontier.base import ROBOTS_SECONDS
 from .policy import error_text, retry_after
-from .robots import Redirect, RobotsRules, RobotsTable, interpret, parsed_part
+from .robots import Redirect, RobotsRules, RobotsTable, interpret, stored_body, stored_rules
 from .schedule import RetrySchedule
 
 __all__ = ["Released", "RobotsGate", "RobotsReply"]
@@ -140,12 +141,9 @@ class RobotsGate:
                     self._asked.clear()  # bounded: an origin asked about again costs one look
                 self._asked.add(origin)
                 return None
-            url = f"{origin}/robots.txt"
-            answer = interpret(FetchResult(URLBean(url), url, url, status=stored.status, body=stored.body), 0,
-                               self._user_agent)
-            if isinstance(answer, RobotsRules):  # a 2xx or a 4xx: what was stored
-                self._apply_crawl_delay(origin, answer, fetcher)
-                rules = self._keep(origin, answer, stored.age)
+            answer = stored_rules(stored.status, stored.body, self._user_agent)
+            self._apply_crawl_delay(origin, answer, fetcher)
+            rules = self._keep(origin, answer, stored.age)
         return rules
 
     def held_urls(self) -> set[str]:
@@ -192,7 +190,7 @@ class RobotsGate:
         self._fetches.pop(origin, None)
         status = result.status
         if answer.refusal == "" and status is not None and (200 <= status < 300 or 400 <= status < 500):
-            frontier.store_robots(_host(origin), status, parsed_part(result.body))  # for when its rules age out
+            frontier.store_robots(_host(origin), status, stored_body(result))  # for when its rules age out
             self._asked.discard(origin)  # ... so that the frontier is asked again then
         self._apply_crawl_delay(origin, answer, fetcher)
         self._keep(origin, answer, 0.0)
