@@ -105,6 +105,7 @@ class NIOFetcher:
         Every unfinished URL is delivered with error ``cancelled``.  On return the loop
         thread has ended and every socket is closed; results stay available.
         """
+        timeout = _wait_limit(timeout)
         with self._cond:
             already = self._closed
             self._closed = True
@@ -283,6 +284,7 @@ class NIOFetcher:
         """
         if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
             raise ValueError(f"max_items must be a positive int, not {max_items!r}")
+        timeout = _wait_limit(timeout)
         completed = self._completed
         with self._cond:
             # After shutdown with nothing left, waiting could only hang.
@@ -321,6 +323,7 @@ class NIOFetcher:
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until nothing is pending or in flight; False if ``timeout`` passed first."""
+        timeout = _wait_limit(timeout)
         with self._cond:
             return self._cond.wait_for(lambda: self._unfinished == 0 or self._loop_ended, timeout)
 
@@ -345,3 +348,17 @@ class NIOFetcher:
         hosts done with (their state freed), the last 1,024 (``pool.RECENT_HOSTS``).
         """
         return self._engine.host_stats()
+
+
+def _wait_limit(timeout: float | None) -> float | None:
+    """A caller's ``timeout`` as ``Condition.wait_for`` takes it: None, inf (and anything past
+    ``threading.TIMEOUT_MAX``, centuries) wait without limit.
+
+    NaN or a negative number raises ValueError: wait_for would spin on NaN at full CPU for ever,
+    and a lock's timeout overflows past TIMEOUT_MAX.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise ValueError(f"timeout must be a non-negative number of seconds or None, not {timeout!r}")
+    return None if timeout >= threading.TIMEOUT_MAX else timeout
