@@ -78,9 +78,11 @@ class NIOFetcher:
                 self._cond.notify_all()
 
     def _close_intake(self) -> None:
-        """Loop thread, as it ends: refuse registrations from now on."""
+        """Loop thread as it ends, or shutdown() of a fetcher never started: refuse registrations from now on."""
         with self._cond:
             self._closed = True
+            # A get() waiting with nothing registered must see it: no result will come to wake it.
+            self._cond.notify_all()
 
     @property
     def failure(self) -> BaseException | None:

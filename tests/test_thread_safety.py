@@ -258,6 +258,22 @@ def test_shutdown_waiting_for_the_work_is_not_held_back_by_undrained_results(no_
     assert served == total
 
 
+@pytest.mark.timeout(20)
+def test_shutdown_of_a_fetcher_never_started_ends_a_get_already_waiting(no_leaks: LeakBaseline) -> None:
+    fetcher = NIOFetcher()
+    taken: list[object] = []
+    waiters = [threading.Thread(target=lambda: taken.append(fetcher.get()), daemon=True),
+               threading.Thread(target=lambda: taken.append(fetcher.get_batch(3)), daemon=True)]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(0.2)  # both wait inside get() by now; a get() begun after shutdown() never waited
+    fetcher.shutdown()
+    for waiter in waiters:
+        waiter.join(5)
+    assert not any(waiter.is_alive() for waiter in waiters), "a get() waits for ever on a fetcher shut down unstarted"
+    assert sorted(map(repr, taken)) == ["None", "[]"]
+
+
 # -- politeness from another thread ----------------------------------------------
 
 
