@@ -216,10 +216,12 @@ class NIOFetcher:
     def cancel_pending(self) -> None:
         """Cancel every registered URL that has not been dispatched yet (any thread).
 
-        Each is delivered with error ``cancelled``; fetches already in flight go on.
+        Each is delivered with error ``cancelled``; fetches already in flight go on.  Before
+        ``start()`` it is done as the loop starts, before it takes any URL: every URL registered
+        by then is cancelled.
         """
         with self._cond:
-            if self._closed or self._thread is None:
+            if self._closed:  # everything unfinished is (being) cancelled anyway
                 return
         engine = self._engine
         engine.post(engine.cancel_pending)

@@ -274,6 +274,19 @@ def test_shutdown_of_a_fetcher_never_started_ends_a_get_already_waiting(no_leaks
     assert sorted(map(repr, taken)) == ["None", "[]"]
 
 
+@pytest.mark.timeout(20)
+def test_cancel_pending_before_start_cancels_what_was_registered(no_leaks: LeakBaseline) -> None:
+    with TestSite(hosts=1) as site:
+        fetcher = NIOFetcher()
+        assert fetcher.register_many([site.base_urls[0] + "page/1", URLBean(site.base_urls[0] + "page/2")]) == 2
+        fetcher.cancel_pending()
+        with fetcher:
+            results = list(fetcher.results())
+        served = site.counters().requests
+    assert [(r.error, r.error_detail) for r in results] == [("cancelled", "cancelled before it started")] * 2
+    assert served == 0
+
+
 # -- politeness from another thread ----------------------------------------------
 
 
