@@ -42,7 +42,8 @@ class NIOFetcher:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._completed: collections.deque[FetchResult] = collections.deque()
-        self._engine = Engine(self.config, self._deliver, self._completed.__len__, self._close_intake)
+        self._joining = 0  # join() calls waiting: max_completed does not hold while they do
+        self._engine = Engine(self.config, self._deliver, self._backlog, self._close_intake)
         self._thread: threading.Thread | None = None
         self._closed = False
         self._loop_ended = False
@@ -326,10 +327,23 @@ class NIOFetcher:
             yield from batch
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait until nothing is pending or in flight; False if ``timeout`` passed first."""
+        """Wait until nothing is pending or in flight; False if ``timeout`` passed first.
+
+        While it waits, ``max_completed`` does not stop requests from starting: waiting for all
+        the work to finish is waiting for all its results, taken or not.
+        """
         timeout = _wait_limit(timeout)
         with self._cond:
-            return self._cond.wait_for(lambda: self._unfinished == 0 or self._loop_ended, timeout)
+            self._joining += 1
+            try:
+                self._engine.wake()  # a loop held back by max_completed starts the rest
+                return self._cond.wait_for(lambda: self._unfinished == 0 or self._loop_ended, timeout)
+            finally:
+                self._joining -= 1
+
+    def _backlog(self) -> int:
+        """Loop thread: the results waiting to be taken, as ``max_completed`` counts them (none while a join() waits)."""
+        return 0 if self._joining else len(self._completed)
 
     def _after_take(self) -> None:
         # The loop stops starting requests while max_completed results wait; tell it there is room.

@@ -287,6 +287,24 @@ def test_cancel_pending_before_start_cancels_what_was_registered(no_leaks: LeakB
     assert served == 0
 
 
+@pytest.mark.timeout(30)
+def test_join_finishes_the_work_held_back_by_max_completed_and_the_limit_holds_again(no_leaks: LeakBaseline) -> None:
+    """docs/fetcher.md's register, ``join()``, ``drain()`` with ``max_completed``: join() waited for ever."""
+    limit, total = 5, 20
+    with TestSite(hosts=1, pages=total, page_size=256) as site, NIOFetcher(without_timers(max_completed=limit)) as fetcher:
+        assert fetcher.register_many(f"{site.base_urls[0]}page/{i}" for i in range(total)) == total
+        assert fetcher.join(timeout=10), f"join() stalled: {fetcher.stats()}"
+        assert site.counters().requests == total
+        # The limit is back once join() returns: with 20 results untaken, nothing more starts.
+        assert fetcher.register(f"{site.base_urls[0]}page/0")
+        time.sleep(0.3)
+        assert site.counters().requests == total
+        first = fetcher.drain()
+        rest = list(fetcher.results())
+    assert len(first) == total and len(rest) == 1
+    assert all(r.ok for r in (*first, *rest))
+
+
 # -- politeness from another thread ----------------------------------------------
 
 
