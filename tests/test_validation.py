@@ -50,6 +50,8 @@ def test_register_rejects_bad_method_and_type() -> None:
         ("resolve", {"b\u00fccher.test:80": "127.0.0.1", "xn--bcher-kva.test:80": "127.0.0.2"}), ("allowed_ports", [0]),
         ("allowed_ports", []), ("deny_networks", ["galaxy"]), ("deny_networks", "private"),
         ("max_pending", 0), ("max_completed", -3),
+        ("user_agent", "a\rb"), ("user_agent", "a\nX-Injected: 1"), ("user_agent", "a\0"),
+        ("headers", {"X-Token": "a\r\nX-Injected: 1"}), ("headers", {"X-Token": "a\0"}), ("headers", {"X\n": "v"}),
     ],
 )
 def test_config_rejects_nonsense(field: str, value: Any) -> None:
