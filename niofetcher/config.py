@@ -111,6 +111,8 @@ class FetcherConfig:
             raise ValueError(f"resolver must be callable, not {self.resolver!r}")
         if not isinstance(self.user_agent, str) or not self.user_agent:
             raise ValueError("user_agent must be a non-empty str")
+        if _breaks_header_line(self.user_agent):
+            raise ValueError(f"user_agent must not contain CR, LF or NUL: {self.user_agent!r}")
         for mapping_name in ("headers", "resolve"):
             mapping = getattr(self, mapping_name)
             if not isinstance(mapping, Mapping) or not all(
@@ -118,6 +120,10 @@ class FetcherConfig:
             ):
                 raise ValueError(f"{mapping_name} must map str to str, not {mapping!r}")
             object.__setattr__(self, mapping_name, dict(mapping))
+        for name, value in self.headers.items():
+            # Sent on every request: h11 would refuse each one, and every URL would fail as protocol_error.
+            if _breaks_header_line(name) or _breaks_header_line(value):
+                raise ValueError(f"headers must not contain CR, LF or NUL: {name!r}")
         resolve: dict[str, str] = {}
         for key, address in self.resolve.items():
             try:
@@ -229,3 +235,8 @@ def _positive_time(config: FetcherConfig, name: str, *, optional: bool = False, 
     if not ok:
         kind = "a non-negative" if allow_zero else "a positive"
         raise ValueError(f"{name} must be {kind} number of seconds{' or None' if optional else ''}, not {value!r}")
+
+
+def _breaks_header_line(text: str) -> bool:
+    """CR, LF or NUL: characters no HTTP/1.1 header line may carry."""
+    return "\r" in text or "\n" in text or "\0" in text

@@ -42,7 +42,8 @@ class NIOFetcher:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._completed: collections.deque[FetchResult] = collections.deque()
-        self._engine = Engine(self.config, self._deliver, self._completed.__len__, self._close_intake)
+        self._joining = 0  # join() calls waiting: max_completed does not hold while they do
+        self._engine = Engine(self.config, self._deliver, self._backlog, self._close_intake)
         self._thread: threading.Thread | None = None
         self._closed = False
         self._loop_ended = False
@@ -78,9 +79,11 @@ class NIOFetcher:
                 self._cond.notify_all()
 
     def _close_intake(self) -> None:
-        """Loop thread, as it ends: refuse registrations from now on."""
+        """Loop thread as it ends, or shutdown() of a fetcher never started: refuse registrations from now on."""
         with self._cond:
             self._closed = True
+            # A get() waiting with nothing registered must see it: no result will come to wake it.
+            self._cond.notify_all()
 
     @property
     def failure(self) -> BaseException | None:
@@ -105,6 +108,7 @@ class NIOFetcher:
         Every unfinished URL is delivered with error ``cancelled``.  On return the loop
         thread has ended and every socket is closed; results stay available.
         """
+        timeout = _wait_limit(timeout)
         with self._cond:
             already = self._closed
             self._closed = True
@@ -213,10 +217,12 @@ class NIOFetcher:
     def cancel_pending(self) -> None:
         """Cancel every registered URL that has not been dispatched yet (any thread).
 
-        Each is delivered with error ``cancelled``; fetches already in flight go on.
+        Each is delivered with error ``cancelled``; fetches already in flight go on.  Before
+        ``start()`` it is done as the loop starts, before it takes any URL: every URL registered
+        by then is cancelled.
         """
         with self._cond:
-            if self._closed or self._thread is None:
+            if self._closed:  # everything unfinished is (being) cancelled anyway
                 return
         engine = self._engine
         engine.post(engine.cancel_pending)
@@ -283,6 +289,7 @@ class NIOFetcher:
         """
         if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
             raise ValueError(f"max_items must be a positive int, not {max_items!r}")
+        timeout = _wait_limit(timeout)
         completed = self._completed
         with self._cond:
             # After shutdown with nothing left, waiting could only hang.
@@ -320,9 +327,23 @@ class NIOFetcher:
             yield from batch
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait until nothing is pending or in flight; False if ``timeout`` passed first."""
+        """Wait until nothing is pending or in flight; False if ``timeout`` passed first.
+
+        While it waits, ``max_completed`` does not stop requests from starting: waiting for all
+        the work to finish is waiting for all its results, taken or not.
+        """
+        timeout = _wait_limit(timeout)
         with self._cond:
-            return self._cond.wait_for(lambda: self._unfinished == 0 or self._loop_ended, timeout)
+            self._joining += 1
+            try:
+                self._engine.wake()  # a loop held back by max_completed starts the rest
+                return self._cond.wait_for(lambda: self._unfinished == 0 or self._loop_ended, timeout)
+            finally:
+                self._joining -= 1
+
+    def _backlog(self) -> int:
+        """Loop thread: the results waiting to be taken, as ``max_completed`` counts them (none while a join() waits)."""
+        return 0 if self._joining else len(self._completed)
 
     def _after_take(self) -> None:
         # The loop stops starting requests while max_completed results wait; tell it there is room.
@@ -345,3 +366,17 @@ class NIOFetcher:
         hosts done with (their state freed), the last 1,024 (``pool.RECENT_HOSTS``).
         """
         return self._engine.host_stats()
+
+
+def _wait_limit(timeout: float | None) -> float | None:
+    """A caller's ``timeout`` as ``Condition.wait_for`` takes it: None, inf (and anything past
+    ``threading.TIMEOUT_MAX``, centuries) wait without limit.
+
+    NaN or a negative number raises ValueError: wait_for would spin on NaN at full CPU for ever,
+    and a lock's timeout overflows past TIMEOUT_MAX.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise ValueError(f"timeout must be a non-negative number of seconds or None, not {timeout!r}")
+    return None if timeout >= threading.TIMEOUT_MAX else timeout

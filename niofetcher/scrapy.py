@@ -31,7 +31,9 @@ On another reactor the handler says so and is not configured.
 One fetcher per crawl.  Scrapy makes a handler object per scheme, so http
 and https are two objects; they share one AsyncFetcher (one loop thread,
 one connection budget of ``CONCURRENT_REQUESTS`` sockets), started by the
-first request and shut down by the last ``close()``.
+first request and shut down by the last ``close()``, or, when a forced stop
+(a second Ctrl-C) stops the reactor without closing the handlers, by a
+"before shutdown" trigger of the reactor.
 
 Settings.  ``CONCURRENT_REQUESTS`` becomes ``max_connections``,
 ``CONCURRENT_REQUESTS_PER_DOMAIN`` ``max_connections_per_host``,
@@ -118,6 +120,8 @@ try:
     from scrapy.http import Headers
     from scrapy.responsetypes import responsetypes
     from scrapy.utils.asyncio import is_asyncio_available
+    from scrapy.utils.defer import deferred_from_coro
+    from scrapy.utils.reactor import is_reactor_installed
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         f"niofetcher.scrapy needs Scrapy 2.15 or newer ({exc}): pip install 'niofetcher[scrapy]'"
@@ -133,6 +137,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from scrapy.settings import BaseSettings
+    from twisted.internet.defer import Deferred
 
 __all__ = ["EXCEPTIONS", "NIOFetcherDownloadHandler", "fetcher_config"]
 
@@ -249,6 +254,7 @@ class _SharedFetcher:
         self.users = 0
         self.fetcher: AsyncFetcher | None = None
         self.closed = False
+        self._forced_stop_trigger: object = None  # the reactor's ID of the trigger, while it is registered
 
     async def started(self) -> AsyncFetcher:
         """The fetcher, started on the running event loop by the first call."""
@@ -260,16 +266,38 @@ class _SharedFetcher:
             # start() awaits nothing, so no other request can slip in before self.fetcher is set.
             await fetcher.start()
             self.fetcher = fetcher
+            if is_reactor_installed():
+                # A forced stop (a second Ctrl-C, reactor.stop()) stops the reactor without closing the
+                # handlers: without this, the fetcher's threads and sockets would outlive the crawl.
+                self._forced_stop_trigger = _reactor().addSystemEventTrigger(
+                    "before", "shutdown", self._forced_stop, fetcher)
         return fetcher
+
+    def _forced_stop(self, fetcher: AsyncFetcher) -> Deferred[None]:
+        """Reactor shutdown before the handlers closed: cancel the fetches; the reactor waits for the Deferred."""
+        self._forced_stop_trigger = None
+        self.closed = True
+        return deferred_from_coro(fetcher.shutdown(wait=False))
 
     async def release(self) -> None:
         """One handler object closes; the last one shuts the fetcher down (its threads end)."""
         self.users -= 1
         if self.users == 0:
             self.closed = True
+            if self._forced_stop_trigger is not None:
+                _reactor().removeSystemEventTrigger(self._forced_stop_trigger)
+                self._forced_stop_trigger = None
             if self.fetcher is not None:
                 # Scrapy closes its handlers once the engine has stopped: nothing waits for a result.
                 await self.fetcher.shutdown(wait=False)
+
+
+def _reactor() -> Any:
+    """The installed Twisted reactor (imported only when one is), as Any: its zope interfaces declare
+    methods without ``self``, which mypy reads as one argument too many."""
+    from twisted.internet import reactor
+
+    return reactor
 
 
 _SHARED: weakref.WeakKeyDictionary[Crawler, _SharedFetcher] = weakref.WeakKeyDictionary()

@@ -69,6 +69,13 @@ def test_a_malformed_header_is_a_one_line_usage_error(bad: str) -> None:
     assert done.stderr == f"niofetcher: error: --header takes 'NAME: VALUE', not {bad!r}\n"
 
 
+def test_a_user_agent_that_would_break_its_header_line_is_a_one_line_usage_error() -> None:
+    """It was accepted, and every URL then failed as protocol_error with exit status 0."""
+    done = niofetcher("fetch", "http://127.0.0.1:9/", "--user-agent", "a\rb")
+    assert done.returncode == 2
+    assert done.stderr == "niofetcher: error: --user-agent must not contain CR, LF or NUL: 'a\\rb'\n"
+
+
 @pytest.fixture(scope="module")
 def tls_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestSite, str]]:
     ca = trustme.CA()

@@ -481,6 +481,57 @@ def test_the_crawl_left_no_thread_behind_and_logged_only_the_closed_port(crawled
     assert logged and all(f"127.0.0.1:{crawled['closed']}" in line for line in logged), logged
 
 
+#: The child process of the forced stop: four requests to a server that never answers, and two Ctrl-C
+#: once it holds their four sockets: the second stops the reactor at once, and the handlers are never closed.
+FORCED_STOP = r'''
+import json, os, signal, sys, threading, time
+from rawserver import RawServer, hang
+from scrapy import Request, Spider
+from scrapy.crawler import CrawlerProcess
+
+with RawServer(hang()) as slow:
+    class Stuck(Spider):
+        name = "stuck"
+
+        async def start(self):
+            for i in range(4):
+                yield Request(slow.url(f"/{i}"), dont_filter=True)
+
+    def stop_when_all_wait():
+        while slow.accepted < 4:
+            time.sleep(0.01)
+        graceful = signal.getsignal(signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # Scrapy waits for the downloads, and takes the next Ctrl-C as "force"
+        while signal.getsignal(signal.SIGINT) is graceful:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    process = CrawlerProcess({"LOG_LEVEL": "ERROR", "TELNETCONSOLE_ENABLED": False, "DOWNLOAD_TIMEOUT": 60,
+                              "DOWNLOAD_HANDLERS": json.loads(sys.argv[1])})
+    threading.Thread(target=stop_when_all_wait, daemon=True).start()
+    process.crawl(Stuck)
+    process.start()
+    deadline = time.monotonic() + 5
+    while (slow.open_now or any(t.name.startswith("niofetcher") for t in threading.enumerate())) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(json.dumps({"threads": [t.name for t in threading.enumerate() if t.name.startswith("niofetcher")],
+                      "accepted": slow.accepted, "open": slow.open_now}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_a_forced_stop_of_the_reactor_shuts_the_fetcher_down(tmp_path: Path) -> None:
+    """A second Ctrl-C ends the crawl without closing the handlers: the fetcher's threads and its
+    sockets to the server lived on."""
+    script = tmp_path / "forced_stop.py"
+    script.write_text(FORCED_STOP, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script), json.dumps(HANDLERS)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env={"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"threads": [], "accepted": 4, "open": 0}
+
+
 def test_negative_control_scrapys_own_handler_opens_more_sockets(tmp_path: Path) -> None:
     """The same crawl with Scrapy's own handler: the per-domain setting bounds its slots, not its sockets,
     so the server's count can tell a handler that does not hold the limit (counted, not a claim about how

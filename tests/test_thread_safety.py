@@ -258,6 +258,53 @@ def test_shutdown_waiting_for_the_work_is_not_held_back_by_undrained_results(no_
     assert served == total
 
 
+@pytest.mark.timeout(20)
+def test_shutdown_of_a_fetcher_never_started_ends_a_get_already_waiting(no_leaks: LeakBaseline) -> None:
+    fetcher = NIOFetcher()
+    taken: list[object] = []
+    waiters = [threading.Thread(target=lambda: taken.append(fetcher.get()), daemon=True),
+               threading.Thread(target=lambda: taken.append(fetcher.get_batch(3)), daemon=True)]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(0.2)  # both wait inside get() by now; a get() begun after shutdown() never waited
+    fetcher.shutdown()
+    for waiter in waiters:
+        waiter.join(5)
+    assert not any(waiter.is_alive() for waiter in waiters), "a get() waits for ever on a fetcher shut down unstarted"
+    assert sorted(map(repr, taken)) == ["None", "[]"]
+
+
+@pytest.mark.timeout(20)
+def test_cancel_pending_before_start_cancels_what_was_registered(no_leaks: LeakBaseline) -> None:
+    with TestSite(hosts=1) as site:
+        fetcher = NIOFetcher()
+        assert fetcher.register_many([site.base_urls[0] + "page/1", URLBean(site.base_urls[0] + "page/2")]) == 2
+        fetcher.cancel_pending()
+        with fetcher:
+            results = list(fetcher.results())
+        served = site.counters().requests
+    assert [(r.error, r.error_detail) for r in results] == [("cancelled", "cancelled before it started")] * 2
+    assert served == 0
+
+
+@pytest.mark.timeout(30)
+def test_join_finishes_the_work_held_back_by_max_completed_and_the_limit_holds_again(no_leaks: LeakBaseline) -> None:
+    """docs/fetcher.md's register, ``join()``, ``drain()`` with ``max_completed``: join() waited for ever."""
+    limit, total = 5, 20
+    with TestSite(hosts=1, pages=total, page_size=256) as site, NIOFetcher(without_timers(max_completed=limit)) as fetcher:
+        assert fetcher.register_many(f"{site.base_urls[0]}page/{i}" for i in range(total)) == total
+        assert fetcher.join(timeout=10), f"join() stalled: {fetcher.stats()}"
+        assert site.counters().requests == total
+        # The limit is back once join() returns: with 20 results untaken, nothing more starts.
+        assert fetcher.register(f"{site.base_urls[0]}page/0")
+        time.sleep(0.3)
+        assert site.counters().requests == total
+        first = fetcher.drain()
+        rest = list(fetcher.results())
+    assert len(first) == total and len(rest) == 1
+    assert all(r.ok for r in (*first, *rest))
+
+
 # -- politeness from another thread ----------------------------------------------
 
 

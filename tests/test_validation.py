@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import threading
 from typing import Any
 
 import pytest
 
 from niofetcher import FetcherConfig, NIOFetcher, URLBean
+from niofetcher.testing import TestSite
 
 
 @pytest.mark.parametrize("url", ["ftp://x", "not a url", "http://", "/relative", "", "https:///path",
@@ -47,6 +50,8 @@ def test_register_rejects_bad_method_and_type() -> None:
         ("resolve", {"b\u00fccher.test:80": "127.0.0.1", "xn--bcher-kva.test:80": "127.0.0.2"}), ("allowed_ports", [0]),
         ("allowed_ports", []), ("deny_networks", ["galaxy"]), ("deny_networks", "private"),
         ("max_pending", 0), ("max_completed", -3),
+        ("user_agent", "a\rb"), ("user_agent", "a\nX-Injected: 1"), ("user_agent", "a\0"),
+        ("headers", {"X-Token": "a\r\nX-Injected: 1"}), ("headers", {"X-Token": "a\0"}), ("headers", {"X\n": "v"}),
     ],
 )
 def test_config_rejects_nonsense(field: str, value: Any) -> None:
@@ -79,3 +84,33 @@ def test_start_twice_raises() -> None:
     finally:
         fetcher.shutdown()
     assert fetcher.register("http://127.0.0.1/") is False
+
+
+@pytest.mark.timeout(20)
+def test_a_timeout_is_checked_up_front_and_inf_waits_without_limit() -> None:
+    """NaN made every wait spin at full CPU for ever and inf raised OverflowError, in
+    ``shutdown(wait=True)`` after it had closed the intake and with the loop thread left running."""
+    with TestSite(hosts=1, delay=0.3) as site:
+        fetcher = NIOFetcher()
+        fetcher.start()
+        try:
+            assert fetcher.register(site.base_urls[0] + "page/1")
+            for bad in (math.nan, -1.0, "1", True):
+                with pytest.raises(ValueError):
+                    fetcher.get(timeout=bad)  # type: ignore[arg-type]
+                with pytest.raises(ValueError):
+                    fetcher.get_batch(5, timeout=bad)  # type: ignore[arg-type]
+                with pytest.raises(ValueError):
+                    fetcher.join(timeout=bad)  # type: ignore[arg-type]
+                with pytest.raises(ValueError):
+                    fetcher.shutdown(timeout=bad)  # type: ignore[arg-type]
+            assert fetcher.register(site.base_urls[0] + "page/2"), "a refused shutdown() closed nothing"
+            first = fetcher.get(timeout=math.inf)
+            assert first is not None and first.ok
+            assert fetcher.join(timeout=1e300)
+            assert fetcher.register(site.base_urls[0] + "page/3")
+            fetcher.shutdown(wait=True, timeout=math.inf)
+            assert not [t for t in threading.enumerate() if t.name == "niofetcher-loop"]
+        finally:
+            fetcher.shutdown(wait=False)
+        assert [r.ok for r in fetcher.get_batch(5, timeout=0)] == [True, True]
