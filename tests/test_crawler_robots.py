@@ -326,7 +326,7 @@ def test_a_crawl_delay_below_the_crawls_own_delay_does_not_lower_it(tmp_path: Pa
         crawl(tmp_path, site, fetcher=FetcherConfig(max_connections_per_host=4, host_delay=0.5))
         starts = [at for at, _ in site.counters().log]
     gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
-    assert len(gaps) == 4 and min(gaps) >= 0.45, gaps  # robots.txt, / and /page/0 to /page/2
+    assert len(gaps) == 4 and min(gaps) >= 0.4, gaps  # robots.txt, / and /page/0 to /page/2 (0.1 apart before)
 
 
 @pytest.mark.parametrize("value", [-1.0, float("inf"), float("nan"), True, "30"])

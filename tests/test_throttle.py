@@ -185,7 +185,7 @@ def test_min_delay_holds_from_a_hosts_first_requests(server: Callable[[Answer], 
     config = FetcherConfig(max_connections_per_host=4, throttle=Throttle(min_delay=0.2))
     fetch_all(config, [srv.url(f"/p{i}") for i in range(4)])
     times = arrivals.times()
-    assert len(times) == 4 and min(b - a for a, b in itertools.pairwise(times)) >= 0.18
+    assert len(times) == 4 and min(b - a for a, b in itertools.pairwise(times)) >= 0.15  # 0 apart before; an arrival seen late under load shortens one gap
 
 
 def test_a_backoff_after_an_idle_gap_does_not_take_the_gap_for_the_spacing(
