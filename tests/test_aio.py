@@ -238,46 +238,37 @@ def niofetcher_threads() -> list[str]:
     )
 
 
-def test_a_cancelled_shutdown_stops_the_fetcher_before_it_raises(run: Any, no_leaks: LeakBaseline) -> None:
-    """Ctrl-C under asyncio.run() or an outer timeout cancels the task awaiting shutdown(wait=True):
-    the fetcher stops at once, and no thread of it outlives the CancelledError."""
+@pytest.mark.parametrize("ending", ["cancelled", "refused"])
+def test_a_shutdown_that_ends_early_leaves_no_thread_of_the_fetcher(
+    run: Any, no_leaks: LeakBaseline, ending: str,
+) -> None:
+    """Cancelled while it waits for a page 30 s away (Ctrl-C under asyncio.run(), an outer timeout),
+    or refused by NIOFetcher (timeout=NaN: a ValueError, which it raises, not returns): the fetcher
+    stops at once, and no thread of it outlives the exception."""
     slow = TestSite(hosts=1, pages=5, delay=30)
 
-    async def main() -> tuple[list[str], list[FetchResult]]:
-        with slow:
-            fetcher = AsyncFetcher()
-            await fetcher.start()
-            assert fetcher.register(f"{slow.base_urls[0]}page/1")
-            closing = asyncio.ensure_future(fetcher.shutdown())
-            await asyncio.sleep(0)  # it runs up to its wait for the page, 30 s away
-            closing.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await closing
-            alive = niofetcher_threads()
-            return alive, [result async for result in fetcher.results()]
-
-    alive, results = run(main())
-    assert alive == [], "the fetcher's threads ended before the CancelledError reached its awaiter"
-    assert [r.error for r in results] == ["cancelled"]
-
-
-def test_a_shutdown_that_niofetcher_refuses_raises_with_the_fetcher_stopped(run: Any, no_leaks: LeakBaseline) -> None:
-    """timeout=NaN: NIOFetcher.shutdown() refuses it (ValueError); AsyncFetcher.shutdown() raises it
-    too, not returns, and stops the threads all the same."""
-    slow = TestSite(hosts=1, pages=5, delay=30)
-
-    async def main() -> tuple[list[str], list[FetchResult]]:
-        with slow:
-            fetcher = AsyncFetcher()
-            await fetcher.start()
-            assert fetcher.register(f"{slow.base_urls[0]}page/1")
+    async def end_early(fetcher: AsyncFetcher) -> None:
+        if ending == "refused":
             with pytest.raises(ValueError, match="timeout"):
                 await fetcher.shutdown(timeout=math.nan)
+            return
+        closing = asyncio.ensure_future(fetcher.shutdown())
+        await asyncio.sleep(0)  # it runs up to its wait for the page
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+
+    async def main() -> tuple[list[str], list[FetchResult]]:
+        with slow:
+            fetcher = AsyncFetcher()
+            await fetcher.start()
+            assert fetcher.register(f"{slow.base_urls[0]}page/1")
+            await end_early(fetcher)
             alive = niofetcher_threads()
             return alive, [result async for result in fetcher.results()]
 
     alive, results = run(main())
-    assert alive == [], "the fetcher's threads ended before shutdown() raised"
+    assert alive == [], f"a thread of the fetcher outlived the {ending} shutdown"
     assert [r.error for r in results] == ["cancelled"]
 
 
